@@ -1,0 +1,79 @@
+"""Every error gds_counter raises, in one module.
+
+This module sits below all layers (gateway, gds, counter, cli) so that each of
+them can raise the same classes: a caller catches ``Contention`` whether it came
+from SQLite or from Cloud Datastore.
+"""
+
+from __future__ import annotations
+
+
+class GDSError(Exception):
+    """Base class: catch this to catch anything gds_counter raises on purpose."""
+
+
+class BadValueError(GDSError, ValueError):
+    """A value cannot be stored as given (wrong type, too long, out of range).
+
+    Raised before anything is written, so a batch is never half-applied
+    because of one bad value.
+    """
+
+
+class BadKeyError(BadValueError, KeyError):
+    """A key or key name that Datastore would reject or that would collide.
+
+    It is also a ``KeyError`` so code ported from php-gds that caught key
+    problems generically keeps working.
+    """
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want it plain
+        return str(self.args[0]) if self.args else ""
+
+
+class SchemaError(BadValueError):
+    """Data does not fit the schema (unknown kind, wrong property type)."""
+
+
+class CorruptDataError(GDSError):
+    """Stored data is not what its layout promises (e.g. a shard count that is
+    not an integer). The message names the entity so it can be repaired."""
+
+
+class GQLError(GDSError, ValueError):
+    """A GQL statement cannot be parsed or bound.
+
+    ``position`` is the 0-based character offset of the problem (or None when
+    the problem is not at one place, such as an unused binding).
+    """
+
+    def __init__(self, message: str, position: int | None = None) -> None:
+        super().__init__(message)
+        self.position = position
+
+
+class Contention(GDSError):
+    """A transaction kept conflicting with other writers and retries ran out.
+
+    ``attempts`` is how many times the operation was tried, so callers and
+    logs can tell a single conflict from sustained overload.
+    """
+
+    def __init__(self, message: str, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+class GatewayError(GDSError):
+    """Storage failed for a reason that is neither contention nor bad input."""
+
+
+class Unavailable(GatewayError):
+    """Storage could not be reached; the request was not applied."""
+
+
+class CommitUnknown(GatewayError):
+    """A commit was sent but its outcome is unknown (e.g. deadline exceeded
+    after the request left). It may or may not have been applied, so it is
+    never retried blindly: retrying a non-idempotent increment could count it
+    twice."""

@@ -1,0 +1,1 @@
+"""pytest plugin: starts the official Datastore emulators and gives fixtures."""

@@ -2,3 +2,39 @@
 sharded counter that PHP and Python apps can share."""
 
 __version__ = "0.1.0"
+
+from gds_counter.errors import (  # noqa: E402
+    BadKeyError,
+    BadValueError,
+    CommitUnknown,
+    Contention,
+    CorruptDataError,
+    GatewayError,
+    GDSError,
+    GQLError,
+    SchemaError,
+    Unavailable,
+)
+from gds_counter.gateway import open_gateway  # noqa: E402
+from gds_counter.gds import Entity, Geopoint, Key, RetryPolicy, Schema, Store  # noqa: E402
+
+__all__ = [
+    "__version__",
+    "BadKeyError",
+    "BadValueError",
+    "CommitUnknown",
+    "Contention",
+    "CorruptDataError",
+    "Entity",
+    "GatewayError",
+    "GDSError",
+    "Geopoint",
+    "GQLError",
+    "Key",
+    "RetryPolicy",
+    "Schema",
+    "SchemaError",
+    "Store",
+    "Unavailable",
+    "open_gateway",
+]

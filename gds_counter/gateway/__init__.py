@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from urllib.parse import parse_qs, urlsplit
 
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.base import Gateway, Stats
 
-__all__ = ["Gateway", "Stats", "open_gateway", "DEFAULT_URL"]
+__all__ = ["Gateway", "Stats", "open_gateway", "shared_gateway", "DEFAULT_URL"]
 
 log = logging.getLogger(__name__)
 
@@ -69,3 +70,28 @@ def open_gateway(url: str | None = None) -> Gateway:
     raise BadValueError(
         f"unknown GDS URL {chosen!r}: expected sqlite:///path.db, memory:// or datastore://PROJECT"
     )
+
+
+_shared: dict[tuple[int, str | None, str | None, str | None], Gateway] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_gateway(url: str | None = None) -> Gateway:
+    """One gateway per process and configuration, for code that names none.
+
+    ``CounterShardDS("Counter Test", 1).increment()`` builds a Store each
+    time; opening a fresh SQLite connection or gRPC channel for each would
+    cost more than the increment. The process id is part of the cache key so
+    a forked child never shares its parent's connection.
+    """
+    config = (
+        os.getpid(),
+        url or os.environ.get("GDS_URL"),
+        os.environ.get("DATASTORE_EMULATOR_HOST"),
+        os.environ.get("DATASTORE_PROJECT_ID"),
+    )
+    with _shared_lock:
+        gateway = _shared.get(config)
+        if gateway is None:
+            gateway = _shared[config] = open_gateway(url)
+        return gateway

@@ -493,15 +493,22 @@ class Gateway(Protocol):
     def close(self) -> None: ...
 
 
-def run_query_all(gateway: Gateway, query: Query, *, transaction: bytes | None = None) -> Iterator[RawEntity]:
-    """Follow a query's batches to the end (php-gds stops at the first)."""
+def iterate_batches(gateway: Gateway, query: Query, *, transaction: bytes | None = None) -> Iterator[QueryResult]:
+    """Follow a query's batches to the end or to its limit, yielding each
+    batch (php-gds stopped at the first one, silently truncating results)."""
     remaining = query.limit
     current = query
     while True:
         result = gateway.run_query(current, transaction=transaction)
-        yield from result.entities
+        yield result
         if remaining is not None:
             remaining -= len(result.entities)
         if not result.more_results or result.end_cursor is None or (remaining is not None and remaining <= 0):
             return
         current = current.replace(start_cursor=result.end_cursor, offset=0, limit=remaining)
+
+
+def run_query_all(gateway: Gateway, query: Query, *, transaction: bytes | None = None) -> Iterator[RawEntity]:
+    """Every result of a query, across all batches."""
+    for batch in iterate_batches(gateway, query, transaction=transaction):
+        yield from batch.entities

@@ -1,0 +1,9 @@
+"""The php-gds port: Entity, Schema, Store, Key, Geopoint and GQL."""
+
+from gds_counter.gateway.base import Geopoint, Key
+from gds_counter.gds.entity import Entity
+from gds_counter.gds.schema import PropertyType, Schema
+from gds_counter.gds.store import Store
+from gds_counter.gds.transaction import RetryPolicy
+
+__all__ = ["Entity", "Geopoint", "Key", "PropertyType", "RetryPolicy", "Schema", "Store"]

@@ -13,6 +13,7 @@ from gds_counter.errors import (  # noqa: E402
     GDSError,
     GQLError,
     SchemaError,
+    TransformsIgnored,
     Unavailable,
 )
 from gds_counter.gateway import open_gateway  # noqa: E402
@@ -35,6 +36,7 @@ __all__ = [
     "Schema",
     "SchemaError",
     "Store",
+    "TransformsIgnored",
     "Unavailable",
     "open_gateway",
 ]

@@ -77,3 +77,10 @@ class CommitUnknown(GatewayError):
     after the request left). It may or may not have been applied, so it is
     never retried blindly: retrying a non-idempotent increment could count it
     twice."""
+
+
+class TransformsIgnored(GatewayError):
+    """The server accepted a commit with property transforms but did not apply
+    them (the legacy Datastore emulator does this silently). The rest of the
+    mutation was written; the increment was not, so it is safe to redo it
+    another way, and it must never be reported as counted."""

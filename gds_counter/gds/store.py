@@ -20,11 +20,12 @@ import logging
 import threading
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
-from gds_counter.errors import BadKeyError, BadValueError, GatewayError, GQLError, SchemaError
+from gds_counter.errors import BadKeyError, BadValueError, GatewayError, GQLError, SchemaError, TransformsIgnored
 from gds_counter.gateway import shared_gateway
 from gds_counter.gateway.base import (
     Delete,
     Gateway,
+    Increment,
     Key,
     Mutation,
     Order,
@@ -146,6 +147,34 @@ class Store:
         for entity, mutation_result in zip(batch, result.mutation_results):
             if mutation_result.key is not None and entity.get_key_id() is None and entity.get_key_name() is None:
                 entity.set_key_id(mutation_result.key.id)
+
+    def increment(self, entity: Entity, name: str, amount: int = 1) -> int:
+        """Add ``amount`` to integer property ``name`` on the server, without
+        reading it first, and return the new value.
+
+        One commit, no transaction: Datastore's PropertyTransform.increment
+        (the Datastore-mode twin of Firestore's FieldValue.increment). The
+        entity's other fields are written with a property mask, so stored
+        properties the entity does not carry are kept. A missing property
+        counts as 0. Raises ``TransformsIgnored`` when the server dropped the
+        increment, so it is never reported as counted.
+        """
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            raise BadValueError(f"increment amount must be an int, got {type(amount).__name__} {amount!r}")
+        raw = to_raw(entity, self._schema, self._namespace)
+        if raw.key is None or raw.key.is_partial:
+            raise BadKeyError(f"cannot increment {entity!r}: it has no complete key")
+        fields = {n: v for n, v in raw.properties.items() if n != name}
+        raw = RawEntity(raw.key, fields, raw.unindexed | ({name} if not self._schema.is_indexed(name) else set()))
+        mutation = Upsert(raw, property_mask=tuple(sorted(fields)), transforms=(Increment(name, amount),))
+        if self._tx.block_mutations is not None:
+            raise GatewayError("increment() commits at once; call it outside a transaction block")
+        result = self._gateway.commit([mutation], transaction=self._take_token())
+        values = result.mutation_results[0].transform_results
+        if not values:
+            raise TransformsIgnored(f"the server ignored the increment of {raw.key}.{name}; nothing was counted")
+        entity[name] = values[0]
+        return int(values[0])
 
     def _allocate_into(self, batch: list[Entity], raws: list[RawEntity]) -> None:
         """Inside a transaction block writes are buffered until commit, but

@@ -202,7 +202,7 @@ class Schema:
             return _WRITERS[prop.type](value)
         except TypeError:
             raise SchemaError(
-                f"{self._kind}.{name} is a {prop.type.value} property; "
+                f"{self._kind}.{name} is declared {prop.type.value}; "
                 f"got {type(value).__name__} {value!r}"
             ) from None
 

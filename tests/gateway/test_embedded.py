@@ -1,0 +1,550 @@
+"""The embedded SQLite gateway, read as its specification.
+
+Each test states one Datastore behaviour the engine must copy, so that code
+tried on it behaves the same on Cloud Datastore.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import multiprocessing
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gds_counter.errors import BadKeyError, BadValueError, Contention, GatewayError
+from gds_counter.gateway import open_gateway
+from gds_counter.gateway.base import (
+    CompositeFilter,
+    Delete,
+    Gateway,
+    Geopoint,
+    Increment,
+    Key,
+    MutationResult,
+    Order,
+    PropertyFilter,
+    Query,
+    RawEntity,
+    Upsert,
+    run_query_all,
+)
+from gds_counter.gateway.embedded import BATCH_SIZE, EmbeddedGateway
+
+UTC = dt.timezone.utc
+
+
+@pytest.fixture(params=["memory", "file"])
+def gw(request, tmp_path):
+    gateway = EmbeddedGateway(None if request.param == "memory" else str(tmp_path / "db.sqlite3"))
+    yield gateway
+    gateway.close()
+
+
+@pytest.fixture
+def db_path(tmp_path) -> str:
+    return str(tmp_path / "shared.sqlite3")
+
+
+def put(gw, *entities: RawEntity) -> list[Key]:
+    return [r.key for r in gw.commit([Upsert(e) for e in entities]).mutation_results]
+
+
+def names(entities) -> list:
+    return [e.key.id_or_name for e in entities]
+
+
+def query(gw, **kwargs) -> list[RawEntity]:
+    return list(run_query_all(gw, Query(**kwargs)))
+
+
+# --- values ---------------------------------------------------------------
+
+
+def test_every_value_type_round_trips_exactly(gw):
+    berlin = dt.timezone(dt.timedelta(hours=2))
+    original = RawEntity(
+        Key.of("Thing", "all"),
+        {
+            "none": None,
+            "yes": True,
+            "int": -(2**63),
+            "big": 2**63 - 1,
+            "float": 0.1,
+            "inf": float("inf"),
+            "text": "héllo \x00 wörld",
+            "blob": b"\x00\xff\x01",
+            "when": dt.datetime(2024, 2, 29, 23, 59, 59, 123456, tzinfo=UTC),
+            "elsewhere": dt.datetime(2024, 3, 1, 1, 0, 0, 7, tzinfo=berlin),
+            "key": Key.of("Parent", "p", "Child", 42, namespace="other"),
+            "point": Geopoint(52.52, 13.405),
+            "inner": RawEntity(Key.of("In", 1), {"deep": [1, "two"], "hidden": "x"}, {"hidden"}),
+            "anonymous": RawEntity(None, {"a": 1}),
+            "list": [1, "a", None, b"b", 2.5],
+            "quiet_list": ["x", "y"],
+            "empty": [],
+        },
+        {"quiet_list", "inner", "anonymous"},
+    )
+    put(gw, original)
+    (back,) = gw.lookup([original.key])
+    assert back == original
+    assert back.properties["elsewhere"] == dt.datetime(2024, 2, 29, 23, 0, 0, 7, tzinfo=UTC)
+    assert back.properties["elsewhere"].tzinfo == UTC
+    assert type(back.properties["float"]) is float and type(back.properties["int"]) is int
+    assert back.unindexed == {"quiet_list", "inner", "anonymous"}
+
+
+def test_lookup_keeps_input_order_and_gives_none_for_missing(gw):
+    put(gw, RawEntity(Key.of("A", 1), {"n": 1}), RawEntity(Key.of("A", 2), {"n": 2}))
+    got = gw.lookup([Key.of("A", 2), Key.of("A", 3), Key.of("A", 1)])
+    assert [e and e.properties["n"] for e in got] == [2, None, 1]
+
+
+def test_bad_input_is_rejected_before_anything_is_written(gw):
+    with pytest.raises(BadKeyError):
+        gw.lookup([Key.of("A")])
+    with pytest.raises(BadKeyError):
+        gw.commit([Delete(Key.of("A"))])
+    with pytest.raises(BadValueError, match="1500"):
+        gw.commit([Upsert(RawEntity(Key.of("A", 1), {"ok": 1})), Upsert(RawEntity(Key.of("A", 2), {"s": "x" * 1501}))])
+    assert gw.lookup([Key.of("A", 1)]) == [None]
+    put(gw, RawEntity(Key.of("A", 3), {"s": "x" * 1501}, {"s"}))  # unindexed long strings are fine
+
+
+# --- ordering ----------------------------------------------------------------
+
+
+def test_mixed_types_sort_in_datastore_order(gw):
+    values = {
+        "null": None,
+        "neg": -3,
+        "early": dt.datetime(1970, 1, 1, 0, 0, 0, 4, tzinfo=UTC),  # 4 microseconds: between -3 and 5
+        "five": 5,
+        "late": dt.datetime(2020, 1, 1, tzinfo=UTC),
+        "false": False,
+        "true": True,
+        "str_a": "a",
+        "bytes_b": b"b",
+        "str_c": "c",
+        "bytes_z": b"z",
+        "float_neg": -100.0,
+        "float": 1.5,
+        "geo_low": Geopoint(-10, 50),
+        "geo_high": Geopoint(10, -50),
+        "key_id": Key.of("K", 7),
+        "key_name": Key.of("K", "a"),
+        "key_child": Key.of("K", "a", "C", 1),
+    }
+    put(gw, *(RawEntity(Key.of("Mixed", name), {"v": value}) for name, value in values.items()))
+    expected = [
+        "null", "neg", "early", "five", "late", "false", "true", "str_a", "bytes_b", "str_c", "bytes_z",
+        "float_neg", "float", "geo_low", "geo_high", "key_id", "key_name", "key_child",
+    ]  # fmt: skip
+    assert names(query(gw, kind="Mixed", order=[Order("v")])) == expected
+    assert names(query(gw, kind="Mixed", order=[Order("v", descending=True)])) == expected[::-1]
+    # an inequality spans types, as a range over one index does in Datastore
+    assert names(query(gw, kind="Mixed", filter=PropertyFilter("v", "<", "b"))) == sorted(expected[: expected.index("str_a") + 1])
+
+
+def test_keys_order_by_path_ids_before_names(gw):
+    keys = [Key.of("B", 1), Key.of("A", "z"), Key.of("A", 10), Key.of("A", 9), Key.of("A", "b"), Key.of("A", "b", "C", 1)]
+    put(gw, *(RawEntity(k) for k in keys))
+    assert [e.key for e in query(gw, kind=None)] == [
+        Key.of("A", 9), Key.of("A", 10), Key.of("A", "b"), Key.of("A", "b", "C", 1), Key.of("A", "z"), Key.of("B", 1)
+    ]  # fmt: skip
+    assert names(query(gw, kind="A", order=[Order("__key__", descending=True)])) == ["z", "b", 10, 9]
+
+
+def test_ties_break_by_key_and_entities_without_the_property_are_left_out(gw):
+    put(
+        gw,
+        RawEntity(Key.of("T", "b"), {"n": 1}),
+        RawEntity(Key.of("T", "a"), {"n": 1}),
+        RawEntity(Key.of("T", "c"), {"n": 0}),
+        RawEntity(Key.of("T", "none"), {"n": None}),
+        RawEntity(Key.of("T", "missing"), {}),
+        RawEntity(Key.of("T", "hidden"), {"n": 5}, {"n"}),
+    )
+    assert names(query(gw, kind="T", order=[Order("n")])) == ["none", "c", "a", "b"]
+    assert names(query(gw, kind="T", order=[Order("n", descending=True)])) == ["a", "b", "c", "none"]
+
+
+# --- filters -------------------------------------------------------------------
+
+
+@pytest.fixture
+def numbers(gw):
+    put(gw, *(RawEntity(Key.of("N", i), {"n": i, "parity": "even" if i % 2 == 0 else "odd"}) for i in range(1, 7)))
+    return gw
+
+
+@pytest.mark.parametrize(
+    "op, value, expected",
+    [
+        ("=", 3, [3]),
+        ("<", 3, [1, 2]),
+        ("<=", 3, [1, 2, 3]),
+        (">", 4, [5, 6]),
+        (">=", 4, [4, 5, 6]),
+        ("!=", 3, [1, 2, 4, 5, 6]),
+        ("IN", (2, 5, 99), [2, 5]),
+        ("NOT_IN", (2, 5), [1, 3, 4, 6]),
+    ],
+)
+def test_each_operator(numbers, op, value, expected):
+    assert names(query(numbers, kind="N", filter=PropertyFilter("n", op, value))) == expected
+
+
+def test_and_or_nested(numbers):
+    even_or_one = CompositeFilter("OR", [PropertyFilter("parity", "=", "even"), PropertyFilter("n", "=", 1)])
+    assert names(query(numbers, kind="N", filter=even_or_one)) == [1, 2, 4, 6]
+    big_and_even_or_one = CompositeFilter("AND", [even_or_one, PropertyFilter("n", ">", 3)])
+    assert names(query(numbers, kind="N", filter=big_and_even_or_one)) == [4, 6]
+    no_index_branch = CompositeFilter("OR", [PropertyFilter("n", "!=", 1), PropertyFilter("parity", "=", "odd")])
+    assert names(query(numbers, kind="N", filter=no_index_branch)) == [1, 2, 3, 4, 5, 6]
+
+
+def test_key_filters(numbers):
+    assert names(query(numbers, kind="N", filter=PropertyFilter("__key__", ">", Key.of("N", 4)))) == [5, 6]
+    assert names(query(numbers, kind="N", filter=PropertyFilter("__key__", "IN", (Key.of("N", 2), Key.of("N", 9))))) == [2]
+    assert names(query(numbers, kind="N", filter=PropertyFilter("__key__", "!=", Key.of("N", 2)))) == [1, 3, 4, 5, 6]
+
+
+def test_multi_valued_properties_match_if_any_element_matches(gw):
+    put(
+        gw,
+        RawEntity(Key.of("L", "159"), {"tags": [1, 5, 9]}),
+        RawEntity(Key.of("L", "5"), {"tags": [5]}),
+        RawEntity(Key.of("L", "19"), {"tags": [1, 9]}),
+    )
+
+    def where(f):
+        return names(query(gw, kind="L", filter=f))
+
+    assert where(PropertyFilter("tags", "=", 9)) == ["159", "19"]
+    assert where(CompositeFilter("AND", [PropertyFilter("tags", "=", 1), PropertyFilter("tags", "=", 9)])) == ["159", "19"]
+    # != and NOT_IN: some element differs (both emulators agree)
+    assert where(PropertyFilter("tags", "!=", 5)) == ["159", "19"]
+    assert where(PropertyFilter("tags", "NOT_IN", (1, 9))) == ["159", "5"]
+    # inequalities on one property must hold for one element: [1, 9] has none in (1, 9)
+    assert where(CompositeFilter("AND", [PropertyFilter("tags", ">", 1), PropertyFilter("tags", "<", 9)])) == ["159", "5"]
+    # sorted by the smallest element ascending, the largest descending; each entity once
+    assert names(query(gw, kind="L", order=[Order("tags")])) == ["159", "19", "5"]
+    assert names(query(gw, kind="L", order=[Order("tags", descending=True)])) == ["159", "19", "5"]
+
+
+def test_unindexed_properties_are_invisible_to_filters_and_orders(gw):
+    put(gw, RawEntity(Key.of("U", 1), {"target": "t", "count": 3}, {"count"}), RawEntity(Key.of("U", 2), {"target": "t", "count": 3}))
+    assert names(query(gw, kind="U", filter=PropertyFilter("count", "=", 3))) == [2]
+    assert names(query(gw, kind="U", order=[Order("count")])) == [2]
+    assert names(query(gw, kind="U", filter=PropertyFilter("target", "=", "t"))) == [1, 2]
+
+
+def test_namespaces_are_isolated(gw):
+    put(gw, RawEntity(Key.of("A", 1, namespace="x"), {"n": 1}), RawEntity(Key.of("A", 1), {"n": 2}))
+    assert [e.properties["n"] for e in query(gw, kind="A", namespace="x")] == [1]
+    assert [e.properties["n"] for e in query(gw, kind="A")] == [2]
+    assert [e.properties["n"] for e in query(gw, kind=None, namespace="x")] == [1]
+    assert query(gw, kind="A", namespace="y") == []
+    assert query(gw, kind="A", namespace="x", filter=PropertyFilter("n", "=", 2)) == []
+
+
+def test_ancestor_queries(gw):
+    parent = Key.of("P", "p")
+    put(
+        gw,
+        RawEntity(parent, {"n": 0}),
+        RawEntity(parent.child("C", 1), {"n": 1}),
+        RawEntity(parent.child("C", 2).child("G", "g"), {"n": 2}),
+        RawEntity(Key.of("P", "q", "C", 3), {"n": 3}),
+        RawEntity(Key.of("P", "p", namespace="other").child("C", 4), {"n": 4}),
+    )
+    is_under = PropertyFilter("__key__", "HAS_ANCESTOR", parent)
+    assert [e.properties["n"] for e in query(gw, kind=None, filter=is_under)] == [0, 1, 2]
+    assert [e.properties["n"] for e in query(gw, kind="C", filter=is_under)] == [1]
+    both = CompositeFilter("AND", [is_under, PropertyFilter("n", ">=", 1)])
+    assert [e.properties["n"] for e in query(gw, kind=None, filter=both)] == [1, 2]
+
+
+# --- projections, distinct, keys-only -----------------------------------------
+
+
+def test_projection_distinct_and_keys_only(gw):
+    put(
+        gw,
+        RawEntity(Key.of("P", "a"), {"tags": [3, 1], "colour": "red", "big": "x"}),
+        RawEntity(Key.of("P", "b"), {"tags": [1], "colour": "blue"}),
+        RawEntity(Key.of("P", "c"), {"colour": "red"}),
+    )
+    rows = query(gw, kind="P", projection=("tags",))
+    assert [(e.key.name, e.properties) for e in rows] == [("a", {"tags": 1}), ("b", {"tags": 1}), ("a", {"tags": 3})]
+    assert [e.properties for e in query(gw, kind="P", projection=("tags",), distinct_on=("tags",))] == [{"tags": 1}, {"tags": 3}]
+    assert [(e.key.name, e.properties) for e in query(gw, kind="P", projection=("colour",), distinct_on=("colour",))] == [
+        ("b", {"colour": "blue"}),
+        ("a", {"colour": "red"}),
+    ]
+    keys = query(gw, kind="P", keys_only=True)
+    assert [(e.key.name, e.properties) for e in keys] == [("a", {}), ("b", {}), ("c", {})]
+    with pytest.raises(BadValueError, match="equality"):
+        gw.run_query(Query("P", projection=("colour",), filter=PropertyFilter("colour", "=", "red")))
+
+
+# --- cursors, offsets, limits, batches ------------------------------------------
+
+
+def test_batches_must_be_followed_and_offset_is_applied_in_full(gw):
+    total = BATCH_SIZE * 2 + 17
+    gw.commit([Upsert(RawEntity(Key.of("B", i + 1), {"i": i})) for i in range(total)])
+    first = gw.run_query(Query("B"))
+    assert len(first.entities) == BATCH_SIZE and first.more_results and first.end_cursor
+    assert [e.properties["i"] for e in run_query_all(gw, Query("B"))] == list(range(total))
+    assert [e.properties["i"] for e in run_query_all(gw, Query("B", order=[Order("i", descending=True)]))] == list(range(total))[::-1]
+    skipped = gw.run_query(Query("B", offset=BATCH_SIZE + 5, limit=3))
+    assert [e.properties["i"] for e in skipped.entities] == [BATCH_SIZE + 5, BATCH_SIZE + 6, BATCH_SIZE + 7]
+    assert not skipped.more_results
+    rest = gw.run_query(Query("B", start_cursor=skipped.end_cursor, limit=2))
+    assert [e.properties["i"] for e in rest.entities] == [BATCH_SIZE + 8, BATCH_SIZE + 9]
+    limited = list(run_query_all(gw, Query("B", limit=BATCH_SIZE + 1)))
+    assert len(limited) == BATCH_SIZE + 1
+
+
+def test_cursors_resume_on_a_new_gateway_on_the_same_file(db_path):
+    first = EmbeddedGateway(db_path)
+    put(first, *(RawEntity(Key.of("C", f"k{i:02}"), {"n": i % 4}) for i in range(20)))
+    q = Query("C", order=[Order("n", descending=True)], limit=5)
+    page1 = first.run_query(q)
+    first.close()
+    second = EmbeddedGateway(db_path)
+    page2 = second.run_query(q.replace(start_cursor=page1.end_cursor))
+    everything = names(query(second, kind="C", order=[Order("n", descending=True)]))
+    assert names(page1.entities) + names(page2.entities) == everything[:10]
+    # an end cursor stops a query where another one ended
+    upto = names(query(second, kind="C", order=[Order("n", descending=True)], end_cursor=page1.end_cursor))
+    assert upto == names(page1.entities)
+    with pytest.raises(BadValueError):
+        second.run_query(Query("C", start_cursor=b"not a cursor"))
+    second.close()
+
+
+# --- transactions ------------------------------------------------------------------
+
+
+def test_first_commit_wins_and_the_second_writes_nothing(gw):
+    key = Key.of("Acct", "x")
+    put(gw, RawEntity(key, {"n": 0}))
+    t1, t2 = gw.begin_transaction(), gw.begin_transaction()
+    (e1,) = gw.lookup([key], transaction=t1)
+    (e2,) = gw.lookup([key], transaction=t2)
+    gw.commit([Upsert(RawEntity(key, {"n": e1.properties["n"] + 1}))], transaction=t1)
+    with pytest.raises(Contention) as caught:
+        gw.commit([Upsert(RawEntity(key, {"n": e2.properties["n"] + 10})), Upsert(RawEntity(Key.of("Other", 1)))], transaction=t2)
+    assert caught.value.attempts == 1
+    assert gw.lookup([key, Key.of("Other", 1)]) == [RawEntity(key, {"n": 1}), None]
+    with pytest.raises(GatewayError):
+        gw.commit([], transaction=t2)  # used up by the failed commit
+
+
+def test_reading_a_missing_entity_conflicts_with_its_creation(gw):
+    key = Key.of("Acct", "new")
+    txn = gw.begin_transaction()
+    assert gw.run_query(Query("Acct"), transaction=txn).entities == ()
+    assert gw.lookup([key], transaction=txn) == [None]
+    put(gw, RawEntity(key, {"n": 5}))
+    with pytest.raises(Contention):
+        gw.commit([Upsert(RawEntity(key, {"n": 1}))], transaction=txn)
+
+
+def test_transaction_tokens_are_used_up_and_read_only_rejects_writes(gw):
+    txn = gw.begin_transaction()
+    gw.rollback(txn)
+    with pytest.raises(GatewayError):
+        gw.commit([], transaction=txn)
+    ro = gw.begin_transaction(read_only=True)
+    with pytest.raises(BadValueError):
+        gw.commit([Upsert(RawEntity(Key.of("A", 1)))], transaction=ro)
+    big = gw.begin_transaction()
+    with pytest.raises(BadValueError, match="500"):
+        gw.commit([Upsert(RawEntity(Key.of("A", i + 1))) for i in range(501)], transaction=big)
+    gw.commit([Upsert(RawEntity(Key.of("A", i + 1))) for i in range(501)])  # outside a transaction: atomic anyway
+    assert len(query(gw, kind="A", keys_only=True)) == 501
+
+
+def test_mutations_apply_in_order_and_the_last_one_on_a_key_wins(gw):
+    key = Key.of("M", 1)
+    gw.commit([Upsert(RawEntity(key, {"v": 1})), Delete(key), Upsert(RawEntity(key, {"v": 3})), Delete(Key.of("M", 404))])
+    assert gw.lookup([key]) == [RawEntity(key, {"v": 3})]
+    assert names(query(gw, kind="M", filter=PropertyFilter("v", "=", 1))) == []
+
+
+# --- masks, transforms, ids ------------------------------------------------------------
+
+
+def test_property_mask_and_increment_keep_other_properties(gw):
+    key = Key.of("IK_CounterShardEntity", "page_1_1")
+    put(gw, RawEntity(key, {"target": "page_1", "count": 5, "note": "keep"}, {"count"}))
+    result = gw.commit(
+        [Upsert(RawEntity(key, {"target": "page_1"}, {"count"}), property_mask=("target",), transforms=[Increment("count", 3), Increment("count", 1)])]
+    )
+    assert result.mutation_results == (MutationResult(key, (8, 9)),)
+    (stored,) = gw.lookup([key])
+    assert stored == RawEntity(key, {"target": "page_1", "count": 9, "note": "keep"}, {"count"})
+    assert names(query(gw, kind=key.kind, filter=PropertyFilter("count", "=", 9))) == []  # still unindexed
+    fresh = Key.of("IK_CounterShardEntity", "page_1_2")
+    gw.commit([Upsert(RawEntity(fresh, {"target": "page_1", "ignored": 1}), property_mask=("target",), transforms=[Increment("count", 2)])])
+    assert gw.lookup([fresh]) == [RawEntity(fresh, {"target": "page_1", "count": 2})]
+
+
+def test_increment_of_a_non_integer_names_the_key_and_writes_nothing(gw):
+    key = Key.of("S", "bad")
+    put(gw, RawEntity(key, {"count": "3"}), RawEntity(Key.of("S", "ok"), {"count": 1}))
+    with pytest.raises(BadValueError, match=r"'count'.*'bad'|'bad'.*'count'"):
+        gw.commit(
+            [
+                Upsert(RawEntity(Key.of("S", "ok")), property_mask=(), transforms=[Increment("count", 1)]),
+                Upsert(RawEntity(key), property_mask=(), transforms=[Increment("count", 1)]),
+            ]
+        )
+    assert [e.properties["count"] for e in gw.lookup([Key.of("S", "ok"), key])] == [1, "3"]
+
+
+def test_ids_are_allocated_uniquely_across_gateways_on_one_file(db_path):
+    a, b = EmbeddedGateway(db_path), EmbeddedGateway(db_path)
+    ids = [k.id for k in a.allocate_ids([Key.of("X")] * 50)]
+    ids += [k.id for k in b.allocate_ids([Key.of("X")] * 50)]
+    ids += [r.key.id for r in a.commit([Upsert(RawEntity(Key.of("X"), {"n": i})) for i in range(50)]).mutation_results]
+    ids += [r.key.id for r in b.commit([Upsert(RawEntity(Key.of("P", 1, "X"), {"n": i})) for i in range(50)]).mutation_results]
+    assert len(set(ids)) == 200 and all(0 < i < 2**63 for i in ids)
+    assert len(query(a, kind="X")) == 100
+    with pytest.raises(BadKeyError):
+        a.allocate_ids([Key.of("X", 1)])
+    a.close()
+    b.close()
+
+
+# --- cost accounting ---------------------------------------------------------------------
+
+
+def test_stats_count_rpcs_reads_and_writes_exactly(gw):
+    gw.commit([Upsert(RawEntity(Key.of("A", 1))), Upsert(RawEntity(Key.of("A", 2))), Delete(Key.of("A", 3))])
+    gw.lookup([Key.of("A", 1), Key.of("A", 2), Key.of("A", 3)])
+    snap = gw.stats.snapshot()
+    assert {k: snap[k] for k in ("rpcs", "rpc.commit", "rpc.lookup", "entity_reads", "entity_writes", "entity_deletes")} == {
+        "rpcs": 2,
+        "rpc.commit": 1,
+        "rpc.lookup": 1,
+        "entity_reads": 3,
+        "entity_writes": 2,
+        "entity_deletes": 1,
+    }
+    gw.run_query(Query("A", keys_only=True))
+    assert gw.stats["rpc.run_query"] == 1 and gw.stats["entity_reads"] == 5
+
+
+def test_write_rate_model_raises_contention_on_a_hot_entity(tmp_path):
+    gw = EmbeddedGateway(str(tmp_path / "rate.db"), entity_writes_per_second=2.0)
+    key = Key.of("Hot", 1)
+    put(gw, RawEntity(key, {"n": 1}))
+    with pytest.raises(Contention):
+        put(gw, RawEntity(key, {"n": 2}))
+    put(gw, RawEntity(Key.of("Hot", 2), {"n": 1}))  # another entity is not limited
+    time.sleep(0.55)
+    put(gw, RawEntity(key, {"n": 3}))
+    assert gw.lookup([key])[0].properties["n"] == 3
+    gw.close()
+
+
+# --- concurrency, durability, indexes --------------------------------------------------------
+
+COUNTER = Key.of("Counter", "c")
+
+
+def increment_with_retries(gateway: EmbeddedGateway, times: int) -> int:
+    """Read-modify-write in a transaction, retried on Contention: what a
+    counter without transforms does. Returns how many attempts conflicted."""
+    conflicts = 0
+    for _ in range(times):
+        while True:
+            txn = gateway.begin_transaction()
+            (entity,) = gateway.lookup([COUNTER], transaction=txn)
+            current = entity.properties["n"] if entity else 0
+            try:
+                gateway.commit([Upsert(RawEntity(COUNTER, {"n": current + 1}))], transaction=txn)
+                break
+            except Contention:
+                conflicts += 1
+    return conflicts
+
+
+def _process_worker(path: str, times: int) -> None:
+    gateway = EmbeddedGateway(path)
+    increment_with_retries(gateway, times)
+    gateway.close()
+
+
+def test_four_processes_lose_no_increment(db_path):
+    EmbeddedGateway(db_path).close()
+    ctx = multiprocessing.get_context("spawn")
+    workers = [ctx.Process(target=_process_worker, args=(db_path, 200)) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert [w.exitcode for w in workers] == [0, 0, 0, 0]
+    gateway = EmbeddedGateway(db_path)
+    assert gateway.lookup([COUNTER])[0].properties["n"] == 800
+    gateway.close()
+
+
+@pytest.mark.parametrize("url", ["memory://", "file"])
+def test_eight_threads_lose_no_increment(url, db_path):
+    gateway = open_gateway(url if url == "memory://" else f"sqlite:///{db_path}")
+    assert isinstance(gateway, Gateway)
+    conflicts: list[int] = []
+    threads = [threading.Thread(target=lambda: conflicts.append(increment_with_retries(gateway, 50))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert gateway.lookup([COUNTER])[0].properties["n"] == 400
+    assert gateway.stats["aborts"] == sum(conflicts)
+    gateway.close()
+
+
+def test_memory_gateway_is_shared_between_threads():
+    gateway = open_gateway("memory://?namespace=ws")
+    assert gateway.namespace == "ws"
+    threading.Thread(target=lambda: put(gateway, RawEntity(Key.of("T", 1), {"from": "thread"}))).start()
+    deadline = time.monotonic() + 5
+    while gateway.lookup([Key.of("T", 1)]) == [None] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gateway.lookup([Key.of("T", 1)])[0].properties == {"from": "thread"}
+    other = open_gateway("memory://")
+    assert other.lookup([Key.of("T", 1)]) == [None]  # each memory gateway is its own database
+    gateway.close()
+    other.close()
+    with pytest.raises(GatewayError):
+        gateway.lookup([Key.of("T", 1)])
+
+
+def test_a_filter_reads_the_index_not_the_whole_kind(db_path):
+    gateway = EmbeddedGateway(db_path)
+    total, batch = 100_000, 500
+    for start in range(0, total, batch):
+        gateway.commit(
+            [
+                Upsert(RawEntity(Key.of("IK_CounterShardEntity", f"t{i // 20}_{i % 20 + 1}"), {"target": f"t{i // 20}", "count": i}, {"count"}))
+                for i in range(start, start + batch)
+            ]
+        )
+    q = Query("IK_CounterShardEntity", filter=PropertyFilter("target", "=", "t777"))
+    plan = gateway.explain_query(q)
+    assert "SEARCH props USING PRIMARY KEY (ns=? AND kind=? AND name=? AND value=?)" in plan
+    assert "SCAN e" not in plan and "SCAN entities" not in plan and "SCAN props" not in plan
+    gateway.stats.reset()
+    found = list(run_query_all(gateway, q))
+    assert len(found) == 20 and {e.properties["target"] for e in found} == {"t777"}
+    assert gateway.stats["rows_examined"] == 20
+    gateway.close()

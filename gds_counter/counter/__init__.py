@@ -1,0 +1,29 @@
+"""Sharded counters: the PHP article's ``CounterShardDS`` and the Google
+article's named ``GeneralCounter``, one engine with two data layouts."""
+
+from gds_counter.counter.article import CounterShardDS, make_target
+from gds_counter.counter.cache import DEFAULT_CACHE, CountCache
+from gds_counter.counter.entity import CounterShardEntity
+from gds_counter.counter.general import GeneralCounter
+from gds_counter.counter.layout import LAYOUTS, NDB_GENERAL, PHP_ARTICLE, Layout
+from gds_counter.counter.sharded import AutoGrow, ShardedCounter, get_counts
+from gds_counter.counter.strategy import STRATEGIES, Strategy, get_strategy
+
+__all__ = [
+    "AutoGrow",
+    "CounterShardDS",
+    "CounterShardEntity",
+    "CountCache",
+    "DEFAULT_CACHE",
+    "GeneralCounter",
+    "LAYOUTS",
+    "Layout",
+    "NDB_GENERAL",
+    "PHP_ARTICLE",
+    "STRATEGIES",
+    "ShardedCounter",
+    "Strategy",
+    "get_counts",
+    "get_strategy",
+    "make_target",
+]

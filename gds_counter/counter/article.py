@@ -1,0 +1,89 @@
+"""``CounterShardDS``: the PHP article's counter, API and data kept.
+
+Target strings are ``f"{target_type}_{target_id}"``, exactly as PHP built
+them, so ``("a_b", 1)`` and ``("a", "b_1")`` are ONE counter: both are target
+``"a_b_1"``. That ambiguity is the PHP layout's; it is kept so PHP and
+Python apps share counters. Pick target types without ``_`` to avoid it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gds_counter.counter.cache import CountCache
+from gds_counter.counter.entity import CounterShardEntity
+from gds_counter.counter.sharded import AutoGrow, ShardedCounter, check_num_shards
+from gds_counter.counter.strategy import Strategy
+from gds_counter.errors import BadValueError
+from gds_counter.gateway.base import Gateway
+from gds_counter.gds.store import Store
+from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy
+
+
+def _target_part(what: str, value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise BadValueError(f"{what} must be a non-empty string or an int, got {type(value).__name__} {value!r}")
+    text = str(value)
+    if text == "":
+        raise BadValueError(f"{what} must not be empty (got {value!r})")
+    return text
+
+
+def make_target(target_type: Any, target_id: Any) -> str:
+    """PHP's ``$target_type . "_" . $target_id``, refusing empty parts."""
+    return f"{_target_part('target_type', target_type)}_{_target_part('target_id', target_id)}"
+
+
+class CounterShardDS(ShardedCounter):
+    """``CounterShardDS("Counter Test", 1).increment()``: a counter for one
+    object (type, id), sharded over ``num_shards`` ``IK_CounterShardEntity``
+    entities as the PHP article stored them.
+
+    ``store`` defaults to a Store on the shared default gateway (``GDS_URL``,
+    the emulator, or the embedded SQLite file); ``gateway`` picks another
+    gateway (or URL) without building a Store. A Store of a
+    ``CounterShardEntity`` subclass uses that subclass's ``KIND_PFX``.
+    ``strategy``: "auto" (default), "transactional", "increment" or
+    "auto-grow"; see ``gds_counter.counter.strategy``.
+    """
+
+    NUM_SHARDS = 20
+
+    def __init__(
+        self,
+        target_type: str | int,
+        target_id: str | int,
+        num_shards: int = NUM_SHARDS,
+        store: Store | None = None,
+        *,
+        gateway: Gateway | str | None = None,
+        strategy: str | Strategy = "auto",
+        retry: RetryPolicy = DEFAULT_RETRY,
+        cache: CountCache | bool | None = None,
+        auto_grow: AutoGrow | bool | None = None,
+    ) -> None:
+        target = make_target(target_type, target_id)
+        check_num_shards(num_shards)
+        entity_class = CounterShardEntity
+        if store is not None and isinstance(store, Store):
+            declared = store.schema.get_entity_class()
+            if isinstance(declared, type) and issubclass(declared, CounterShardEntity):
+                entity_class = declared
+        self.target_type = target_type
+        self.target_id = target_id
+        super().__init__(
+            target,
+            layout=entity_class.layout(),
+            num_shards=num_shards,
+            store=store,
+            gateway=gateway,
+            entity_class=entity_class,
+            strategy=strategy,
+            retry=retry,
+            cache=cache,
+            auto_grow=auto_grow,
+        )
+
+    @property
+    def target(self) -> str:
+        return self.name

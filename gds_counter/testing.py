@@ -10,7 +10,7 @@ installs gds_counter gets these fixtures:
 * ``datastore_gateway`` / ``firestore_gateway`` (function): a fresh
   ``DatastoreGateway`` on that emulator in a fresh namespace, closed after the test.
 
-When gcloud or an emulator is missing or does not start, the tests that need it
+``gcloud`` is found on PATH, or named by ``GDS_GCLOUD``. When it or an emulator is missing or does not start, the tests that need it
 are skipped with the reason; with ``CI=true`` they fail instead, so CI can
 never pass by silently skipping them.
 
@@ -208,11 +208,15 @@ def launch_emulator(
     env.pop("DATASTORE_EMULATOR_HOST", None)
     command = _command(kind, gcloud, host, project, data_dir)
     log.info("starting the %s emulator: %s", kind, " ".join(command))
-    with open(log_path, "wb") as log_file:
-        process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True,
-        )
+    try:
+        with open(log_path, "wb") as log_file:
+            process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
+                env=env, start_new_session=True,
+            )
+    except OSError as exc:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        raise EmulatorError(f"cannot run {gcloud!r}: {exc}") from exc
     emulator = Emulator(kind, host, project, log_path, process, data_dir)
     with _running_lock:
         _running[id(emulator)] = emulator

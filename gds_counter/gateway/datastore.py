@@ -552,6 +552,13 @@ class DatastoreGateway:
         return pb
 
     def run_query(self, query: Query, *, transaction: bytes | None = None) -> QueryResult:
+        """Run one batch of ``query``: natively as GQL when ``query.gql`` is set.
+
+        Projection results are index values, as Datastore returns them (meaning
+        18): a projected datetime comes back as integer microseconds since the
+        epoch and a projected blob as a string. Only a schema can turn them
+        back, so the Store does that, not this gateway.
+        """
         request = _ds.RunQueryRequest.pb()(project_id=self.project, database_id=self.database)
         request.partition_id.CopyFrom(self._partition(query.namespace))
         request.read_options.CopyFrom(self._read_options(transaction))
@@ -688,7 +695,7 @@ class DatastoreGateway:
             chunks = [
                 mutations[i:i + MAX_MUTATIONS_PER_COMMIT]
                 for i in range(0, len(mutations), MAX_MUTATIONS_PER_COMMIT)
-            ] or [[]]
+            ]  # nothing to write and no transaction to end: no RPC at all
         results: list[MutationResult] = []
         for chunk in chunks:
             results.extend(self._commit_chunk(chunk, transaction))

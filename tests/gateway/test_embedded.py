@@ -243,6 +243,18 @@ def test_unindexed_properties_are_invisible_to_filters_and_orders(gw):
     assert names(query(gw, kind="U", filter=PropertyFilter("target", "=", "t"))) == [1, 2]
 
 
+def test_indexed_embedded_entities_are_filtered_by_dotted_names(gw):
+    put(
+        gw,
+        RawEntity(Key.of("E", 1), {"addr": RawEntity(None, {"city": "Oslo", "zip": "0150"}, {"zip"})}),
+        RawEntity(Key.of("E", 2), {"addr": [RawEntity(None, {"city": "Bergen"}), RawEntity(None, {"city": "Oslo"})]}),
+        RawEntity(Key.of("E", 3), {"addr": RawEntity(None, {"city": "Oslo"})}, {"addr"}),
+    )
+    assert names(query(gw, kind="E", filter=PropertyFilter("addr.city", "=", "Oslo"))) == [1, 2]
+    assert names(query(gw, kind="E", filter=PropertyFilter("addr.zip", "=", "0150"))) == []
+    assert names(query(gw, kind="E", order=[Order("addr.city")])) == [2, 1]
+
+
 def test_namespaces_are_isolated(gw):
     put(gw, RawEntity(Key.of("A", 1, namespace="x"), {"n": 1}), RawEntity(Key.of("A", 1), {"n": 2}))
     assert [e.properties["n"] for e in query(gw, kind="A", namespace="x")] == [1]

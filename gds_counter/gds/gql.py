@@ -557,7 +557,10 @@ class _Parser:
                 limit = 1 if len(keyword) <= 3 else 2
                 if keyword.isalpha() and keyword.isupper() and _distance(word, keyword) <= limit:
                     self.fail(candidate)
-        self.fail(", ".join(allowed[:-1]) + " or " + allowed[-1])
+        hint = ""
+        if word in ("SELECT", "FROM", "WHERE", "ORDER", "LIMIT", "OFFSET"):
+            hint = f"{word} is out of place: clauses go SELECT, FROM, WHERE, ORDER BY, then LIMIT and OFFSET"
+        self.fail(", ".join(allowed[:-1]) + " or " + allowed[-1] if len(allowed) > 1 else allowed[0], hint=hint)
 
     # query
 
@@ -587,6 +590,7 @@ class _Parser:
             extra = ["','"]
         while self.at_word("LIMIT", "OFFSET"):
             word = self.advance()
+            clauses = [c for c in clauses if c in ("LIMIT", "OFFSET")]
             if word.word not in clauses:
                 self.error(f"{word.word} given twice", word)
             clauses.remove(word.word)  # type: ignore[arg-type]
@@ -846,7 +850,8 @@ class _Parser:
         token = self.tok
         value = self.value()
         if isinstance(value, list):
-            self.error(f"a list ({_shorten(token.text)}) goes only with IN or NOT IN", token)
+            shown = "ARRAY(...)" if token.word == "ARRAY" else token.text
+            self.error(f"a list ({shown}) goes only with IN or NOT IN", token)
         if isinstance(value, Cursor):
             self.error(f"a Cursor ({token.text}) goes only in LIMIT or OFFSET", token)
         return value

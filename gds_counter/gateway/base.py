@@ -298,6 +298,19 @@ class Order:
 
 
 @attrs.frozen
+class Cursor:
+    """A query cursor bound at a LIMIT or OFFSET position.
+
+    Cursors and blobs are both bytes, but they mean different things (a
+    place in the results versus a value to compare), and the Datastore API
+    sends them differently, so the caller says which one is meant by
+    wrapping cursors.
+    """
+
+    value: bytes = attrs.field(validator=attrs.validators.instance_of(bytes))
+
+
+@attrs.frozen
 class GqlSource:
     """The GQL text a query was parsed from, with its bindings, so a gateway
     that speaks GQL natively (Cloud Datastore) can send the text itself."""

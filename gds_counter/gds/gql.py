@@ -83,6 +83,7 @@ import attrs
 
 from gds_counter.errors import GDSError, GQLError
 from gds_counter.gateway.base import (
+    Cursor,
     KEY_PROPERTY,
     MAX_ID,
     CompositeFilter,
@@ -124,19 +125,6 @@ _STRING_ESCAPES = {
     "t": "\t",
     "Z": "\x1a",
 }
-
-
-@attrs.frozen
-class Cursor:
-    """A query cursor bound at a LIMIT or OFFSET position.
-
-    Cursors and blobs are both bytes, but they mean different things (a
-    place in the results versus a value to compare), and the Datastore API
-    sends them differently, so the caller says which one is meant by
-    wrapping cursors.
-    """
-
-    value: bytes = attrs.field(validator=attrs.validators.instance_of(bytes))
 
 
 # --- tokens --------------------------------------------------------------

@@ -35,6 +35,7 @@ from gds_counter.gateway.base import (
     Upsert,
     iterate_batches,
 )
+from gds_counter.gds import gql
 from gds_counter.gds.entity import Entity
 from gds_counter.gds.mapper import from_raw, to_raw
 from gds_counter.gds.schema import Schema
@@ -245,8 +246,6 @@ class Store:
                 raise GQLError("bindings are only for GQL text; a structured Query holds its values")
             self._query = query if query.namespace else query.replace(namespace=self._namespace)
         elif isinstance(query, str):
-            from gds_counter.gds import gql  # TODO(top-level once gql.py lands)
-
             self._query = gql.parse(query, bindings, namespace=self._namespace)
         else:
             raise GQLError(f"a query is GQL text or a Query, got {type(query).__name__}")

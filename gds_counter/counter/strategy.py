@@ -12,8 +12,11 @@ engine's job. That split keeps "counted exactly once or raised" in one place.
   first one per gateway and process is checked in a way that cannot lose
   data (see ``_checked_increment``), because such a server also ignores the
   property mask and would otherwise overwrite the shard.
-* ``auto``: ``increment`` where the gateway applies transforms, else
-  ``transactional``. The first ``TransformsIgnored`` from a gateway makes it
+* ``auto``: ``increment`` where the gateway applies transforms AND stores
+  the result as the layout says (Cloud Datastore and Firestore index a
+  transformed value, but the PHP layout's ``count`` is unindexed, so there
+  the PHP layout is written with transactions and the ndb layout, whose
+  count is indexed, with transforms), else ``transactional``. The first ``TransformsIgnored`` from a gateway makes it
   fall back for that attempt and for every later one on that gateway
   (logged once).
 """
@@ -25,6 +28,8 @@ import logging
 import threading
 import weakref
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+import attrs
 
 from gds_counter.errors import BadValueError, GDSError, TransformsIgnored
 from gds_counter.gateway.base import Gateway, Increment, Upsert
@@ -56,8 +61,19 @@ class Transactional:
             store.upsert(counter.shard_entity(shard, value + amount))
 
 
-class _TransformSupport:
-    """What this process has seen each gateway do with increment transforms.
+@attrs.frozen
+class TransformSupport:
+    """What one gateway was seen to do with an increment transform."""
+
+    applies: bool
+    #: Whether an unindexed property stays unindexed after a transform.
+    #: Cloud Datastore / Firestore index the result, which the PHP layout's
+    #: ``count`` must not be; None until seen.
+    keeps_unindexed: bool | None = None
+
+
+class _TransformRegistry:
+    """Per-process memory of each gateway's transform behaviour.
 
     A server that ignores transforms (the legacy Datastore emulator) also
     ignores property masks and REPLACES the entity with what was sent, so a
@@ -68,76 +84,87 @@ class _TransformSupport:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._seen: "weakref.WeakKeyDictionary[Gateway, bool]" = weakref.WeakKeyDictionary()
-        self._seen_ids: dict[int, bool] = {}  # gateways that cannot be weakly referenced
+        self._seen: "weakref.WeakKeyDictionary[Gateway, TransformSupport]" = weakref.WeakKeyDictionary()
+        self._seen_ids: dict[int, TransformSupport] = {}  # gateways that cannot be weakly referenced
 
-    def get(self, gateway: Gateway) -> bool | None:
-        """True: applies transforms; False: ignores them; None: not seen yet."""
+    def get(self, gateway: Gateway) -> TransformSupport | None:
         if not getattr(gateway, "supports_transforms", False):
-            return False
+            return TransformSupport(applies=False)
         with self._lock:
             try:
                 return self._seen.get(gateway)
             except TypeError:
                 return self._seen_ids.get(id(gateway))
 
-    def set(self, gateway: Gateway, applies: bool) -> bool:
-        """Record; True if this changed what was known (to log once)."""
+    def set(self, gateway: Gateway, seen: TransformSupport) -> None:
         with self._lock:
             try:
-                before = self._seen.get(gateway)
-                self._seen[gateway] = applies
+                self._seen[gateway] = seen
             except TypeError:
-                before = self._seen_ids.get(id(gateway))
-                self._seen_ids[id(gateway)] = applies
-        return before != applies
+                self._seen_ids[id(gateway)] = seen
 
 
-TRANSFORMS = _TransformSupport()
+TRANSFORMS = _TransformRegistry()
 
 
-def _checked_increment(counter: "ShardedCounter", shard: int, amount: int) -> None:
+def _checked_increment(counter: "ShardedCounter", shard: int, amount: int) -> TransformSupport:
     """The first server-side increment on a gateway: in a transaction, write
     the shard whole with the count just read, plus the transform. A server
     that applies it stores count + amount; one that ignores it rewrites the
     same count. Either way nothing is lost, and the commit's transform
-    results tell which server this is."""
+    results tell which server this is. One more lookup then shows whether
+    the server kept ``count`` unindexed; if the layout wants it unindexed
+    and it was not kept, the shard is rewritten as the layout says."""
     store = counter.store
     gateway = store.gateway
     key = counter.shard_key(shard)
+    count = counter.layout.count_property
     token = gateway.begin_transaction()
     try:
         [raw] = gateway.lookup([key], transaction=token)
         value = 0 if raw is None else counter.count_of(from_raw(raw, store.schema))
         whole = to_raw(counter.shard_entity(shard, value), store.schema, store.namespace)
-        mutation = Upsert(whole, transforms=(Increment(counter.layout.count_property, amount),))
+        mutation = Upsert(whole, transforms=(Increment(count, amount),))
     except BaseException:
         with contextlib.suppress(GDSError):
             gateway.rollback(token)
         raise
     result = gateway.commit([mutation], transaction=token)
-    applied = bool(result.mutation_results[0].transform_results)
-    TRANSFORMS.set(gateway, applied)
-    if not applied:
+    if not result.mutation_results[0].transform_results:
+        seen = TransformSupport(applies=False)
+        TRANSFORMS.set(gateway, seen)
         raise TransformsIgnored(
             f"{gateway!r} ignored the increment of {key} by {amount}; the shard was left as it was "
             "and nothing was counted"
         )
+    [after] = gateway.lookup([key])
+    seen = TransformSupport(applies=True, keeps_unindexed=after is None or count in after.unindexed)
+    TRANSFORMS.set(gateway, seen)
+    if not seen.keeps_unindexed and not counter.layout.count_indexed:
+        log.info("%r indexes transformed values; server-side increments would index %s", gateway, count)
+        with contextlib.suppress(GDSError):  # the increment is committed; this only restores the flag
+            TRANSACTIONAL.add(counter, shard, 0)
+    return seen
 
 
 class ServerIncrement:
+    """Explicitly chosen, it always uses transforms where they are applied,
+    even where the server then indexes ``count`` (Cloud Datastore and
+    Firestore do): the values stay exact and PHP reads them, but the shard
+    no longer matches the PHP layout's index flags until next rewritten."""
+
     name = "increment"
 
     def add(self, counter: "ShardedCounter", shard: int, amount: int) -> None:
         gateway = counter.store.gateway
-        known = TRANSFORMS.get(gateway)
-        if known is False:
+        seen = TRANSFORMS.get(gateway)
+        if seen is not None and not seen.applies:
             raise TransformsIgnored(
                 f"{gateway!r} does not apply increment transforms, so the server-side increment of "
                 f"{counter.describe()} was not sent; nothing was counted (use strategy 'auto' or "
                 "'transactional')"
             )
-        if known is None:
+        if seen is None:
             _checked_increment(counter, shard, amount)
             return
         # The entity carries only the target: Store.increment masks the write
@@ -145,16 +172,24 @@ class ServerIncrement:
         try:
             counter.store.increment(counter.shard_entity(shard, None), counter.layout.count_property, amount)
         except TransformsIgnored:
-            TRANSFORMS.set(gateway, False)
+            TRANSFORMS.set(gateway, TransformSupport(applies=False))
             raise
 
 
 class Auto:
+    """Server-side increments where they store exactly the layout's data;
+    transactions elsewhere."""
+
     name = "auto"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._warned: set[int] = set()
 
     def add(self, counter: "ShardedCounter", shard: int, amount: int) -> None:
         gateway = counter.store.gateway
-        if TRANSFORMS.get(gateway) is False:
+        seen = TRANSFORMS.get(gateway)
+        if seen is not None and not (seen.applies and (seen.keeps_unindexed or counter.layout.count_indexed)):
             TRANSACTIONAL.add(counter, shard, amount)
             return
         try:
@@ -170,10 +205,6 @@ class Auto:
                     gateway,
                 )
             TRANSACTIONAL.add(counter, shard, amount)
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._warned: set[int] = set()
 
     def _first_fallback(self, gateway: Gateway) -> bool:
         with self._lock:

@@ -72,6 +72,7 @@ from gds_counter.gateway.base import (
     MAX_MUTATIONS_PER_COMMIT,
     CommitResult,
     CompositeFilter,
+    Cursor,
     Delete,
     Geopoint,
     Key,
@@ -546,10 +547,18 @@ class DatastoreGateway:
         assert query.gql is not None
         pb = _GqlQueryPb(query_string=query.gql.text, allow_literals=True)
         for name, value in query.gql.named:
-            self._value_to_pb(value, False, pb.named_bindings[name].value)
+            self._binding_to_pb(value, pb.named_bindings[name])
         for value in query.gql.positional:
-            self._value_to_pb(value, False, pb.positional_bindings.add().value)
+            self._binding_to_pb(value, pb.positional_bindings.add())
         return pb
+
+    def _binding_to_pb(self, value: Any, out: Any) -> None:
+        # A cursor (at LIMIT/OFFSET, "LIMIT @c" / "OFFSET @c") travels in its
+        # own field; plain bytes are a blob value to compare with.
+        if isinstance(value, Cursor):
+            out.cursor = value.value
+        else:
+            self._value_to_pb(value, False, out.value)
 
     def run_query(self, query: Query, *, transaction: bytes | None = None) -> QueryResult:
         """Run one batch of ``query``: natively as GQL when ``query.gql`` is set.

@@ -727,6 +727,8 @@ class EmbeddedGateway:
         mutations = list(mutations)
         txn = self._transaction(transaction, use_up=True)
         _check_mutations(mutations, txn)
+        if not mutations and txn is None:
+            return CommitResult(())  # nothing to write and no transaction to end: no RPC, as on Datastore
         try:
             results = self._apply(mutations, txn)
         except Contention as exc:

@@ -453,6 +453,8 @@ def test_stats_count_rpcs_reads_and_writes_exactly(gw):
     }
     gw.run_query(Query("A", keys_only=True))
     assert gw.stats["rpc.run_query"] == 1 and gw.stats["entity_reads"] == 5
+    gw.commit([])
+    assert gw.stats["rpc.commit"] == 1  # an empty commit outside a transaction is no RPC
 
 
 def test_write_rate_model_raises_contention_on_a_hot_entity(tmp_path):

@@ -383,8 +383,11 @@ class Increment:
 @attrs.frozen
 class Upsert:
     """Write ``entity``. With ``property_mask``, only the named properties are
-    written and other stored properties are kept; ``transforms`` run after
-    the write, in the same mutation, atomically."""
+    written and other stored properties are kept (an empty mask keeps every
+    stored property); ``transforms`` run after the write, in the same
+    mutation, atomically. A server that ignores masks and transforms (the
+    legacy Datastore emulator) would replace the whole entity instead, so
+    callers must check ``Gateway.supports_transforms`` before sending them."""
 
     entity: RawEntity
     property_mask: tuple[str, ...] | None = None
@@ -470,11 +473,15 @@ class Gateway(Protocol):
     Contract shared by all gateways (the conformance suite checks it):
 
     * ``lookup`` returns one item per key, in input order, None for missing.
-    * ``commit`` applies all mutations atomically. With a transaction it
-      raises ``Contention`` (and writes nothing) if any entity the
-      transaction read was changed by someone else since; the transaction is
-      used up either way. Incomplete keys get ids allocated and returned in
-      the ``MutationResult``.
+    * ``commit`` applies the mutations of a transaction atomically (at most
+      500). Without a transaction a gateway may split more than 500
+      mutations into legal batches, each atomic on its own. With a
+      transaction it raises ``Contention`` (and writes nothing) if any entity
+      the transaction read was changed by someone else since; the
+      transaction is used up either way. Incomplete keys get ids allocated
+      and returned in the ``MutationResult``. A commit whose outcome is
+      unknown (sent, then the deadline passed) raises ``CommitUnknown``,
+      transactional or not: it must never be retried blindly.
     * ``begin_transaction`` returns an opaque token; passing it to lookup and
       run_query makes those reads part of the transaction.
     * ``run_query`` applies ``offset`` fully before it returns a batch, so a

@@ -210,8 +210,9 @@ class Schema:
         """Read a stored value, accepting what older php-gds wrote.
 
         Before php-gds 6.0, null was sometimes written as ``""``; integers
-        arrive as strings from some PHP code paths. These are coerced only
-        where the schema says the property is an integer or a datetime; any
+        arrive as strings from some PHP code paths; projection queries return
+        datetimes as integer microseconds. These are coerced only where the
+        schema says the property is an integer or a datetime; any
         other mismatch is left as stored (schemas evolve; reading must not
         fail on old rows). ``where`` names the entity for error messages.
         """
@@ -220,9 +221,17 @@ class Schema:
             return value
         if prop.type is PropertyType.INTEGER and isinstance(value, str):
             return _legacy_int(value, f"{where}.{name}")
-        if prop.type is PropertyType.DATETIME and value == "":
-            return None
+        if prop.type is PropertyType.DATETIME:
+            if value == "":
+                return None
+            if _is_int(value):
+                # Datastore projections return a timestamp's index value:
+                # microseconds since the epoch.
+                return _EPOCH + _dt.timedelta(microseconds=value)
         return value
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
 def _legacy_int(text: str, where: str) -> int | None:

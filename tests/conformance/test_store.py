@@ -13,6 +13,7 @@ import pytest
 from gds_counter import (
     BadKeyError,
     BadValueError,
+    Contention,
     Entity,
     Geopoint,
     GQLError,
@@ -402,3 +403,36 @@ def test_legacy_php_values_are_read_where_the_schema_says(books, gateway):
     assert got.pages == 42  # integer written as a string by PHP
     assert got.published is None  # "" meant null before php-gds 6.0
     assert got.title == ""  # a string property keeps its empty string
+
+
+def test_two_transactions_that_read_the_same_entity_cannot_both_commit(books, gateway, backend):
+    books.upsert(make_book(books, "hot", pages=0))
+    first = Store(book_schema(), gateway, namespace=books.namespace)
+    second = Store(book_schema(), gateway, namespace=books.namespace)
+    first.begin_transaction()
+    second.begin_transaction()
+    mine, theirs = first.fetch_by_name("hot"), second.fetch_by_name("hot")
+    mine.pages, theirs.pages = 1, 2
+    if backend == "firestore":
+        # Pessimistic locks: the first commit waits for the second reader's
+        # lock, times out (about 2 s) and aborts; then the second commit wins.
+        with pytest.raises(Contention) as lost:
+            first.upsert(mine)
+        second.upsert(theirs)
+        winner = 2
+    else:
+        # Optimistic (SQLite, Datastore emulator): the first commit wins, the
+        # second sees that what it read has changed.
+        first.upsert(mine)
+        with pytest.raises(Contention) as lost:
+            second.upsert(theirs)
+        winner = 1
+    assert lost.value.attempts == 1
+    assert books.fetch_by_name("hot").pages == winner  # the loser wrote nothing
+
+
+def test_projected_datetimes_read_back_as_datetimes(books):
+    when = dt.datetime(2019, 5, 4, 3, 2, 1, 987654, tzinfo=UTC)
+    books.upsert(make_book(books, "p", published=when, title="T"))
+    got = books.fetch_one("SELECT published FROM Book WHERE title = 'T'")
+    assert got.published == when

@@ -110,7 +110,11 @@ class ShardedCounter:
             raise BadValueError(f"retry must be a RetryPolicy, got {type(retry).__name__} {retry!r}")
         self.layout = layout
         self.name = name
-        self._min_shards = check_num_shards(layout.default_shards if num_shards is None else num_shards)
+        #: num_shards None: write into as many shards as the config entity
+        #: says (the default when there is none), as ndb did, so that readers
+        #: that trust the config (ndb's get_count) see every write.
+        self._follow_config = num_shards is None
+        self._min_shards = 1 if num_shards is None else check_num_shards(num_shards)
         self._strategy = get_strategy(strategy)
         self.strategy_name = strategy if isinstance(strategy, str) else self._strategy.name
         if auto_grow is None:
@@ -140,7 +144,8 @@ class ShardedCounter:
         self._lock = threading.Lock()
         #: Shards this process writes into: the constructor's number, raised
         #: to whatever the config entity was seen to hold.
-        self._num_shards = self._min_shards
+        self._num_shards = 0 if self._follow_config else self._min_shards
+        self._config_seen = not self._follow_config
         #: The largest shard count known to be recorded in the config entity.
         self._recorded = 0
 
@@ -153,7 +158,7 @@ class ShardedCounter:
     @property
     def num_shards(self) -> int:
         """Shards this counter writes into (grows, never shrinks)."""
-        return self._num_shards
+        return self._num_shards or self.layout.default_shards
 
     @property
     def read_shards(self) -> int:
@@ -161,6 +166,11 @@ class ShardedCounter:
         because a writer built with the default (or PHP's NUM_SHARDS) may
         have written them without recording anything."""
         return max(self._num_shards, self.layout.default_shards)
+
+    def _writable(self) -> None:
+        """Know how many shards to write into before the first write."""
+        if not self._config_seen:
+            self._learn(self._decode_config(self.gateway.lookup([self.config_key()])[0]))
 
     def shard_name(self, shard: int) -> str:
         return self.layout.shard_name(self.name, shard)
@@ -219,12 +229,15 @@ class ShardedCounter:
         return value
 
     def _learn(self, recorded: int | None) -> None:
-        if recorded is None:
-            return
         with self._lock:
+            self._config_seen = True
+            if recorded is None:
+                self._num_shards = self._num_shards or self.layout.default_shards
+                return
             self._recorded = max(self._recorded, recorded)
             if recorded > self._num_shards:
-                log.info("%s has grown to %d shards", self.describe(), recorded)
+                if self._num_shards:
+                    log.info("%s has grown to %d shards", self.describe(), recorded)
                 self._num_shards = recorded
 
     # --- reads ------------------------------------------------------------------
@@ -270,6 +283,7 @@ class ShardedCounter:
         amount = check_count_amount(amount)
         if amount == 0:
             return
+        self._writable()
         self._ensure_recorded()
         self._commit(amount)
         if self._cache is not None:
@@ -314,7 +328,8 @@ class ShardedCounter:
 
         def record(tx: Store) -> int:
             stored = self._load_config(tx)
-            current = max(stored or 0, self._num_shards)
+            # No config means the default, for a counter that follows it (ndb's reading).
+            current = max(stored or (self.layout.default_shards if self._follow_config else 0), self._num_shards)
             if num_shards < current:
                 raise BadValueError(
                     f"counter {self.name!r} has {current} shards; increase_shards({num_shards}) would "

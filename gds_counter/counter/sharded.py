@@ -387,8 +387,12 @@ class ShardedCounter:
             self._save_config(tx, target)
             return target
 
-        recorded = self._config_store.run_in_transaction(record, retry=self._retry)
-        self._learn(recorded)
+        try:
+            self._learn(self._config_store.run_in_transaction(record, retry=self._retry))
+        except Contention as exc:
+            # The config is itself contended: not growing now is safe (the
+            # increment is then raised, not dropped).
+            log.warning("%s could not record more shards: %s", self.describe(), exc)
         if self._num_shards > seen:
             self.gateway.stats.bump("counter.grown")
             log.warning("%s kept conflicting on %d shards; now %d", self.describe(), seen, self._num_shards)
@@ -406,9 +410,10 @@ class ShardedCounter:
             shard = random.choice(self.layout.shard_numbers(self._num_shards))
             self._strategy.add(self, shard, amount)
 
+        grow = self._auto_grow
+        growing = grow is not None
         while True:
-            grow = self._auto_grow
-            may_grow = grow is not None and self._num_shards < grow.max_shards
+            may_grow = growing and grow is not None and self._num_shards < grow.max_shards
             policy = self._retry
             if may_grow:
                 assert grow is not None
@@ -419,7 +424,10 @@ class ShardedCounter:
                 return
             except Contention as exc:
                 attempts += exc.attempts
-                if may_grow and self._grow(seen):
+                if may_grow:
+                    # Grown: retry on more shards. Not grown (capped, or the
+                    # config is contended): one last full round, then raise.
+                    growing = self._grow(seen)
                     continue
                 raise Contention(
                     f"counter {self.describe()}: the increment by {amount} was NOT counted; "

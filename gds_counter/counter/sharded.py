@@ -40,7 +40,6 @@ from gds_counter.errors import BadValueError, Contention, CorruptDataError
 from gds_counter.gateway.base import MAX_ID, MAX_KEYS_PER_LOOKUP, Gateway, Key, RawEntity
 from gds_counter.gds.entity import Entity
 from gds_counter.gds.mapper import from_raw
-from gds_counter.gds.schema import Schema
 from gds_counter.gds.store import Store
 from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy, retry_contention
 

@@ -17,7 +17,7 @@ import logging
 import sys
 from typing import Callable, Sequence, TextIO
 
-from gds_counter import __version__
+from gds_counter import __version__, demo
 from gds_counter.counter import STRATEGIES, CounterShardDS
 from gds_counter.errors import BadValueError, GDSError
 from gds_counter.gateway import Gateway, open_gateway
@@ -84,6 +84,9 @@ def _reset(args: argparse.Namespace, gateway: Gateway, out: TextIO) -> int:
     return 0
 
 
+command("demo")(demo.cli_handler)
+
+
 def _whole_number(text: str) -> int:
     try:
         value = int(text, 10)
@@ -122,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = counter_command("increase-shards", "spread a counter over more shards (never fewer)")
     p.add_argument("num_shards", metavar="N", type=_whole_number, help="new number of shards")
     counter_command("reset", "set every shard of a counter to zero")
+    demo.add_parser(sub)
     return parser
 
 

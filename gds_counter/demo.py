@@ -1,0 +1,471 @@
+"""``gds-counter demo``: the workshop in one command, with no cloud account.
+
+Four steps, each measured on the spot:
+
+1. one counter entity under a write-rate limit (a MODEL of Datastore's
+   per-entity limit, from the embedded gateway's ``entity_writes_per_second``);
+2. the same load spread over 20 shards;
+3. the server-side increment (one commit, no read);
+4. what reading costs: a batch lookup, the PHP article's query, the cache.
+
+Library code here never prints: the narrative goes through the ``write``
+function the caller passes (the CLI passes ``print``), and diagnostics go to
+``logging``. The load runner (``hammer``) and the optional-matplotlib helper
+(``new_figure``) are shared with ``benchmarks/``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import attrs
+
+from gds_counter.counter import CountCache, CounterShardDS, get_counts
+from gds_counter.errors import BadValueError, GDSError
+from gds_counter.gateway.base import Gateway
+
+log = logging.getLogger(__name__)
+
+Write = Callable[[str], None]
+
+#: The default rate of the write-limit model, in writes per second per entity.
+#: Datastore's documented sustained figure is about one per second; 5 keeps
+#: the demo short while keeping the effect plain.
+MODEL_WRITES_PER_SECOND = 5.0
+DEMO_SHARDS = 20
+
+
+# --- the load runner (shared with benchmarks/) ---------------------------------------
+
+
+def percentile(ordered: list[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) of an already sorted list, nearest rank."""
+    if not ordered:
+        return None
+    index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
+    return ordered[index]
+
+
+@attrs.define
+class LoadResult:
+    """What ``hammer`` saw: successes, failures by exception type, latencies."""
+
+    ok: int = 0
+    failed: int = 0
+    elapsed: float = 0.0
+    latencies: list[float] = attrs.field(factory=list, repr=False)
+    errors: Counter[str] = attrs.field(factory=Counter)
+    first_error: str | None = attrs.field(default=None, repr=False)
+    #: Successful calls made before the clock started (not in ``ok``).
+    warmup: int = 0
+
+    @property
+    def rate(self) -> float:
+        return self.ok / self.elapsed if self.elapsed > 0 else 0.0
+
+    def latency_ms(self, q: float) -> float | None:
+        value = percentile(sorted(self.latencies), q)
+        return None if value is None else value * 1000.0
+
+    def merge(self, other: "LoadResult") -> None:
+        """Fold in another writer group's result (run at the same time)."""
+        self.ok += other.ok
+        self.failed += other.failed
+        self.elapsed = max(self.elapsed, other.elapsed)
+        self.latencies.extend(other.latencies)
+        self.errors.update(other.errors)
+        self.first_error = self.first_error or other.first_error
+        self.warmup += other.warmup
+
+
+def hammer(
+    make_op: Callable[[], Callable[[], Any]],
+    *,
+    writers: int,
+    duration: float | None = None,
+    count: int | None = None,
+) -> LoadResult:
+    """Run ``writers`` threads, each calling its own ``make_op()()`` until
+    ``duration`` seconds pass or ``count`` calls were made in all.
+
+    A call that returns is a success; one that raises is a failure, counted
+    by exception type (the first traceback is kept for the report). Only
+    successes are timed, so the latencies describe increments that counted.
+    """
+    if writers < 1:
+        raise BadValueError(f"writers must be at least 1, got {writers!r}")
+    if (duration is None) == (count is None):
+        raise BadValueError("give hammer() a duration or a count, not both and not neither")
+    result = LoadResult()
+    lock = threading.Lock()
+    budget = [count if count is not None else -1]
+    ops = [make_op() for _ in range(writers)]  # built before the clock starts
+    start_gate = threading.Barrier(writers + 1)
+    deadline = [0.0]
+
+    def take() -> bool:
+        if duration is not None:
+            return time.perf_counter() < deadline[0]
+        with lock:
+            if budget[0] <= 0:
+                return False
+            budget[0] -= 1
+            return True
+
+    def writer(op: Callable[[], Any]) -> None:
+        mine = LoadResult()
+        start_gate.wait()
+        while take():
+            began = time.perf_counter()
+            try:
+                op()
+            except Exception as exc:  # noqa: BLE001 - counted and reported, never hidden
+                mine.failed += 1
+                mine.errors[type(exc).__name__] += 1
+                if mine.first_error is None:
+                    mine.first_error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                continue
+            mine.ok += 1
+            mine.latencies.append(time.perf_counter() - began)
+        with lock:
+            result.merge(mine)
+
+    threads = [threading.Thread(target=writer, args=(op,), daemon=True) for op in ops]
+    for thread in threads:
+        thread.start()
+    began = time.perf_counter()
+    deadline[0] = began + (duration or 0.0)
+    start_gate.wait()
+    for thread in threads:
+        thread.join()
+    result.elapsed = time.perf_counter() - began
+    return result
+
+
+def new_figure(*size: float) -> tuple[Any, Callable[[Path], None]] | str:
+    """A matplotlib Figure and a function that saves it as PNG, or a message
+    saying why there is none (matplotlib is the optional ``bench`` extra).
+
+    Uses the object API with the Agg canvas, so no global pyplot state or
+    display backend is touched.
+    """
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        return 'matplotlib is not installed, so no plot was drawn (pip install "gds-counter[bench]")'
+    figure = Figure(figsize=size or (8, 4.5), layout="constrained")
+
+    def save(path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        FigureCanvasAgg(figure).print_png(str(path))
+
+    return figure, save
+
+
+# --- the demo ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Settings:
+    writers: int = 8
+    seconds: float = 4.0
+    rate: float = MODEL_WRITES_PER_SECOND
+    shards: int = DEMO_SHARDS
+
+    @classmethod
+    def quick(cls) -> "Settings":
+        return cls(writers=8, seconds=1.5)
+
+
+@attrs.define
+class Step:
+    """One measured load step of the demo."""
+
+    title: str
+    shards: int
+    strategy: str
+    load: LoadResult
+    final_count: int
+    rpcs: int
+    reads: int
+    writes: int
+
+    @property
+    def counted_ok(self) -> bool:
+        return self.final_count == self.load.ok
+
+    def per_increment(self, value: int) -> float:
+        return value / self.load.ok if self.load.ok else float("nan")
+
+
+@attrs.define
+class DemoResult:
+    steps: list[Step] = attrs.field(factory=list)
+    reads: list[tuple[str, int, int]] = attrs.field(factory=list)  # (what, rpcs, entity reads)
+    plot: Path | None = None
+    plot_message: str | None = None
+
+    @property
+    def all_counted(self) -> bool:
+        return all(step.counted_ok for step in self.steps)
+
+
+class _Storage:
+    """Where the demo counts: a temporary SQLite file with the write-rate
+    model, or an official emulator (real contention, no model)."""
+
+    def __init__(self, emulator: Any | None, rate: float, folder: str) -> None:
+        self.emulator = emulator
+        self.rate = rate
+        self.folder = folder
+
+    @property
+    def label(self) -> str:
+        if self.emulator is None:
+            return f"embedded SQLite with the write-rate MODEL ({self.rate:g} writes/s per entity)"
+        return f"the official {self.emulator.kind} emulator at {self.emulator.host}"
+
+    def open(self) -> Gateway:
+        name = uuid.uuid4().hex[:8]
+        if self.emulator is not None:
+            return self.emulator.gateway(namespace=f"demo-{name}")
+        from gds_counter.gateway.embedded import EmbeddedGateway
+
+        return EmbeddedGateway(os.path.join(self.folder, f"demo-{name}.sqlite3"), entity_writes_per_second=self.rate)
+
+
+@contextlib.contextmanager
+def _storage(emulator: str | None, rate: float) -> Iterator[_Storage]:
+    with tempfile.TemporaryDirectory(prefix="gds-counter-demo-") as folder:
+        if emulator is None:
+            yield _Storage(None, rate, folder)
+            return
+        if emulator not in ("datastore", "firestore"):
+            raise BadValueError(f"emulator must be 'datastore' or 'firestore', got {emulator!r}")
+        from gds_counter.testing import start_emulator
+
+        with start_emulator(emulator) as emu:  # type: ignore[arg-type]
+            yield _Storage(emu, rate, folder)
+
+
+def _load_step(storage: _Storage, settings: Settings, title: str, shards: int, strategy: str) -> Step:
+    gateway = storage.open()
+    try:
+        counter = CounterShardDS("Workshop", shards, num_shards=shards, gateway=gateway, strategy=strategy)
+        gateway.stats.reset()
+        load = hammer(lambda: counter.add, writers=settings.writers, duration=settings.seconds)
+        stats = gateway.stats.snapshot()
+        final = counter.get_count()
+    finally:
+        gateway.close()
+    return Step(title, shards, strategy, load, final, stats["rpcs"], stats["entity_reads"], stats["entity_writes"])
+
+
+def _report_step(write: Write, step: Step) -> None:
+    load = step.load
+    failures = ", ".join(f"{n} {name}" for name, n in load.errors.most_common()) or "none"
+    write(f"   increments counted: {load.ok} in {load.elapsed:.1f} s = {load.rate:.1f}/s")
+    write(f"   increments refused (raised to the caller, never counted): {load.failed} ({failures})")
+    write(
+        f"   per counted increment: {step.per_increment(step.rpcs):.2f} RPCs, "
+        f"{step.per_increment(step.reads):.2f} entity reads, {step.per_increment(step.writes):.2f} entity writes"
+    )
+    verdict = "equal, nothing lost" if step.counted_ok else "MISMATCH"
+    write(f"   final count {step.final_count} vs increments counted {load.ok}: {verdict}")
+
+
+def _read_costs(storage: _Storage, shards: int) -> list[tuple[str, int, int]]:
+    """(what, RPCs, entity reads) for each way of reading a total."""
+    gateway = storage.open()
+    rows: list[tuple[str, int, int]] = []
+    try:
+        counter = CounterShardDS("Workshop", "reads", num_shards=shards, gateway=gateway,
+                                 strategy="transactional", cache=CountCache(ttl=60))
+        for _ in range(shards):  # roughly one write per shard; pace them for the model
+            _retrying(counter.add)
+        many = [CounterShardDS("Workshop", f"page-{i}", gateway=gateway) for i in range(30)]
+
+        def measure(what: str, read: Callable[[], Any]) -> None:
+            gateway.stats.reset()
+            read()
+            snap = gateway.stats.snapshot()
+            rows.append((what, snap["rpcs"], snap["entity_reads"]))
+
+        measure("get_count(): one batch lookup of every shard key + the config key", lambda: _uncached(counter))
+        measure("get_count() again within the cache's TTL", counter.get_count)
+        measure("the PHP article's GQL query (SELECT * ... WHERE target = @target)",
+                lambda: counter.get_count(method="query"))
+        measure("get_counts() of 30 counters (a page of like buttons)", lambda: get_counts(many, use_cache=False))
+    finally:
+        gateway.close()
+    return rows
+
+
+def _uncached(counter: CounterShardDS) -> int:
+    return get_counts([counter], use_cache=False)[0]
+
+
+def _retrying(op: Callable[[], Any], tries: int = 50) -> None:
+    """Setup writes under the write-rate model: wait and retry until counted."""
+    for _ in range(tries):
+        try:
+            op()
+            return
+        except GDSError:
+            time.sleep(0.05)
+    op()
+
+
+def _plot(result: DemoResult, path: Path) -> None:
+    made = new_figure(9, 4)
+    if isinstance(made, str):
+        result.plot_message = made
+        return
+    figure, save = made
+    left, right = figure.subplots(1, 2)
+    labels = [f"{s.shards} shard{'s' if s.shards > 1 else ''}\n{s.strategy}" for s in result.steps]
+    left.bar(labels, [s.load.rate for s in result.steps], color=["#c0392b", "#2980b9", "#27ae60"][: len(labels)])
+    left.set_ylabel("increments counted per second")
+    left.set_title("Writing")
+    right.bar(labels, [s.per_increment(s.rpcs) for s in result.steps], color="#7f8c8d")
+    right.set_ylabel("RPCs per counted increment")
+    right.set_title("Cost")
+    figure.suptitle("gds-counter demo")
+    save(path)
+    result.plot = path
+
+
+def run_demo(
+    write: Write,
+    *,
+    quick: bool = False,
+    emulator: str | None = None,
+    plot: str | os.PathLike[str] | None = "gds_counter_demo.png",
+    settings: Settings | None = None,
+) -> DemoResult:
+    """Run the workshop's four steps, narrating through ``write``.
+
+    ``emulator`` None counts in a temporary SQLite file with the write-rate
+    model; "datastore" or "firestore" starts that official emulator instead.
+    ``plot`` None skips the picture. Returns the measurements; raises
+    nothing for contention (refused increments are part of the lesson).
+    """
+    settings = settings or (Settings.quick() if quick else Settings())
+    result = DemoResult()
+    with _storage(emulator, settings.rate) as storage:
+        write(f"gds-counter demo on {storage.label}")
+        write(f"{settings.writers} writer threads, {settings.seconds:g} s per step.")
+        write("")
+        if emulator is None:
+            write(
+                f"NOTE: the limit below is a MODEL. The embedded gateway refuses a write to an entity "
+                f"written less than 1/{settings.rate:g} s ago, as a stand-in for Datastore's limit of "
+                "about one sustained write per second per entity. Real numbers come from the emulators "
+                "(--emulator firestore) and from benchmarks/contention.py."
+            )
+            write("")
+
+        write("1. One entity. Every writer updates the same counter entity, in a transaction.")
+        write("   Writers collide; each collision is retried with backoff on a fresh shard (here: the same one).")
+        step = _load_step(storage, settings, "one entity", 1, "transactional")
+        result.steps.append(step)
+        _report_step(write, step)
+        write("")
+
+        write(f"2. The same load on {settings.shards} shards. Each increment picks a random shard;")
+        write("   the total is the sum of the shards, so the counter takes about 20x the writes.")
+        step = _load_step(storage, settings, "sharded", settings.shards, "transactional")
+        result.steps.append(step)
+        _report_step(write, step)
+        write("")
+
+        write("3. The server-side increment: one commit with an increment transform, no read,")
+        write("   no transaction to lose. Fewer RPCs per increment than step 2.")
+        gateway = storage.open()
+        applies = getattr(gateway, "supports_transforms", False)
+        gateway.close()
+        if applies:
+            step = _load_step(storage, settings, "server-side increment", settings.shards, "increment")
+            result.steps.append(step)
+            _report_step(write, step)
+        else:
+            write("   skipped: this emulator (the legacy Datastore one) silently ignores increment")
+            write("   transforms, so the counter uses transactions there (strategy 'auto').")
+        write("")
+
+        write("4. What reading a total costs (Datastore bills RPCs and entity reads):")
+        result.reads = _read_costs(storage, settings.shards)
+        width = max(len(what) for what, _, _ in result.reads)
+        write(f"   {'read':<{width}}  RPCs  entity reads")
+        for what, rpcs, reads in result.reads:
+            write(f"   {what:<{width}}  {rpcs:>4}  {reads:>12}")
+        write("")
+
+    write("Final counts (each must equal the increments counted):")
+    for step in result.steps:
+        mark = "ok" if step.counted_ok else "LOST OR DOUBLED"
+        write(f"   {step.title:<22} final count {step.final_count:>6} = counted {step.load.ok:>6}  {mark}")
+    if plot is not None:
+        _plot(result, Path(plot))
+        if result.plot is not None:
+            write(f"Plot saved to {result.plot.resolve()}")
+        else:
+            write(f"No plot: {result.plot_message}")
+    return result
+
+
+# --- the ``gds-counter demo`` subcommand (registered by gds_counter.cli) ------------------
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``demo`` to the CLI's subparsers."""
+    p = sub.add_parser(
+        "demo",
+        help="the workshop in one command: contention, shards, server-side increments, read costs",
+        description="Run the workshop's four steps on a temporary SQLite file (no cloud account), "
+        "or on an official emulator, and draw a plot. Ignores --url.",
+    )
+    p.add_argument("--quick", action="store_true", help="short steps, for CI (under 30 s)")
+    p.add_argument("--emulator", choices=("datastore", "firestore"),
+                   help="count on this official emulator instead of the embedded model (needs gcloud)")
+    p.add_argument("--plot", default="gds_counter_demo.png", metavar="PNG",
+                   help="where to save the plot (default ./gds_counter_demo.png)")
+    p.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="draw no plot")
+    p.add_argument("--writers", type=int, help="writer threads (default 8)")
+    p.add_argument("--seconds", type=float, help="seconds per load step (default 4; --quick 1.5)")
+    p.add_argument("--rate", type=float, default=MODEL_WRITES_PER_SECOND,
+                   help=f"the model's writes per second per entity (default {MODEL_WRITES_PER_SECOND:g})")
+    # The demo makes its own storage; this keeps the CLI from opening (and
+    # creating) the default SQLite file in the working directory.
+    p.set_defaults(url="memory://")
+
+
+def cli_handler(args: Any, gateway: Gateway, out: Any) -> int:
+    """``gds-counter demo``: exit 0 when every final count matched."""
+    base = Settings.quick() if args.quick else Settings()
+    settings = attrs.evolve(
+        base,
+        writers=args.writers or base.writers,
+        seconds=args.seconds or base.seconds,
+        rate=args.rate,
+    )
+    if settings.writers < 1 or settings.seconds <= 0 or settings.rate <= 0:
+        raise BadValueError(f"writers, seconds and rate must be positive, got {settings}")
+
+    def write(line: str) -> None:
+        print(line, file=out, flush=True)
+
+    result = run_demo(write, quick=args.quick, emulator=args.emulator, plot=args.plot, settings=settings)
+    return 0 if result.all_counted else 1

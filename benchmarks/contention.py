@@ -272,8 +272,6 @@ def goals(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str
     """
     out: list[dict[str, Any]] = []
     backend = "firestore"
-    ceilings = [r for r in (_find(rows, backend, n, None) for n in CEILINGS) if r is not None]
-    ceiling = max((r["per_s"] for r in ceilings), default=None)
 
     def check(goal: str, who: str, shards: Any, value: float | None, need: float) -> None:
         out.append({"goal": goal, "series": who, "shards": shards,
@@ -287,9 +285,15 @@ def goals(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str
     def over(a: float | None, b: float | None) -> float | None:
         return None if a is None or not b else a / b
 
-    for shards in args.shards:
-        for series in ("general", "increment", "auto"):
-            check("no-read increment >= 0.9 x raw ceiling", series, shards, over(rate(series, shards), ceiling), 0.9)
+    # Two ceilings: google-cloud-datastore's own Client.put (what the issue
+    # names), and the same commits through our GAPIC gateway (the lightest
+    # client, so the stricter bar).
+    for name in CEILINGS:
+        ceiling = _find(rows, backend, name, None)
+        for shards in args.shards:
+            for series in ("general", "increment", "auto"):
+                check(f"no-read increment >= 0.9 x {name} ceiling", series, shards,
+                      over(rate(series, shards), ceiling["per_s"] if ceiling else None), 0.9)
     for series in ("general", "auto"):
         check(">= 10 x the article's transactional algorithm (ndb) at 20 shards", series, 20,
               over(rate(series, 20), rate("ndb", 20)), 10.0)
@@ -311,52 +315,7 @@ COLUMNS = [
     ("rpcs_per_inc", "RPC/inc", 2), ("reads_per_inc", "reads/inc", 2), ("writes_per_inc", "writes/inc", 2),
     ("p50_ms", "p50 ms", 1), ("p99_ms", "p99 ms", 1), ("final_count", "final", 0), ("lost", "lost", 0),
 ]
-RATIO_def goals(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The issue's goals, checked on this run's Firestore-emulator figures.
-
-    "The article's transactional algorithm" is the Google article's ndb
-    counter (the PHP article's increment has no transaction at all); "ours,
-    default strategy" is measured for both classes: GeneralCounter (ndb
-    layout: "auto" sends server-side increments) and CounterShardDS (PHP
-    layout: "auto" keeps ``count`` unindexed, so on Firestore it uses
-    transactions).
-    """
-    out: list[dict[str, Any]] = []
-    backend = "firestore"
-    ceilings = [r for r in (_find(rows, backend, n, None) for n in CEILINGS) if r is not None]
-    ceiling = max((r["per_s"] for r in ceilings), default=None)
-
-    def check(goal: str, who: str, shards: Any, value: float | None, need: float) -> None:
-        out.append({"goal": goal, "series": who, "shards": shards,
-                    "measured": None if value is None else round(value, 2), "need": need,
-                    "met": None if value is None else value >= need})
-
-    def rate(series: str, shards: int) -> float | None:
-        row = _find(rows, backend, series, shards)
-        return None if row is None else row["per_s"]
-
-    def over(a: float | None, b: float | None) -> float | None:
-        return None if a is None or not b else a / b
-
-    for shards in args.shards:
-        for series in ("general", "increment", "auto"):
-            check("no-read increment >= 0.9 x raw ceiling", series, shards, over(rate(series, shards), ceiling), 0.9)
-    for series in ("general", "auto"):
-        check(">= 10 x the article's transactional algorithm (ndb) at 20 shards", series, 20,
-              over(rate(series, 20), rate("ndb", 20)), 10.0)
-        for shards in args.shards:
-            check(">= 1 x the ndb anchor at equal shards", series, shards, over(rate(series, shards), rate("ndb", shards)), 1.0)
-    for row in rows:
-        if row["kind"] == "ours":
-            out.append({"goal": "no lost increments", "series": f"{row['backend']} {row['series']}",
-                        "shards": row["shards"], "measured": row["lost"], "need": 0, "met": row["lost"] == 0})
-    return out
-
-
-GOAL_COLUMNS = [("goal", "goal", 0), ("series", "series", 0), ("shards", "shards", 0),
-                ("measured", "measured", 2), ("need", "need", 1), ("met", "met", 0)]
-
-COLUMNS = [("backend", "backend", 0), ("ratio", "ratio", 0), ("shards", "shards", 0),
+RATIO_COLUMNS = [("backend", "backend", 0), ("ratio", "ratio", 0), ("shards", "shards", 0),
                  ("ours_per_s", "ours/s", 1), ("baseline_per_s", "baseline/s", 1), ("x", "x", 2)]
 
 
@@ -377,6 +336,7 @@ def plot(rows: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> st
             if raw is not None:
                 ax.axhline(raw["per_s"], color=color, linestyle=":", label=f"{name} ceiling")
         ax.set_xscale("log")
+        ax.set_yscale("log")  # the slow series are the story; a linear axis flattens them
         ax.set_xticks(args.shards, [str(s) for s in args.shards])
         ax.set_xlabel("shards")
         ax.set_ylabel("increments counted per second")

@@ -391,8 +391,9 @@ def run_demo(
         _report_step(write, step)
         write("")
 
-        write("3. The server-side increment: one commit with an increment transform, no read,")
-        write("   no transaction to lose. Fewer RPCs per increment than step 2.")
+        write("3. The server-side increment: one commit with an increment transform, no read and")
+        write("   no transaction. The per-entity limit still applies (it limits writes), so refusals")
+        write("   remain; what shrinks is the cost of each counted increment.")
         gateway = storage.open()
         applies = getattr(gateway, "supports_transforms", False)
         gateway.close()

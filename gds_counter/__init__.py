@@ -16,11 +16,31 @@ from gds_counter.errors import (  # noqa: E402
     TransformsIgnored,
     Unavailable,
 )
+from gds_counter.counter import (  # noqa: E402
+    NDB_GENERAL,
+    PHP_ARTICLE,
+    AutoGrow,
+    CountCache,
+    CounterShardDS,
+    CounterShardEntity,
+    GeneralCounter,
+    Layout,
+    get_counts,
+)
 from gds_counter.gateway import open_gateway  # noqa: E402
 from gds_counter.gds import Entity, Geopoint, Key, RetryPolicy, Schema, Store  # noqa: E402
 
 __all__ = [
     "__version__",
+    "AutoGrow",
+    "CountCache",
+    "CounterShardDS",
+    "CounterShardEntity",
+    "GeneralCounter",
+    "Layout",
+    "NDB_GENERAL",
+    "PHP_ARTICLE",
+    "get_counts",
     "BadKeyError",
     "BadValueError",
     "CommitUnknown",

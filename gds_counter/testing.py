@@ -40,7 +40,7 @@ import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Literal
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal
 
 import attrs
 
@@ -268,14 +268,24 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
 
+#: Every gateway a conformance test should run on, by name.
+GATEWAY_NAMES = ("memory", "sqlite", "datastore", "firestore")
+
 _EMULATOR_FIXTURES = frozenset({"datastore_emulator", "firestore_emulator", "datastore_gateway", "firestore_gateway"})
 
 if pytest is not None:
 
+    def _uses_emulator(item: Any) -> bool:
+        if _EMULATOR_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            return True
+        # Suites parametrized over gateway names reach the emulators lazily.
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        return any(value in ("datastore", "firestore") for value in params.values() if isinstance(value, str))
+
     def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
-        """Mark every test that uses an emulator fixture, so ``-m "not emulator"`` works."""
+        """Mark every test that uses an emulator, so ``-m "not emulator"`` works."""
         for item in items:
-            if _EMULATOR_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            if _uses_emulator(item):
                 item.add_marker(pytest.mark.emulator)
 
     def _session_emulator(kind: EmulatorKind) -> Iterator[Emulator]:
@@ -317,3 +327,35 @@ if pytest is not None:
     def firestore_gateway(firestore_emulator: Emulator) -> Iterator["DatastoreGateway"]:
         """A DatastoreGateway on the Firestore emulator, in a namespace of its own."""
         yield from _fresh_gateway(firestore_emulator)
+
+    @pytest.fixture
+    def make_gateway(request: Any, tmp_path: Any) -> Callable[[str], Any]:
+        """``make_gateway("memory"|"sqlite"|"datastore"|"firestore")``: a fresh
+        gateway of that kind, closed after the test. Lets a suite parametrize
+        over ``GATEWAY_NAMES`` and run the same tests on every gateway."""
+        from gds_counter.gateway import open_gateway
+
+        def make(name: str) -> Any:
+            if name in ("datastore", "firestore"):
+                return request.getfixturevalue(f"{name}_gateway")  # closed by its own fixture
+            if name == "memory":
+                gateway = open_gateway("memory://")
+            elif name == "sqlite":
+                gateway = open_gateway(f"sqlite:///{tmp_path / f'{name}-{uuid.uuid4().hex}.sqlite3'}")
+            else:
+                raise ValueError(f"unknown gateway {name!r}; expected one of {GATEWAY_NAMES}")
+            request.addfinalizer(gateway.close)
+            return gateway
+
+        return make
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item: Any, call: Any) -> Iterator[None]:
+        """Under CI=true an emulator test that skips is a failure: a green CI
+        run must mean the emulator tests really ran."""
+        outcome = yield
+        report = outcome.get_result()
+        if report.skipped and _in_ci() and item.get_closest_marker("emulator") is not None:
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            report.outcome = "failed"
+            report.longrepr = f"CI=true: emulator test {item.nodeid} was skipped ({reason})"

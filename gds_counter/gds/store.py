@@ -162,6 +162,10 @@ class Store:
         """
         if isinstance(amount, bool) or not isinstance(amount, int):
             raise BadValueError(f"increment amount must be an int, got {type(amount).__name__} {amount!r}")
+        if not self._gateway.supports_transforms:
+            # Such a server ignores the property mask too and would replace
+            # the whole entity with the masked fields: refuse before sending.
+            raise TransformsIgnored(f"{self._gateway!r} does not apply increment transforms; nothing was sent")
         raw = to_raw(entity, self._schema, self._namespace)
         if raw.key is None or raw.key.is_partial:
             raise BadKeyError(f"cannot increment {entity!r}: it has no complete key")

@@ -21,6 +21,7 @@ from gds_counter import (
     Schema,
     SchemaError,
     Store,
+    TransformsIgnored,
 )
 from gds_counter.gateway.base import RawEntity, Upsert
 
@@ -436,3 +437,23 @@ def test_projected_datetimes_read_back_as_datetimes(books):
     books.upsert(make_book(books, "p", published=when, title="T"))
     got = books.fetch_one("SELECT published FROM Book WHERE title = 'T'")
     assert got.published == when
+
+
+# --- server-side increment ------------------------------------------------------------
+
+
+def test_server_side_increment_keeps_other_properties_or_refuses_untouched(books, backend):
+    books.upsert(make_book(books, "liked", title="Kept", pages=10, isbn="x"))
+    partial = make_book(books, "liked", isbn="x")  # carries only isbn; title is not sent
+    if backend == "datastore":
+        # The legacy Datastore emulator ignores transforms and property masks:
+        # the Store refuses before sending, so the stored entity is untouched.
+        with pytest.raises(TransformsIgnored):
+            books.increment(partial, "pages", 5)
+        expected_pages = 10
+    else:
+        assert books.increment(partial, "pages", 5) == 15
+        assert books.increment(make_book(books, "new-one"), "pages", 3) == 3  # missing counts as 0
+        expected_pages = 15
+    got = books.fetch_by_name("liked")
+    assert (got.title, got.pages, got.isbn) == ("Kept", expected_pages, "x")

@@ -10,33 +10,21 @@ import pytest
 
 from gds_counter.counter.cache import DEFAULT_CACHE
 from gds_counter.gateway import Gateway, open_gateway
+from gds_counter.testing import GATEWAY_NAMES
 
 LOCAL = ["memory", "sqlite"]
-ALL = ["memory", "sqlite", "datastore", "firestore"]
-
-
-def _open(request: pytest.FixtureRequest, tmp_path) -> Iterator[Gateway]:
-    if request.param == "memory":
-        gw = open_gateway("memory://")
-    elif request.param == "sqlite":
-        gw = open_gateway(f"sqlite:///{tmp_path / 'counter.sqlite3'}")
-    else:
-        yield request.getfixturevalue(f"{request.param}_gateway")  # the plugin closes it
-        return
-    yield gw
-    gw.close()
 
 
 @pytest.fixture(params=LOCAL)
-def gateway(request, tmp_path) -> Iterator[Gateway]:
+def gateway(request, make_gateway) -> Gateway:
     """The embedded gateway, in memory and on a file."""
-    yield from _open(request, tmp_path)
+    return make_gateway(request.param)
 
 
-@pytest.fixture(params=ALL)
-def any_gateway(request, tmp_path) -> Iterator[Gateway]:
+@pytest.fixture(params=GATEWAY_NAMES)
+def any_gateway(request, make_gateway) -> Gateway:
     """Every gateway, emulators included."""
-    yield from _open(request, tmp_path)
+    return make_gateway(request.param)
 
 
 @pytest.fixture

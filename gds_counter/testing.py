@@ -319,9 +319,25 @@ if pytest is not None:
             gateway.close()
 
     @pytest.fixture
-    def datastore_gateway(datastore_emulator: Emulator) -> Iterator["DatastoreGateway"]:
-        """A DatastoreGateway on the Datastore emulator, in a namespace of its own."""
-        yield from _fresh_gateway(datastore_emulator)
+    def datastore_gateway(request: Any) -> Iterator["DatastoreGateway"]:
+        """A DatastoreGateway on the Datastore emulator, in a namespace of its own.
+
+        With ``GDS_TEST_DATASTORE_URL=datastore://PROJECT[?database=DB]`` it is
+        real Cloud Datastore instead (credentials from Application Default
+        Credentials), still in a fresh namespace per test, so the same suites
+        can be run against production before a release.
+        """
+        url = os.environ.get("GDS_TEST_DATASTORE_URL")
+        if not url:
+            yield from _fresh_gateway(request.getfixturevalue("datastore_emulator"))
+            return
+        from gds_counter.gateway import open_gateway
+
+        gateway = open_gateway(f"{url}{'&' if '?' in url else '?'}namespace=t-{uuid.uuid4().hex}")
+        try:
+            yield gateway  # type: ignore[misc]
+        finally:
+            gateway.close()
 
     @pytest.fixture
     def firestore_gateway(firestore_emulator: Emulator) -> Iterator["DatastoreGateway"]:

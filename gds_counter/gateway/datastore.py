@@ -28,8 +28,8 @@ DEADLINE_EXCEEDED      retried                     NOT retried: may have been ap
 UNKNOWN, CANCELLED     not retried                 NOT retried: may have been applied  ``CommitUnknown`` (commit),
                                                                                        ``GatewayError`` (others)
 ABORTED, or a message  not retried here: the       not retried here: the caller must   ``Contention(attempts=1)``
-"too much contention"  caller redoes the whole     re-read and redo the transaction
-                       transaction
+"too much contention"  caller redoes the whole     re-read and redo the transaction    (commit after an unknown
+                       transaction                                                     attempt: ``CommitUnknown``)
 INVALID_ARGUMENT       not retried                 not retried                         ``BadValueError`` (commit
                                                                                        after an unknown attempt:
                                                                                        ``CommitUnknown``)
@@ -194,10 +194,14 @@ def translate_error(
     if isinstance(exc, gexc.RetryError) and exc.cause is not None:
         exc = exc.cause
     text = _message(exc)
+    if call == "commit" and any(_outcome_unknown(e) for e in earlier_attempts):
+        # An earlier attempt may have been applied: whatever the resend says
+        # (even ABORTED, which would invite a retry), the outcome is unknown.
+        return CommitUnknown(f"commit outcome unknown (it may or may not have been applied): {text}")
     if _is_contention(exc):
         return Contention(f"{call}: contention: {text}", attempts=1)
     if call == "commit":
-        if _outcome_unknown(exc) or any(_outcome_unknown(e) for e in earlier_attempts):
+        if _outcome_unknown(exc):
             return CommitUnknown(f"commit outcome unknown (it may or may not have been applied): {text}")
     if isinstance(exc, gexc.ServiceUnavailable):
         return Unavailable(f"{call}: Datastore unavailable: {text}")

@@ -137,7 +137,14 @@ def _checked_increment(counter: "ShardedCounter", shard: int, amount: int) -> Tr
             f"{gateway!r} ignored the increment of {key} by {amount}; the shard was left as it was "
             "and nothing was counted"
         )
-    [after] = gateway.lookup([key])
+    try:
+        [after] = gateway.lookup([key])
+    except GDSError as exc:
+        # The increment IS committed: an error now must neither make the
+        # engine retry it (Contention: counted twice) nor report it as not
+        # counted (Unavailable). Check the server again next time.
+        log.info("could not read back %s after the first server-side increment (%s); will check again", key, exc)
+        return TransformSupport(applies=True)
     seen = TransformSupport(applies=True, keeps_unindexed=after is None or count in after.unindexed)
     TRANSFORMS.set(gateway, seen)
     if not seen.keeps_unindexed and not counter.layout.count_indexed:

@@ -9,7 +9,12 @@ What this engine adds to the articles it ports:
 * **Counted once or raised.** Each attempt commits the amount to one random
   shard or raises. ``Contention`` is retried with backoff on a *fresh*
   random shard; when retries run out, ``Contention`` names the counter and
-  the attempts. Outcomes that cannot be known (``CommitUnknown``) are raised,
+  the attempts. ``Unavailable`` (storage not reached, nothing applied) is
+  retried the same way, within the same attempts; when they run out the last
+  ``Unavailable`` is raised. (On the Datastore gateway each attempt has
+  already retried for up to the gateway's ``timeout``, so a server that stays
+  down makes an increment raise after at most ``attempts`` x ``timeout``.)
+  Outcomes that cannot be known (``CommitUnknown``) are raised,
   never retried, because a blind retry could count twice.
 * **Reads are one RPC.** ``get_count()`` is one batch lookup of every shard
   key plus the counter's config entity: strongly consistent, and no query.
@@ -36,7 +41,7 @@ import attrs
 from gds_counter.counter.cache import DEFAULT_CACHE, CountCache
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.strategy import Strategy, get_strategy
-from gds_counter.errors import BadValueError, Contention, CorruptDataError
+from gds_counter.errors import BadValueError, Contention, CorruptDataError, Unavailable
 from gds_counter.gateway.base import MAX_ID, MAX_KEYS_PER_LOOKUP, Gateway, Key, RawEntity
 from gds_counter.gds.entity import Entity
 from gds_counter.gds.mapper import from_raw
@@ -419,7 +424,13 @@ class ShardedCounter:
                 policy = attrs.evolve(policy, attempts=min(policy.attempts, grow.after_attempts))
             seen = self._num_shards
             try:
-                retry_contention(attempt, policy, what=what, on_retry=lambda _: stats.bump("counter.retries"))
+                # Unavailable means nothing was applied (the Datastore gateway
+                # raises it only then, after its own retries), so it is as
+                # safe to retry as Contention; CommitUnknown never is.
+                retry_contention(
+                    attempt, policy, what=what, on_retry=lambda _: stats.bump("counter.retries"),
+                    also_retry=(Unavailable,),
+                )
                 return
             except Contention as exc:
                 attempts += exc.attempts

@@ -42,18 +42,29 @@ def retry_contention(
     what: str = "transaction",
     on_retry: Callable[[int], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    also_retry: tuple[type[BaseException], ...] = (),
 ) -> T:
     """Run ``work`` until it does not raise ``Contention`` or attempts run out.
 
     ``work`` must be safe to repeat: each attempt starts a fresh transaction
     (and, for counters, picks a fresh shard). ``on_retry(attempt)`` is called
     before each wait, for stats. The final ``Contention`` names ``what`` and
-    carries the number of attempts.
+    carries the number of attempts. ``also_retry`` names more errors that
+    are retried the same way (within the same attempts); the last one is
+    re-raised as it is when attempts run out.
     """
     delays = exponential_sleep_generator(policy.initial, policy.maximum, policy.multiplier)
     for attempt in range(1, policy.attempts + 1):
         try:
             return work()
+        except also_retry as exc:
+            if attempt == policy.attempts:
+                raise
+            if on_retry is not None:
+                on_retry(attempt)
+            delay = next(delays)
+            log.debug("%s failed (attempt %d: %s), retrying in %.3fs", what, attempt, exc, delay)
+            sleep(delay)
         except Contention as exc:
             if attempt == policy.attempts:
                 raise Contention(

@@ -1,0 +1,424 @@
+"""Fault injection for tests: make storage fail on purpose, reproducibly.
+
+Two wrappers, both driven by a seeded ``random.Random`` so a failing run can
+be replayed exactly, and both recording every fault they injected so a test
+can reconcile what it saw with what was stored:
+
+``FaultyGateway(inner, rates, seed=...)``
+    A Gateway that delegates every call to a real ``inner`` gateway (embedded
+    SQLite or Datastore) and, on the calls and at the rates you choose,
+    raises what the Datastore gateway raises once its own retries are done:
+
+    =====================  ===========================================================
+    fault                  what the wrapper does
+    =====================  ===========================================================
+    ``ABORTED``            raises ``Contention`` before the call; nothing applied
+    ``UNAVAILABLE``        raises ``Unavailable`` before the call; nothing applied
+    ``DEADLINE_EXCEEDED``  makes the call, drops its answer, then raises: for a
+                           commit ``CommitUnknown`` (it WAS applied, the caller
+                           cannot know), for other calls ``GatewayError``
+    ``RESOURCE_EXHAUSTED`` raises ``GatewayError`` before the call (what the
+                           Datastore gateway raises when quota retries run out);
+                           nothing applied
+    =====================  ===========================================================
+
+    A transactional commit that fails before it is sent also ends the inner
+    transaction, as a server does with an aborted one, so a pessimistic
+    server's locks are not held until they time out. ``rollback`` never
+    raises ``Contention`` (the Datastore gateway swallows it there).
+
+``inject_rpc_faults(datastore_gateway, rates, seed=...)``
+    Goes one level lower: it wraps the GAPIC client inside a
+    ``DatastoreGateway`` so the faults are google.api_core exceptions
+    (``Aborted``, ``ServiceUnavailable``, ``DeadlineExceeded``,
+    ``ResourceExhausted``) raised by the RPC itself. The gateway's real retry
+    policy (see the table in ``gds_counter.gateway.datastore``) then decides
+    what is retried and what the caller sees, against a real server or
+    emulator. Its faults are the four above plus ``UNAVAILABLE_AFTER`` (the
+    request was applied, then the connection dropped: "Socket closed"), and
+    ``UNAVAILABLE`` here is the "connection refused" kind that proves nothing
+    was sent.
+
+Rates are per call name (``lookup``, ``run_query``, ``begin_transaction``,
+``commit``, ``rollback``, ``allocate_ids``) and per fault; one draw per call
+picks at most one fault. ``injector.counts()`` gives the faults injected;
+``with injector.paused():`` turns injection off, e.g. to read a total.
+
+Example::
+
+    gw = FaultyGateway(open_gateway("memory://"), {"commit": {ABORTED: 0.2, DEADLINE_EXCEEDED: 0.05}}, seed=7)
+    counter = CounterShardDS("post", 1, gateway=gw)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+from collections import Counter
+from typing import Any, Iterator, Mapping, Sequence
+
+from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, GDSError, Unavailable
+from gds_counter.gateway.base import CommitResult, Gateway, Key, Mutation, Query, QueryResult, RawEntity, Stats
+
+__all__ = [
+    "ABORTED",
+    "UNAVAILABLE",
+    "UNAVAILABLE_AFTER",
+    "DEADLINE_EXCEEDED",
+    "RESOURCE_EXHAUSTED",
+    "CALLS",
+    "FaultInjector",
+    "FaultyGateway",
+    "FaultyRpcClient",
+    "inject_rpc_faults",
+    "remove_rpc_faults",
+]
+
+log = logging.getLogger(__name__)
+
+ABORTED = "ABORTED"
+UNAVAILABLE = "UNAVAILABLE"
+UNAVAILABLE_AFTER = "UNAVAILABLE_AFTER"
+DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+
+#: The calls of the Gateway protocol (and the GAPIC methods of the same names).
+CALLS = ("lookup", "run_query", "begin_transaction", "commit", "rollback", "allocate_ids")
+
+GATEWAY_FAULTS = (ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED)
+RPC_FAULTS = (ABORTED, UNAVAILABLE, UNAVAILABLE_AFTER, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED)
+
+#: Faults whose request reached the server and was applied before the error.
+APPLIED_FAULTS = frozenset({DEADLINE_EXCEEDED, UNAVAILABLE_AFTER})
+
+
+class FaultInjector:
+    """Seeded decisions and a record of what was injected. Thread-safe.
+
+    ``rates`` maps a call name to ``{fault: probability}``; the
+    probabilities of one call must add up to at most 1. ``script`` maps a
+    call name to faults to inject on its next calls, in order, before the
+    random draws (to force one sequence, such as an applied commit whose
+    resend is then aborted).
+    """
+
+    def __init__(
+        self,
+        rates: Mapping[str, Mapping[str, float]] | None = None,
+        *,
+        seed: int | None = 0,
+        allowed: Sequence[str] = GATEWAY_FAULTS,
+        script: Mapping[str, Sequence[str | None]] | None = None,
+    ) -> None:
+        self.seed = seed
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+        self._enabled = True
+        self.rates: dict[str, dict[str, float]] = {}
+        for call, faults in (rates or {}).items():
+            if call not in CALLS:
+                raise BadValueError(f"unknown call {call!r} in fault rates; expected one of {', '.join(CALLS)}")
+            table: dict[str, float] = {}
+            for fault, rate in faults.items():
+                if fault not in allowed:
+                    raise BadValueError(f"unknown fault {fault!r} for {call}; expected one of {', '.join(allowed)}")
+                if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
+                    raise BadValueError(f"rate of {fault} on {call} must be between 0 and 1, got {rate!r}")
+                table[fault] = float(rate)
+            if sum(table.values()) > 1.0 + 1e-9:
+                raise BadValueError(f"fault rates on {call} add up to {sum(table.values())}, over 1")
+            self.rates[call] = table
+        #: Faults to inject first, in order, per call (None: no fault that
+        #: time); random draws resume once a call's script is used up.
+        self.script: dict[str, list[str | None]] = {}
+        for call, faults in (script or {}).items():
+            if call not in CALLS:
+                raise BadValueError(f"unknown call {call!r} in fault script; expected one of {', '.join(CALLS)}")
+            for fault in faults:
+                if fault is not None and fault not in allowed:
+                    raise BadValueError(f"unknown fault {fault!r} for {call}; expected one of {', '.join(allowed)}")
+            self.script[call] = list(faults)
+        #: (call, fault) -> how many times it was injected.
+        self.injected: Counter[tuple[str, str]] = Counter()
+        #: calls seen per name, injected or not.
+        self.calls: Counter[str] = Counter()
+
+    def draw(self, call: str) -> str | None:
+        """The fault to inject on this call, or None; records it."""
+        with self._lock:
+            self.calls[call] += 1
+            if not self._enabled:
+                return None
+            scripted = self.script.get(call)
+            if scripted:
+                fault = scripted.pop(0)
+                if fault is not None:
+                    self.injected[(call, fault)] += 1
+                return fault
+            table = self.rates.get(call)
+            if not table:
+                return None
+            roll = self._random.random()
+            for fault, rate in table.items():
+                if roll < rate:
+                    self.injected[(call, fault)] += 1
+                    return fault
+                roll -= rate
+            return None
+
+    def forget(self, call: str, fault: str) -> None:
+        """Un-record a fault that was drawn but could not be injected."""
+        with self._lock:
+            self.injected[(call, fault)] -= 1
+
+    def counts(self) -> dict[str, int]:
+        """Faults injected, per fault, over every call."""
+        with self._lock:
+            out: Counter[str] = Counter()
+            for (_, fault), n in self.injected.items():
+                out[fault] += n
+            return {fault: n for fault, n in out.items() if n}
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts().values())
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No faults inside the block (e.g. while a test reads the total)."""
+        with self._lock:
+            before, self._enabled = self._enabled, False
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._enabled = before
+
+    def __repr__(self) -> str:
+        return f"FaultInjector(seed={self.seed!r}, injected={self.counts()})"
+
+
+class FaultyGateway:
+    """A Gateway that fails on purpose; see the module docstring.
+
+    Everything else (``stats``, ``namespace``, ``supports_transforms`` and
+    any attribute the inner gateway has) is the inner gateway's, so cost
+    accounting and transform detection see the real storage.
+    """
+
+    def __init__(
+        self,
+        inner: Gateway,
+        rates: Mapping[str, Mapping[str, float]] | None = None,
+        *,
+        seed: int | None = 0,
+        injector: FaultInjector | None = None,
+        script: Mapping[str, Sequence[str | None]] | None = None,
+    ) -> None:
+        if not isinstance(inner, Gateway):
+            raise BadValueError(f"FaultyGateway wraps a Gateway, got {type(inner).__name__} {inner!r}")
+        if injector is not None and (rates is not None or script is not None):
+            raise BadValueError("give fault rates (and a script) or an injector, not both")
+        self.inner = inner
+        self.injector = injector or FaultInjector(rates, seed=seed, allowed=GATEWAY_FAULTS, script=script)
+
+    # --- what the protocol reads as attributes ---------------------------------
+
+    @property
+    def stats(self) -> Stats:
+        return self.inner.stats
+
+    @property
+    def namespace(self) -> str:
+        return self.inner.namespace
+
+    @property
+    def supports_transforms(self) -> bool:
+        return self.inner.supports_transforms
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for attributes not defined here (path, explain_query, ...).
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return f"FaultyGateway({self.inner!r}, {self.injector!r})"
+
+    # --- injection ----------------------------------------------------------------
+
+    def _fail_before(self, call: str, fault: str) -> None:
+        self.inner.stats.bump(f"faults.{fault}")
+        if fault == ABORTED:
+            raise Contention(f"{call}: injected ABORTED (contention)", attempts=1)
+        if fault == UNAVAILABLE:
+            raise Unavailable(f"{call}: injected UNAVAILABLE; the request was not sent")
+        if fault == RESOURCE_EXHAUSTED:
+            raise GatewayError(f"{call} failed: ResourceExhausted: injected RESOURCE_EXHAUSTED (quota)")
+        raise AssertionError(fault)  # pragma: no cover
+
+    def _fail_after(self, call: str) -> None:
+        self.inner.stats.bump(f"faults.{DEADLINE_EXCEEDED}")
+        if call == "commit":
+            raise CommitUnknown(
+                "commit outcome unknown (it may or may not have been applied): injected DEADLINE_EXCEEDED "
+                "after the commit was applied"
+            )
+        raise GatewayError(f"{call} failed: DeadlineExceeded: injected DEADLINE_EXCEEDED")
+
+    def lookup(self, keys: Sequence[Key], *, transaction: bytes | None = None) -> list[RawEntity | None]:
+        fault = self.injector.draw("lookup")
+        if fault is not None and fault != DEADLINE_EXCEEDED:
+            self._fail_before("lookup", fault)
+        found = self.inner.lookup(keys, transaction=transaction)
+        if fault == DEADLINE_EXCEEDED:
+            self._fail_after("lookup")
+        return found
+
+    def run_query(self, query: Query, *, transaction: bytes | None = None) -> QueryResult:
+        fault = self.injector.draw("run_query")
+        if fault is not None and fault != DEADLINE_EXCEEDED:
+            self._fail_before("run_query", fault)
+        result = self.inner.run_query(query, transaction=transaction)
+        if fault == DEADLINE_EXCEEDED:
+            self._fail_after("run_query")
+        return result
+
+    def begin_transaction(self, *, read_only: bool = False) -> bytes:
+        fault = self.injector.draw("begin_transaction")
+        if fault is not None and fault != DEADLINE_EXCEEDED:
+            self._fail_before("begin_transaction", fault)
+        token = self.inner.begin_transaction(read_only=read_only)
+        if fault == DEADLINE_EXCEEDED:
+            # The caller never learns the token: end the transaction, as it
+            # would expire on a server.
+            with contextlib.suppress(GDSError):
+                self.inner.rollback(token)
+            self._fail_after("begin_transaction")
+        return token
+
+    def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult:
+        fault = self.injector.draw("commit")
+        if fault is not None and fault != DEADLINE_EXCEEDED:
+            if transaction is not None:
+                # A failed commit ends the transaction on the server.
+                with contextlib.suppress(GDSError):
+                    self.inner.rollback(transaction)
+            self._fail_before("commit", fault)
+        result = self.inner.commit(mutations, transaction=transaction)
+        if fault == DEADLINE_EXCEEDED:
+            self._fail_after("commit")
+        return result
+
+    def rollback(self, transaction: bytes) -> None:
+        fault = self.injector.draw("rollback")
+        if fault == ABORTED:
+            self.injector.forget("rollback", fault)  # the Datastore gateway swallows it on rollback
+            fault = None
+        if fault is not None and fault != DEADLINE_EXCEEDED:
+            with contextlib.suppress(GDSError):
+                self.inner.rollback(transaction)  # the server ends it anyway, in time
+            self._fail_before("rollback", fault)
+        self.inner.rollback(transaction)
+        if fault == DEADLINE_EXCEEDED:
+            self._fail_after("rollback")
+
+    def allocate_ids(self, keys: Sequence[Key]) -> list[Key]:
+        fault = self.injector.draw("allocate_ids")
+        if fault is not None and fault != DEADLINE_EXCEEDED:
+            self._fail_before("allocate_ids", fault)
+        out = self.inner.allocate_ids(keys)
+        if fault == DEADLINE_EXCEEDED:
+            self._fail_after("allocate_ids")
+        return out
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+# --- below the Datastore gateway's retry layer -----------------------------------
+
+
+class FaultyRpcClient:
+    """Stands in for the GAPIC ``DatastoreClient`` inside a ``DatastoreGateway``:
+    each RPC method may raise a google.api_core exception instead of (or,
+    for the applied faults, after) calling the real one. Anything else is
+    the real client's."""
+
+    def __init__(self, client: Any, injector: FaultInjector) -> None:
+        self._real = client
+        self.injector = injector
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._real, name)
+        if name not in CALLS:
+            return attr
+        return self._wrap(name, attr)
+
+    def _wrap(self, call: str, method: Any) -> Any:
+        from google.api_core import exceptions as gexc
+
+        def rpc(*args: Any, **kwargs: Any) -> Any:
+            fault = self.injector.draw(call)
+            if fault == ABORTED:
+                if call == "commit":
+                    self._end_transaction(kwargs.get("request"))
+                raise gexc.Aborted(f"injected ABORTED on {call}: too much contention on these datastore entities")
+            if fault == UNAVAILABLE:
+                raise gexc.ServiceUnavailable(
+                    f"injected on {call}: failed to connect to all addresses; last error: "
+                    "UNAVAILABLE: Failed to connect to remote host: Connection refused"
+                )
+            if fault == RESOURCE_EXHAUSTED:
+                raise gexc.ResourceExhausted(f"injected RESOURCE_EXHAUSTED on {call}: quota exceeded")
+            answer = method(*args, **kwargs)
+            if fault == DEADLINE_EXCEEDED:
+                raise gexc.DeadlineExceeded(f"injected DEADLINE_EXCEEDED on {call} after it was applied")
+            if fault == UNAVAILABLE_AFTER:
+                raise gexc.ServiceUnavailable(f"injected on {call} after it was applied: Socket closed")
+            return answer
+
+        return rpc
+
+    def _end_transaction(self, request: Any) -> None:
+        """A server that aborts a transactional commit ends the transaction
+        (and, on Firestore, releases its locks): do the same."""
+        from google.api_core import exceptions as gexc
+        from google.cloud.datastore_v1.types import datastore as _ds
+
+        transaction = getattr(request, "transaction", b"")
+        if not transaction:
+            return
+        rollback = _ds.RollbackRequest(
+            project_id=request.project_id, database_id=request.database_id, transaction=transaction
+        )
+        with contextlib.suppress(gexc.GoogleAPICallError):
+            self._real.rollback(request=rollback, timeout=5.0)
+
+
+def inject_rpc_faults(
+    gateway: Any,
+    rates: Mapping[str, Mapping[str, float]] | None = None,
+    *,
+    seed: int | None = 0,
+    script: Mapping[str, Sequence[str | None]] | None = None,
+) -> FaultInjector:
+    """Make a ``DatastoreGateway``'s RPCs fail on purpose, below its retry
+    policy; returns the injector (counts, ``paused()``). Call
+    ``remove_rpc_faults(gateway)`` to undo."""
+    from gds_counter.gateway.datastore import DatastoreGateway
+
+    if not isinstance(gateway, DatastoreGateway):
+        raise BadValueError(f"inject_rpc_faults needs a DatastoreGateway, got {type(gateway).__name__}")
+    client = gateway._client
+    if isinstance(client, FaultyRpcClient):
+        raise BadValueError(f"{gateway!r} already has RPC faults injected")
+    injector = FaultInjector(rates, seed=seed, allowed=RPC_FAULTS, script=script)
+    gateway._client = FaultyRpcClient(client, injector)
+    return injector
+
+
+def remove_rpc_faults(gateway: Any) -> None:
+    client = gateway._client
+    if isinstance(client, FaultyRpcClient):
+        gateway._client = client._real

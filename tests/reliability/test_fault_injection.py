@@ -1,0 +1,346 @@
+"""Every increment strategy under injected storage faults.
+
+The rule under test (DESIGN.md, "No silent data loss"): an increment is
+either counted once or raised as an error, and an error that says nothing
+was applied means nothing was applied. So, after many seeded faults:
+
+* safe-to-retry faults (ABORTED, UNAVAILABLE: nothing applied) are retried
+  and every increment succeeds;
+* an ambiguous commit (applied, then DEADLINE_EXCEEDED) surfaces as
+  ``CommitUnknown`` and is never retried into a double count;
+* the stored total equals exactly the increments reported successful plus
+  the ones reported unknown that the fault log says were applied -- and in
+  any case lies between "successful" and "successful + unknown".
+
+Two levels of injection: ``FaultyGateway`` raises the gateway's errors
+around a real gateway (embedded SQLite here), and ``inject_rpc_faults``
+raises google.api_core errors under the Datastore gateway's own retry policy,
+on the official emulators.
+"""
+
+from __future__ import annotations
+
+import uuid
+import zlib
+from collections import Counter
+from typing import Any
+
+import attrs
+import pytest
+from google.api_core.retry import Retry
+
+from gds_counter.counter import AutoGrow, CounterShardDS
+from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, TransformsIgnored, Unavailable
+from gds_counter.gateway import open_gateway
+from gds_counter.gateway.base import Gateway, Increment, Key, RawEntity, Upsert
+from gds_counter.gateway.faults import (
+    ABORTED,
+    DEADLINE_EXCEEDED,
+    RESOURCE_EXHAUSTED,
+    UNAVAILABLE,
+    UNAVAILABLE_AFTER,
+    FaultInjector,
+    FaultyGateway,
+    inject_rpc_faults,
+    remove_rpc_faults,
+)
+from gds_counter.gds import RetryPolicy
+
+STRATEGIES = ["transactional", "increment", "auto", "auto-grow"]
+#: Patient and fast: with up to ~30% of attempts failing, 12 attempts make
+#: running out (a Contention) vanishingly rare; waits stay in milliseconds.
+PATIENT = RetryPolicy(attempts=12, initial=0.001, maximum=0.01)
+#: Grows after 4 conflicting attempts, at most to 40 shards.
+GROW = AutoGrow(after_attempts=4, factor=2, max_shards=40)
+#: The Datastore gateway's backoff, shortened for tests.
+QUICK_RPC_RETRY = Retry(initial=0.01, maximum=0.05, multiplier=2.0, timeout=10.0)
+
+ALL_CALLS = ("lookup", "begin_transaction", "commit", "run_query")
+
+
+@attrs.define
+class Outcome:
+    ok: int = 0
+    unknown: int = 0
+    failed: Counter = attrs.field(factory=Counter)
+
+    @property
+    def tried(self) -> int:
+        return self.ok + self.unknown + sum(self.failed.values())
+
+
+def hammer(counter: CounterShardDS, n: int, amount: int = 1) -> Outcome:
+    """``n`` calls of ``add(amount)``, each classified by what it reported."""
+    out = Outcome()
+    for _ in range(n):
+        try:
+            counter.add(amount)
+        except CommitUnknown:
+            out.unknown += 1
+        except TransformsIgnored:  # a GatewayError that promises nothing was counted
+            out.failed["TransformsIgnored"] += 1
+        except (Contention, Unavailable, GatewayError) as exc:
+            out.failed[type(exc).__name__] += 1
+        else:
+            out.ok += 1
+    return out
+
+
+def counter_on(gateway: Gateway, strategy: str, name: str | None = None, **kwargs: Any) -> CounterShardDS:
+    kwargs.setdefault("retry", PATIENT)
+    if strategy == "auto-grow":
+        kwargs.setdefault("auto_grow", GROW)
+    return CounterShardDS("faults", name or uuid.uuid4().hex[:12], gateway=gateway, strategy=strategy, **kwargs)
+
+
+@pytest.fixture
+def memory():
+    gateway = open_gateway("memory://")
+    yield gateway
+    gateway.close()
+
+
+def applied_unknowns(injector: FaultInjector) -> int:
+    """Commits the fault log says were applied before the error."""
+    return injector.injected[("commit", DEADLINE_EXCEEDED)] + injector.injected[("commit", UNAVAILABLE_AFTER)]
+
+
+# --- the wrapper itself -----------------------------------------------------------
+
+
+def test_same_seed_same_faults(memory):
+    def run(seed: int) -> list[str | None]:
+        injector = FaultInjector({"commit": {ABORTED: 0.3, UNAVAILABLE: 0.2}}, seed=seed)
+        return [injector.draw("commit") for _ in range(200)]
+
+    assert run(5) == run(5)
+    assert run(5) != run(6)
+    drawn = Counter(run(5))
+    assert 40 < drawn[ABORTED] < 80 and 20 < drawn[UNAVAILABLE] < 60
+
+
+def test_each_fault_does_what_it_says(memory):
+    """ABORTED/UNAVAILABLE/RESOURCE_EXHAUSTED apply nothing; DEADLINE_EXCEEDED
+    applies the commit and then reports it as unknown."""
+    key = Key.of("K", "a")
+    write = [Upsert(RawEntity(key, {"n": 0}), transforms=(Increment("n", 1),))]
+    gw = FaultyGateway(memory, script={"commit": [ABORTED, UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, None]})
+    for expected in (Contention, Unavailable, GatewayError):
+        with pytest.raises(expected) as info:
+            gw.commit(write)
+        assert not isinstance(info.value, CommitUnknown)
+        assert memory.lookup([key]) == [None]
+    with pytest.raises(CommitUnknown):
+        gw.commit(write)
+    assert memory.lookup([key])[0].properties["n"] == 1  # it WAS applied
+    gw.commit(write)
+    assert memory.lookup([key])[0].properties["n"] == 1  # n=0 written, +1
+    assert gw.injector.counts() == {ABORTED: 1, UNAVAILABLE: 1, RESOURCE_EXHAUSTED: 1, DEADLINE_EXCEEDED: 1}
+    assert memory.stats["faults.ABORTED"] == 1
+
+
+def test_a_transaction_whose_commit_failed_is_ended(memory):
+    gw = FaultyGateway(memory, script={"commit": [UNAVAILABLE]})
+    token = gw.begin_transaction()
+    with pytest.raises(Unavailable):
+        gw.commit([Upsert(RawEntity(Key.of("K", 1), {}))], transaction=token)
+    with pytest.raises(GatewayError, match="unknown or already committed"):
+        memory.commit([], transaction=token)
+
+
+def test_bad_fault_configuration_is_refused(memory):
+    with pytest.raises(BadValueError, match="unknown call 'comit'"):
+        FaultyGateway(memory, {"comit": {ABORTED: 0.1}})
+    with pytest.raises(BadValueError, match="unknown fault 'UNAVAILABLE_AFTER'"):
+        FaultyGateway(memory, {"commit": {UNAVAILABLE_AFTER: 0.1}})  # only below the gateway's retries
+    with pytest.raises(BadValueError, match="add up to"):
+        FaultyGateway(memory, {"commit": {ABORTED: 0.7, UNAVAILABLE: 0.6}})
+    with pytest.raises(BadValueError, match="inject_rpc_faults needs a DatastoreGateway"):
+        inject_rpc_faults(memory)
+
+
+# --- every strategy, on the embedded gateway -----------------------------------------
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_safe_faults_are_retried_and_every_increment_counts(memory, strategy, seed, tally):
+    """ABORTED and UNAVAILABLE both mean "nothing was applied": the counter
+    retries them (with backoff, on a fresh shard) and every increment lands."""
+    rates = {call: {ABORTED: 0.08, UNAVAILABLE: 0.08} for call in ALL_CALLS}
+    gw = FaultyGateway(memory, rates, seed=seed)
+    counter = counter_on(gw, strategy)
+    outcome = hammer(counter, 150)
+    with gw.injector.paused():
+        total = counter.get_count()
+    injected = gw.injector.counts()
+    tally.add_faults(f"faults (gateway level, embedded) {strategy}", injected)
+    tally.add(f"faults (gateway level, embedded) {strategy}", operations=150, increments_lost=max(0, outcome.ok - total),
+              double_counts=max(0, total - outcome.ok - outcome.unknown))
+    assert injected[ABORTED] > 5 and injected[UNAVAILABLE] > 5, injected
+    assert outcome == Outcome(ok=150), outcome
+    assert total == 150
+    assert memory.stats["counter.retries"] >= injected[ABORTED] // 3
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_ambiguous_commits_are_reported_never_double_counted(memory, strategy, seed, tally):
+    """All four faults on every call. Each increment is reported as counted,
+    unknown or failed; the stored total is exactly the counted ones plus the
+    unknown ones whose commit the fault log says was applied."""
+    rates = {
+        "commit": {ABORTED: 0.1, UNAVAILABLE: 0.05, DEADLINE_EXCEEDED: 0.08, RESOURCE_EXHAUSTED: 0.03},
+        "lookup": {ABORTED: 0.03, UNAVAILABLE: 0.03, DEADLINE_EXCEEDED: 0.02, RESOURCE_EXHAUSTED: 0.01},
+        "begin_transaction": {ABORTED: 0.02, UNAVAILABLE: 0.03, RESOURCE_EXHAUSTED: 0.01},
+        "rollback": {UNAVAILABLE: 0.1},
+    }
+    gw = FaultyGateway(memory, rates, seed=seed)
+    counter = counter_on(gw, strategy)
+    n = 200
+    outcome = hammer(counter, n, amount=3)
+    with gw.injector.paused():
+        total = counter.get_count()
+    applied = applied_unknowns(gw.injector)
+    area = f"faults (gateway level, embedded) {strategy}"
+    tally.add_faults(area, gw.injector.counts())
+    tally.add(area, operations=n, reported_unknown=outcome.unknown,
+              increments_lost=max(0, outcome.ok * 3 - total) // 3,
+              double_counts=max(0, total - 3 * (outcome.ok + outcome.unknown)) // 3)
+    assert outcome.tried == n
+    assert outcome.unknown > 0, "the seeds must produce ambiguous commits"
+    # the bound every caller can rely on
+    assert 3 * outcome.ok <= total <= 3 * (outcome.ok + outcome.unknown), outcome
+    # and the exact reconciliation: every unknown here was in fact applied,
+    # once; none was retried (a retry would count it twice)
+    assert total == 3 * (outcome.ok + applied), (outcome, applied)
+    if strategy != "auto-grow":  # growth commits config entities, which are not increments
+        assert outcome.unknown == applied
+    # what failed (not "unknown") failed for a reason that applies nothing
+    assert set(outcome.failed) <= {"GatewayError", "Contention", "Unavailable"}, outcome.failed
+
+
+def test_an_increment_never_retries_an_unknown_commit(memory):
+    """The first commit lands and times out: one unknown, one stored, and the
+    counter did not try again."""
+    gw = FaultyGateway(memory, script={"commit": [DEADLINE_EXCEEDED]})
+    counter = counter_on(gw, "transactional")
+    with pytest.raises(CommitUnknown, match="may or may not"):
+        counter.add(5)
+    assert counter.get_count() == 5
+    assert gw.injector.calls["commit"] == 1
+    assert memory.stats["counter.retries"] == 0
+
+
+@pytest.mark.parametrize("strategy", ["increment", "auto"])
+def test_a_failed_read_after_the_first_server_increment_does_not_recount_it(memory, strategy):
+    """The first server-side increment on a gateway commits, then reads the
+    shard back to learn how the server stores it. If that read fails, the
+    increment is still counted once: not retried (a double count), not
+    reported as failed."""
+    for fault in (ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED):
+        inner = open_gateway("memory://")
+        # lookups: the shard in the checking transaction, then the
+        # read-back, which fails
+        gw = FaultyGateway(inner, script={"lookup": [None, fault]})
+        counter = counter_on(gw, strategy)
+        counter.add(7)
+        assert counter.get_count() == 7, fault
+        assert gw.injector.counts() == {fault: 1}
+        assert inner.stats["counter.retries"] == 0
+        inner.close()
+
+
+# --- below the Datastore gateway's retries, on the emulators ----------------------------
+
+RPC_RATES = {
+    "commit": {ABORTED: 0.08, UNAVAILABLE: 0.08, UNAVAILABLE_AFTER: 0.05, DEADLINE_EXCEEDED: 0.05,
+               RESOURCE_EXHAUSTED: 0.05},
+    "lookup": {ABORTED: 0.03, UNAVAILABLE: 0.05, UNAVAILABLE_AFTER: 0.03, DEADLINE_EXCEEDED: 0.03,
+               RESOURCE_EXHAUSTED: 0.03},
+    "begin_transaction": {UNAVAILABLE: 0.05, DEADLINE_EXCEEDED: 0.03, RESOURCE_EXHAUSTED: 0.03},
+    "rollback": {UNAVAILABLE: 0.1},
+}
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(
+    "emulator_name,strategy",
+    [
+        ("datastore", "transactional"),
+        ("datastore", "auto"),
+        ("datastore", "auto-grow"),
+        ("firestore", "transactional"),
+        ("firestore", "increment"),
+        ("firestore", "auto"),
+        ("firestore", "auto-grow"),
+    ],
+)
+def test_rpc_faults_under_the_real_retry_policy(request, emulator_name, strategy, tally):
+    """google.api_core errors raised by the RPCs themselves, so the Datastore
+    gateway's retry table decides: transient read errors and unsent commits
+    are retried inside the gateway, ABORTED by the counter, and an applied
+    commit that then failed comes back as CommitUnknown, never resent blindly."""
+    emulator = request.getfixturevalue(f"{emulator_name}_emulator")
+    gateway = emulator.gateway(namespace=f"rel-{uuid.uuid4().hex}", retry=QUICK_RPC_RETRY, timeout=10.0)
+    try:
+        injector = inject_rpc_faults(gateway, RPC_RATES, seed=zlib.crc32(f"{emulator_name}-{strategy}".encode()))
+        counter = counter_on(gateway, strategy)
+        n = 60
+        outcome = hammer(counter, n, amount=2)
+        with injector.paused():
+            total = counter.get_count()
+        applied = applied_unknowns(injector)
+        area = f"faults (RPC level, {emulator_name} emulator) {strategy}"
+        tally.add_faults(area, injector.counts())
+        tally.add(area, operations=n, reported_unknown=outcome.unknown,
+                  increments_lost=max(0, 2 * outcome.ok - total) // 2,
+                  double_counts=max(0, total - 2 * (outcome.ok + outcome.unknown)) // 2)
+        assert outcome.tried == n
+        assert injector.total > 10
+        assert 2 * outcome.ok <= total <= 2 * (outcome.ok + outcome.unknown), (outcome, injector)
+        # every failure that is not "unknown" is one the gateway says applied nothing
+        assert set(outcome.failed) <= {"Contention", "Unavailable", "GatewayError"}, outcome.failed
+        # the gateway retried transient errors itself
+        stats = gateway.stats.snapshot()
+        assert sum(v for k, v in stats.items() if k.startswith("retry.")) > 0
+        if strategy != "auto-grow":
+            # each unknown was an applied commit, and nothing else was applied
+            assert total == 2 * (outcome.ok + outcome.unknown), (outcome, applied)
+    finally:
+        remove_rpc_faults(gateway)
+        gateway.close()
+
+
+def test_a_resent_transaction_that_is_then_aborted_stays_unknown(firestore_emulator):
+    """A transactional commit is resent after UNAVAILABLE ("Socket closed":
+    it may have landed). If the resend is then ABORTED, the first attempt
+    may still have been applied: that is CommitUnknown, not Contention -- a
+    Contention would make the counter retry, counting it twice."""
+    gateway = firestore_emulator.gateway(namespace=f"rel-{uuid.uuid4().hex}", retry=QUICK_RPC_RETRY, timeout=10.0)
+    try:
+        injector = inject_rpc_faults(gateway, script={"commit": [UNAVAILABLE_AFTER, ABORTED]})
+        counter = counter_on(gateway, "transactional")
+        with pytest.raises(CommitUnknown):
+            counter.add(4)
+        with injector.paused():
+            assert counter.get_count() == 4
+        assert gateway.stats["counter.retries"] == 0
+    finally:
+        gateway.close()
+
+
+def test_unsent_and_quota_rejected_commits_are_resent_by_the_gateway(firestore_emulator):
+    """UNAVAILABLE with "connection refused" and RESOURCE_EXHAUSTED prove the
+    commit was not applied: the gateway resends even a server-side increment."""
+    gateway = firestore_emulator.gateway(namespace=f"rel-{uuid.uuid4().hex}", retry=QUICK_RPC_RETRY, timeout=10.0)
+    try:
+        counter = counter_on(gateway, "increment")
+        counter.add(1)  # the one-off transform check, done before the faults
+        injector = inject_rpc_faults(gateway, script={"commit": [UNAVAILABLE, RESOURCE_EXHAUSTED, UNAVAILABLE]})
+        counter.add(1)
+        assert injector.calls["commit"] == 4
+        assert gateway.stats["retry.commit"] == 3
+        assert counter.get_count() == 2
+    finally:
+        gateway.close()

@@ -394,11 +394,13 @@ def _compile(f: Filter) -> Callable[[_Doc], bool]:
 def _top_level_ranges(f: Filter | None) -> dict[str, list[Callable[[bytes], bool]]]:
     """Inequalities that every result row must meet, by property: a row of a
     projection or a sort on that property uses only the list elements in range,
-    as Datastore reads them from the index range."""
+    as Datastore reads them from the index range. != and NOT_IN are index
+    ranges too (the values on either side of the excluded ones), so
+    ``tags != 'a'`` never projects or sorts by the element 'a'."""
     direct = [f] if isinstance(f, PropertyFilter) else list(f.filters) if isinstance(f, CompositeFilter) and f.op == "AND" else []
     out: dict[str, list[Callable[[bytes], bool]]] = defaultdict(list)
     for child in direct:
-        if isinstance(child, PropertyFilter) and child.op in _RANGE_OPS and child.name != KEY_PROPERTY:
+        if isinstance(child, PropertyFilter) and child.op in (*_RANGE_OPS, "!=", "NOT_IN") and child.name != KEY_PROPERTY:
             out[child.name].append(_value_test(child.op, _filter_target(child)))
     return out
 

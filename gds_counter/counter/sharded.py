@@ -140,8 +140,11 @@ class ShardedCounter:
                 f"in kind {layout.shard_kind!r} (layout {layout.name!r})"
             )
         self.store = store
-        # Check the key names now, so a bad name fails before any write.
-        layout.shard_key(name, layout.first_shard)
+        # Check the key names now, so a bad name fails before any write: up
+        # to the last shard this counter may write (growth included), or an
+        # increment on a low shard could land where no read can reach it.
+        grow_cap = self._auto_grow.max_shards if self._auto_grow is not None else 0
+        layout.shard_key(name, layout.shard_numbers(max(self._min_shards, layout.default_shards, grow_cap))[-1])
         self._config_store = Store(layout.config_schema(), store.gateway, namespace=store.namespace)
         self._config_schema = self._config_store.schema
 
@@ -329,6 +332,7 @@ class ShardedCounter:
         process. Fewer than now is refused: a shard dropped from the count
         would vanish from reads. Returns the shard count."""
         num_shards = check_num_shards(num_shards)
+        self.layout.shard_key(self.name, self.layout.shard_numbers(num_shards)[-1])  # every new key fits
 
         def record(tx: Store) -> int:
             stored = self._load_config(tx)

@@ -232,6 +232,19 @@ def test_an_increment_never_retries_an_unknown_commit(memory):
     assert memory.stats["counter.retries"] == 0
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_storage_that_stays_unavailable_raises_unavailable_and_counts_nothing(memory, strategy):
+    """Unavailable is retried within the counter's attempts, then raised as
+    it is (not turned into Contention), with nothing counted."""
+    gw = FaultyGateway(memory, {"commit": {UNAVAILABLE: 1.0}})
+    counter = counter_on(gw, strategy, retry=RetryPolicy(attempts=4, initial=0.001, maximum=0.002))
+    with pytest.raises(Unavailable, match="not sent"):
+        counter.add(1)
+    assert gw.injector.calls["commit"] == 4
+    assert memory.stats["counter.retries"] == 3
+    assert counter.get_count() == 0
+
+
 @pytest.mark.parametrize("strategy", ["increment", "auto"])
 def test_a_failed_read_after_the_first_server_increment_does_not_recount_it(memory, strategy):
     """The first server-side increment on a gateway commits, then reads the

@@ -378,8 +378,28 @@ def test_key_names_are_limited_to_1500_utf8_bytes(gateway, unit, tally):
     with pytest.raises(BadKeyError, match="1501 bytes, over the 1500-byte limit"):
         Key.of("Edge", over)
     with pytest.raises(BadKeyError, match="1501 bytes"):
-        CounterShardDS("t", "a" * 1497, gateway=gateway)  # "t_" + name + "_1" is 1501 bytes
+        CounterShardDS("t", "a" * 1496, gateway=gateway)  # "t_" + name + "_20" is 1501 bytes
     tally.add("hostile input: 1500-byte key name edges", hostile_inputs=2)
+
+
+def test_a_counter_whose_last_shard_key_is_too_long_is_refused_before_any_write(tally):
+    """"t_" + 1496 bytes + "_1" fits, "..._20" does not: refused at once, so no
+    increment can land on a low shard of a counter that no read could reach."""
+    gw = open_gateway("memory://")
+    try:
+        CounterShardDS("t", "a" * 1495, gateway=gw).add(1)  # "t_" + 1495 + "_20" is exactly 1500 bytes
+        with pytest.raises(BadKeyError, match="1501 bytes"):
+            CounterShardDS("t", "a" * 1496, gateway=gw)
+        with pytest.raises(BadKeyError, match="1501 bytes"):
+            CounterShardDS("t", "a" * 1495, gateway=gw, strategy="auto-grow")  # may grow to shard 320
+        counter = CounterShardDS("t", "a" * 1495, gateway=gw)
+        with pytest.raises(BadKeyError, match="1501 bytes"):
+            counter.increase_shards(100)
+        assert counter.get_count() == 1 and counter.num_shards == 20
+        assert gw.stats["entity_writes"] == 1
+    finally:
+        gw.close()
+    tally.add("hostile input: 1500-byte key name edges", hostile_inputs=4)
 
 
 @pytest.mark.parametrize("name", ["x' OR '1'='1", '"; DROP TABLE entities; --', "KEY(K, 1)", "a` OR `b"])

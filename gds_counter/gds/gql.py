@@ -34,8 +34,10 @@ Decisions where the reference leaves room, or where we differ from it:
 * ``LIMIT n`` sets ``limit``; ``LIMIT @c`` with a bound ``Cursor`` sets
   ``end_cursor``; ``LIMIT FIRST(a, b)`` takes one integer and one cursor (in
   either order) and sets both. ``OFFSET n`` sets ``offset``; ``OFFSET @c``
-  sets ``start_cursor``; ``OFFSET @c + n`` sets both. LIMIT and OFFSET may
-  come in either order (older references put OFFSET first), each once.
+  sets ``start_cursor``; ``OFFSET @c + n`` sets both. LIMIT comes before
+  OFFSET, each at most once: older references allowed OFFSET first, but
+  Cloud Datastore rejects it, so we do too rather than accept text that
+  would fail in production.
 * Literals: ``'...'`` and ``"..."`` strings (the quote doubled, or these
   backslash escapes: ``\\\\ \\' \\" \\` \\0 \\b \\n \\r \\t \\Z``; any other
   escape is an error rather than a guess), integers (64-bit, optionally
@@ -579,6 +581,10 @@ class _Parser:
         while self.at_word("LIMIT", "OFFSET"):
             word = self.advance()
             clauses = [c for c in clauses if c in ("LIMIT", "OFFSET")]
+            if word.word == "LIMIT" and "OFFSET" not in clauses:
+                # Cloud Datastore rejects OFFSET ... LIMIT; accepting it here
+                # would make the same text work on SQLite and fail in production.
+                self.error("LIMIT must come before OFFSET (write LIMIT n OFFSET m)", word)
             if word.word not in clauses:
                 self.error(f"{word.word} given twice", word)
             clauses.remove(word.word)  # type: ignore[arg-type]

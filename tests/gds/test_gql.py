@@ -194,7 +194,6 @@ CASES: list[tuple[str, str, Any, Query]] = [
     ("limit-zero", "SELECT * FROM K LIMIT 0", None, Query(kind="K", limit=0)),
     ("offset", "SELECT * FROM K OFFSET 3", None, Query(kind="K", offset=3)),
     ("limit-offset", "SELECT * FROM K LIMIT 5 OFFSET 3", None, Query(kind="K", limit=5, offset=3)),
-    ("offset-before-limit", "SELECT * FROM K OFFSET 3 LIMIT 5", None, Query(kind="K", limit=5, offset=3)),
     ("bound-limit", "SELECT * FROM K LIMIT @n OFFSET @1", {"n": 5, 1: 1}, Query(kind="K", limit=5, offset=1)),
     ("limit-cursor", "SELECT * FROM K LIMIT @c", {"c": Cursor(b"end")}, Query(kind="K", end_cursor=b"end")),
     (
@@ -435,6 +434,7 @@ ERRORS: list[tuple[str, str, Any, str, int | None]] = [
     ("datetime-not-string", "SELECT * FROM K WHERE t = DATETIME(5)", None, "expected a string literal at column 36 near '5'", 35),
     ("blob-bad", "SELECT * FROM K WHERE b = BLOB('not base64!')", None, "BLOB at column 32 is not valid base64", 31),
     ("order-without-by", "SELECT * FROM K ORDER a", None, "expected BY at column 23 near 'a'", 22),
+    ("offset-before-limit", "SELECT * FROM K OFFSET 3 LIMIT 5", None, "LIMIT must come before OFFSET (write LIMIT n OFFSET m) at column 26", 25),
     ("order-after-limit", "SELECT * FROM K LIMIT 1 ORDER BY a", None, "expected OFFSET or the end of the query at column 25 near 'ORDER' (ORDER is out of place: clauses go SELECT, FROM, WHERE, ORDER BY, then LIMIT and OFFSET)", 24),
     ("limit-twice", "SELECT * FROM K LIMIT 1 LIMIT 2", None, "LIMIT given twice at column 25", 24),
     ("limit-negative", "SELECT * FROM K LIMIT -1", None, "LIMIT -1 must not be negative", 22),

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gds_counter.counter import CounterShardDS
-from gds_counter.errors import BadKeyError, BadValueError, GDSError, GQLError
+from gds_counter.errors import BadKeyError, BadValueError, GQLError
 from gds_counter.gateway import open_gateway
 from gds_counter.gateway.base import Cursor, Delete, Geopoint, Key, RawEntity, Upsert
 from gds_counter.gds import Schema, Store

@@ -38,8 +38,17 @@ def _check_kind(kind: str) -> None:
         raise BadKeyError(f"kind must be a non-empty string, got {kind!r}")
     if _RESERVED.match(kind):
         raise BadKeyError(f"kind {kind!r} is reserved (names of the form __x__ belong to Datastore)")
-    if len(kind.encode("utf-8")) > MAX_KEY_NAME_BYTES:
+    if utf8_size(kind, "kind", BadKeyError) > MAX_KEY_NAME_BYTES:
         raise BadKeyError(f"kind {kind[:40]!r}... is over {MAX_KEY_NAME_BYTES} bytes")
+
+
+def utf8_size(text: str, what: str, error: type[BadValueError] = BadValueError) -> int:
+    """Bytes in UTF-8, as Datastore counts them; a lone surrogate (what
+    ``json.loads('"\\ud800"')`` gives) cannot be stored at all."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise error(f"{what} {text[:40]!r} is not valid Unicode ({exc.reason} at index {exc.start})") from None
 
 
 def check_key_name(name: Any) -> None:
@@ -50,7 +59,7 @@ def check_key_name(name: Any) -> None:
         raise BadKeyError("key name must not be empty ('')")
     if _RESERVED.match(name):
         raise BadKeyError(f"key name {name!r} is reserved (names of the form __x__ belong to Datastore)")
-    size = len(name.encode("utf-8"))
+    size = utf8_size(name, "key name", BadKeyError)
     if size > MAX_KEY_NAME_BYTES:
         raise BadKeyError(
             f"key name {name[:40]!r}... is {size} bytes, over the {MAX_KEY_NAME_BYTES}-byte limit"
@@ -228,8 +237,8 @@ def check_value(name: str, value: Any, indexed: bool) -> None:
             raise BadValueError(f"property {name!r}: integer {value} does not fit in 64 bits")
         return
     if isinstance(value, str):
+        size = utf8_size(value, f"property {name!r}: string")
         if indexed:
-            size = len(value.encode("utf-8"))
             if size > MAX_INDEXED_STRING_BYTES:
                 raise BadValueError(
                     f"property {name!r}: indexed string of {size} bytes is over the "

@@ -414,6 +414,9 @@ class DatastoreGateway:
 
     def _entity_to_pb(self, entity: RawEntity, out: Any = None) -> Any:
         pb = _EntityPb() if out is None else out
+        # An empty embedded entity must still count as set, or the value goes
+        # out with no value type and the server rejects it.
+        pb.SetInParent()
         if entity.key is not None:
             pb.key.CopyFrom(self._key_to_pb(entity.key))
         for name, value in entity.properties.items():

@@ -20,7 +20,15 @@ import logging
 import threading
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
-from gds_counter.errors import BadKeyError, BadValueError, GatewayError, GQLError, SchemaError, TransformsIgnored
+from gds_counter.errors import (
+    BadKeyError,
+    BadValueError,
+    GatewayError,
+    GDSError,
+    GQLError,
+    SchemaError,
+    TransformsIgnored,
+)
 from gds_counter.gateway import shared_gateway
 from gds_counter.gateway.base import (
     Delete,
@@ -362,8 +370,16 @@ class Store:
         mutations = self._end_block()
         if read_only:
             self._gateway.rollback(token)
-        else:
+            return
+        try:
             self._gateway.commit(mutations, transaction=token)
+        except GDSError:
+            # A commit that never arrived leaves the transaction open, and on
+            # a server with locks (Firestore) its locks block other writers
+            # until they expire. Rolling back is harmless if it did arrive.
+            with contextlib.suppress(GDSError):
+                self._gateway.rollback(token)
+            raise
 
     def _end_block(self) -> list[Mutation]:
         mutations = self._tx.block_mutations or []

@@ -220,12 +220,8 @@ def test_every_schema_type_round_trips_through_the_store(tmp_path, tally):
 
 @pytest.mark.parametrize("gw_name", [
     "memory",
-    pytest.param("datastore", marks=[pytest.mark.emulator, pytest.mark.xfail(strict=True, reason=(
-        "DatastoreGateway._value_to_pb never marks an empty entity_value as set, so the value is sent "
-        "with no value type and the server answers INVALID_ARGUMENT (the embedded gateway stores it)"))]),
-    pytest.param("firestore", marks=[pytest.mark.emulator, pytest.mark.xfail(strict=True, reason=(
-        "DatastoreGateway._value_to_pb never marks an empty entity_value as set, so the value is sent "
-        "with no value type and the server answers INVALID_ARGUMENT (the embedded gateway stores it)"))]),
+    pytest.param("datastore", marks=pytest.mark.emulator),
+    pytest.param("firestore", marks=pytest.mark.emulator),
 ])
 def test_an_empty_embedded_entity_round_trips_on_every_gateway(request, gw_name):
     gw = open_gateway("memory://") if gw_name == "memory" else request.getfixturevalue(f"{gw_name}_gateway")
@@ -235,10 +231,6 @@ def test_an_empty_embedded_entity_round_trips_on_every_gateway(request, gw_name)
 LONE = "half a pair \ud800 of surrogates"  # what json.loads('"\\ud800"') gives a web app
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a str with a lone surrogate cannot be UTF-8 encoded; today base.check_key_name / check_value "
-    "let UnicodeEncodeError escape (not a GDSError), and the embedded gateway even stores it unindexed"
-))
 @pytest.mark.parametrize("where", ["key name", "indexed value", "unindexed value"])
 def test_lone_surrogates_are_refused_with_a_clear_error(where):
     gw = open_gateway("memory://")

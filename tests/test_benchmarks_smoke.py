@@ -49,3 +49,12 @@ def test_reads_on_sqlite(tmp_path):
     assert lookup[1]["rpcs"] == lookup[30]["rpcs"] == 1
     [batch] = [row for row in rows if row["method"] == "get_counts (one batch)"]
     assert batch["rpcs"] == 1 and batch["entity_reads"] == 25 * 21
+
+
+@pytest.mark.emulator
+def test_mapper_overhead_on_the_datastore_emulator(tmp_path):
+    _run("mapper_overhead.py", "--entities", "20", "--batch", "10", "--rounds", "1", "--out", str(tmp_path))
+    record = json.loads((tmp_path / "mapper_overhead.json").read_text())
+    rpcs = {row["step"]: row["rpcs"] for row in record["rows"]}
+    assert rpcs == {"upsert single": 20, "upsert batch": 2, "fetch single": 20, "fetch batch": 2}
+    assert all(row["ours_s"] > 0 and row["google_s"] > 0 for row in record["rows"])

@@ -13,6 +13,7 @@ from gds_counter.errors import (  # noqa: E402
     GDSError,
     GQLError,
     SchemaError,
+    TotalUnavailable,
     TransformsIgnored,
     Unavailable,
 )
@@ -56,6 +57,7 @@ __all__ = [
     "Schema",
     "SchemaError",
     "Store",
+    "TotalUnavailable",
     "TransformsIgnored",
     "Unavailable",
     "open_gateway",

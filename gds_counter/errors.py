@@ -84,3 +84,12 @@ class TransformsIgnored(GatewayError):
     them (the legacy Datastore emulator does this silently). The rest of the
     mutation was written; the increment was not, so it is safe to redo it
     another way, and it must never be reported as counted."""
+
+
+class TotalUnavailable(GatewayError):
+    """An increment WAS counted, but reading the new total afterwards failed.
+
+    Raised by ``increment()`` (which returns the total) instead of the read's
+    own error, because retrying an increment on a read failure would count
+    it twice. Use ``add()`` where the total is not needed.
+    """

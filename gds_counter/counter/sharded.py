@@ -41,7 +41,7 @@ import attrs
 from gds_counter.counter.cache import DEFAULT_CACHE, CountCache
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.strategy import Strategy, get_strategy
-from gds_counter.errors import BadValueError, Contention, CorruptDataError, Unavailable
+from gds_counter.errors import BadValueError, Contention, CorruptDataError, GDSError, TotalUnavailable, Unavailable
 from gds_counter.gateway.base import MAX_ID, MAX_KEYS_PER_LOOKUP, Gateway, Key, RawEntity
 from gds_counter.gds.entity import Entity
 from gds_counter.gds.mapper import from_raw
@@ -300,8 +300,13 @@ class ShardedCounter:
         """Add ``amount`` and return the total after it (one batch lookup
         after the write, instead of the article's query)."""
         self.add(amount)
-        total = get_counts([self], use_cache=False)[0]
-        return total
+        try:
+            return get_counts([self], use_cache=False)[0]
+        except GDSError as exc:
+            raise TotalUnavailable(
+                f"{self.describe()}: the increment by {amount} WAS counted, but reading the new total "
+                f"failed ({exc}); do not retry the increment"
+            ) from exc
 
     def decrement(self, amount: int = 1) -> int:
         """Subtract ``amount``; one shard may go below zero, the total is exact."""

@@ -30,7 +30,15 @@ import pytest
 from google.api_core.retry import Retry
 
 from gds_counter.counter import AutoGrow, CounterShardDS
-from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, TransformsIgnored, Unavailable
+from gds_counter.errors import (
+    BadValueError,
+    CommitUnknown,
+    Contention,
+    GatewayError,
+    TotalUnavailable,
+    TransformsIgnored,
+    Unavailable,
+)
 from gds_counter.gateway import open_gateway
 from gds_counter.gateway.base import Gateway, Increment, Key, RawEntity, Upsert
 from gds_counter.gateway.faults import (
@@ -229,6 +237,19 @@ def test_an_increment_never_retries_an_unknown_commit(memory):
         counter.add(5)
     assert counter.get_count() == 5
     assert gw.injector.calls["commit"] == 1
+    assert memory.stats["counter.retries"] == 0
+
+
+def test_increment_says_it_counted_when_only_reading_the_total_failed(memory):
+    """increment() is add() then a read. If the read fails, the increment is
+    already stored: the caller must learn that, not retry into a double count."""
+    gw = FaultyGateway(memory, script={"lookup": [None, RESOURCE_EXHAUSTED]})
+    counter = counter_on(gw, "transactional")
+    with pytest.raises(TotalUnavailable, match="WAS counted") as raised:
+        counter.increment(3)
+    assert isinstance(raised.value.__cause__, GatewayError)
+    with gw.injector.paused():
+        assert counter.get_count() == 3
     assert memory.stats["counter.retries"] == 0
 
 

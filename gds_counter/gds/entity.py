@@ -131,7 +131,7 @@ class Entity:
     def set_ancestry(self, ancestry: "Entity | Key | Sequence[Mapping[str, Any]] | None") -> "Entity":
         """Set the parent: an Entity with a key, a Key, or php-gds's array form
         ``[{"kind": "A", "name": "a"}, {"kind": "B", "id": 7}]`` (root first)."""
-        object.__setattr__(self, "_parent", _to_parent_key(ancestry))
+        object.__setattr__(self, "_parent", parent_key(ancestry))
         return self
 
     def get_schema(self) -> "Schema | None":
@@ -172,7 +172,9 @@ class Entity:
         return f"<{type(self).__name__} {key if key is not None else '(no kind)'} {self._data!r}>"
 
 
-def _to_parent_key(ancestry: Any) -> Key | None:
+def parent_key(ancestry: Any) -> Key | None:
+    """The parent key named by any accepted ancestry form (see set_ancestry);
+    the Store uses it for ``parent=`` arguments so both accept the same forms."""
     if ancestry is None:
         return None
     if isinstance(ancestry, Key):

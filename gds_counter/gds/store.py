@@ -44,7 +44,7 @@ from gds_counter.gateway.base import (
     iterate_batches,
 )
 from gds_counter.gds import gql
-from gds_counter.gds.entity import Entity
+from gds_counter.gds.entity import Entity, parent_key
 from gds_counter.gds.mapper import from_raw, to_raw
 from gds_counter.gds.schema import Schema
 from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy, retry_contention
@@ -218,8 +218,8 @@ class Store:
     # --- lookups -----------------------------------------------------------
 
     def _key(self, ident: int | str, parent: Entity | Key | None) -> Key:
-        parent_key = Entity().set_ancestry(parent).get_ancestry() if parent is not None else None
-        flat = parent_key.flat_path if parent_key is not None else ()
+        parent = parent_key(parent)
+        flat = parent.flat_path if parent is not None else ()
         return Key.of(*flat, self._schema.kind, ident, namespace=self._namespace)
 
     def _lookup(self, keys: list[Key]) -> list[Entity | None]:

@@ -2,8 +2,10 @@
 (the PHP article's algorithm, the Google article's ndb counter, raw client
 commits), the environment record, tables, JSON and progress bars.
 
-The load runner (``hammer``) and the optional-matplotlib figure helper
-(``new_figure``) live in ``gds_counter.demo``, which the workshop shares.
+The load runner is the product's (``gds_counter.load``, which the workshop
+and the reliability tests use too), the emulators come from
+``gds_counter.emulators``, and the optional-matplotlib figure helper
+(``new_figure``) lives in ``gds_counter.demo``.
 """
 
 from __future__ import annotations
@@ -23,12 +25,17 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, cast
 
 import attrs
 
 from gds_counter.counter import CounterShardEntity
-from gds_counter.gateway.base import Gateway, Key, Query, RawEntity, Upsert, run_query_all
+from gds_counter.emulators import EmulatorKind, start_emulator
+from gds_counter.gateway.base import Gateway, run_query_all
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Upsert
+from gds_counter.gateway.query import Query
+from gds_counter.gateway.values import RawEntity
 from gds_counter.gds.store import Store
 
 HERE = Path(__file__).resolve().parent
@@ -67,10 +74,7 @@ class BackendSpec:
             return EmbeddedGateway(self.location, namespace=self.namespace)
         from gds_counter.gateway.datastore import DatastoreGateway
 
-        return DatastoreGateway(
-            project=self.project, namespace=self.namespace, emulator_host=self.location,
-            supports_transforms=self.kind == "firestore",
-        )
+        return DatastoreGateway(project=self.project, namespace=self.namespace, emulator_host=self.location)
 
     @contextlib.contextmanager
     def client_environment(self) -> Iterator[None]:
@@ -108,10 +112,8 @@ class Backend:
 
 @contextlib.contextmanager
 def open_backends(kinds: Sequence[str]) -> Iterator[dict[str, Backend]]:
-    """Start what each backend needs (emulators through gds_counter.testing)
+    """Start what each backend needs (emulators through gds_counter.emulators)
     and stop it all at the end."""
-    from gds_counter.testing import start_emulator
-
     with contextlib.ExitStack() as stack:
         folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="gds-bench-"))
         backends: dict[str, Backend] = {}
@@ -119,7 +121,7 @@ def open_backends(kinds: Sequence[str]) -> Iterator[dict[str, Backend]]:
             if kind == "sqlite":
                 backends[kind] = Backend(kind, folder)
             elif kind in EMULATED:
-                backends[kind] = Backend(kind, folder, stack.enter_context(start_emulator(kind)))  # type: ignore[arg-type]
+                backends[kind] = Backend(kind, folder, stack.enter_context(start_emulator(cast(EmulatorKind, kind))))
             else:
                 raise SystemExit(f"unknown backend {kind!r}; choose from {', '.join(BACKENDS)}")
         yield backends

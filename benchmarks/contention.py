@@ -57,7 +57,8 @@ from _common import (  # noqa: E402
 )
 
 from gds_counter.counter import CounterShardDS, GeneralCounter  # noqa: E402
-from gds_counter.demo import LoadResult, hammer, new_figure  # noqa: E402
+from gds_counter.demo import new_figure  # noqa: E402
+from gds_counter.load import LoadResult, run_load  # noqa: E402
 
 OURS = ("transactional", "increment", "auto", "auto-grow", "general")
 BASELINES = ("php-article", "ndb", "raw", "raw-gapic")
@@ -132,7 +133,7 @@ def run_group(series: str, shards: int | None, spec: BackendSpec, writers: int,
     try:
         workload.make_op()()
         workload.gateway.stats.reset()
-        load = hammer(workload.make_op, writers=writers, duration=duration, count=count)
+        load = run_load(workload.make_op, writers=writers, duration=duration, count=count)
         load.warmup = 1
         return load, workload.gateway.stats.snapshot()
     finally:

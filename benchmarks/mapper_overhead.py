@@ -3,7 +3,7 @@
     python benchmarks/mapper_overhead.py [--entities 1000] [--batch 100] [--rounds 3]
         [--backend datastore|firestore]
 
-On one emulator (started here through gds_counter.testing), the same work is
+On one emulator (started here through gds_counter.emulators), the same work is
 done through ``Store`` (Entity -> schema check -> RawEntity -> protobuf) and
 through google-cloud-datastore's ``Client`` (its Entity -> protobuf):
 

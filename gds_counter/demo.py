@@ -10,30 +10,31 @@ Four steps, each measured on the spot:
 
 Library code here never prints: the narrative goes through the ``write``
 function the caller passes (the CLI passes ``print``), and diagnostics go to
-``logging``. The load runner (``hammer``) and the optional-matplotlib helper
-(``new_figure``) are shared with ``benchmarks/``.
+``logging``. The load comes from ``gds_counter.load`` (the one load runner,
+which the benchmarks and the reliability tests use too), an emulator from
+``gds_counter.emulators``; the optional-matplotlib helper (``new_figure``) is
+shared with ``benchmarks/``. The demo is product code: it never imports test
+tooling (``gds_counter.testing``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import tempfile
-import threading
 import time
-import traceback
 import uuid
-from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import attrs
 
 from gds_counter.counter import CountCache, CounterShardDS, get_counts
+from gds_counter.emulators import EMULATOR_KINDS, Emulator, EmulatorKind, start_emulator
 from gds_counter.errors import BadValueError, GDSError
 from gds_counter.gateway.base import Gateway
+from gds_counter.load import LoadResult, run_load
 
 log = logging.getLogger(__name__)
 
@@ -46,114 +47,10 @@ MODEL_WRITES_PER_SECOND = 5.0
 DEMO_SHARDS = 20
 
 
-# --- the load runner (shared with benchmarks/) ---------------------------------------
+# --- the plot helper (shared with benchmarks/) ---------------------------------------
 
 
-def percentile(ordered: list[float], q: float) -> float | None:
-    """The ``q`` quantile (0..1) of an already sorted list, nearest rank."""
-    if not ordered:
-        return None
-    index = min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))
-    return ordered[index]
-
-
-@attrs.define
-class LoadResult:
-    """What ``hammer`` saw: successes, failures by exception type, latencies."""
-
-    ok: int = 0
-    failed: int = 0
-    elapsed: float = 0.0
-    latencies: list[float] = attrs.field(factory=list, repr=False)
-    errors: Counter[str] = attrs.field(factory=Counter)
-    first_error: str | None = attrs.field(default=None, repr=False)
-    #: Successful calls made before the clock started (not in ``ok``).
-    warmup: int = 0
-
-    @property
-    def rate(self) -> float:
-        return self.ok / self.elapsed if self.elapsed > 0 else 0.0
-
-    def latency_ms(self, q: float) -> float | None:
-        value = percentile(sorted(self.latencies), q)
-        return None if value is None else value * 1000.0
-
-    def merge(self, other: "LoadResult") -> None:
-        """Fold in another writer group's result (run at the same time)."""
-        self.ok += other.ok
-        self.failed += other.failed
-        self.elapsed = max(self.elapsed, other.elapsed)
-        self.latencies.extend(other.latencies)
-        self.errors.update(other.errors)
-        self.first_error = self.first_error or other.first_error
-        self.warmup += other.warmup
-
-
-def hammer(
-    make_op: Callable[[], Callable[[], Any]],
-    *,
-    writers: int,
-    duration: float | None = None,
-    count: int | None = None,
-) -> LoadResult:
-    """Run ``writers`` threads, each calling its own ``make_op()()`` until
-    ``duration`` seconds pass or ``count`` calls were made in all.
-
-    A call that returns is a success; one that raises is a failure, counted
-    by exception type (the first traceback is kept for the report). Only
-    successes are timed, so the latencies describe increments that counted.
-    """
-    if writers < 1:
-        raise BadValueError(f"writers must be at least 1, got {writers!r}")
-    if (duration is None) == (count is None):
-        raise BadValueError("give hammer() a duration or a count, not both and not neither")
-    result = LoadResult()
-    lock = threading.Lock()
-    budget = [count if count is not None else -1]
-    ops = [make_op() for _ in range(writers)]  # built before the clock starts
-    start_gate = threading.Barrier(writers + 1)
-    deadline = [0.0]
-
-    def take() -> bool:
-        if duration is not None:
-            return time.perf_counter() < deadline[0]
-        with lock:
-            if budget[0] <= 0:
-                return False
-            budget[0] -= 1
-            return True
-
-    def writer(op: Callable[[], Any]) -> None:
-        mine = LoadResult()
-        start_gate.wait()
-        while take():
-            began = time.perf_counter()
-            try:
-                op()
-            except Exception as exc:  # noqa: BLE001 - counted and reported, never hidden
-                mine.failed += 1
-                mine.errors[type(exc).__name__] += 1
-                if mine.first_error is None:
-                    mine.first_error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-                continue
-            mine.ok += 1
-            mine.latencies.append(time.perf_counter() - began)
-        with lock:
-            result.merge(mine)
-
-    threads = [threading.Thread(target=writer, args=(op,), daemon=True) for op in ops]
-    for thread in threads:
-        thread.start()
-    began = time.perf_counter()
-    deadline[0] = began + (duration or 0.0)
-    start_gate.wait()
-    for thread in threads:
-        thread.join()
-    result.elapsed = time.perf_counter() - began
-    return result
-
-
-def new_figure(*size: float) -> tuple[Any, Callable[[Path], None]] | str:
+def new_figure(width: float = 8.0, height: float = 4.5) -> tuple[Any, Callable[[Path], None]] | str:
     """A matplotlib Figure and a function that saves it as PNG, or a message
     saying why there is none (matplotlib is the optional ``bench`` extra).
 
@@ -165,7 +62,7 @@ def new_figure(*size: float) -> tuple[Any, Callable[[Path], None]] | str:
         from matplotlib.figure import Figure
     except ImportError:
         return 'matplotlib is not installed, so no plot was drawn (pip install "gds-counter[bench]")'
-    figure = Figure(figsize=size or (8, 4.5), layout="constrained")
+    figure = Figure(figsize=(width, height), layout="constrained")
 
     def save(path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -226,7 +123,7 @@ class _Storage:
     """Where the demo counts: a temporary SQLite file with the write-rate
     model, or an official emulator (real contention, no model)."""
 
-    def __init__(self, emulator: Any | None, rate: float, folder: str) -> None:
+    def __init__(self, emulator: Emulator | None, rate: float, folder: str) -> None:
         self.emulator = emulator
         self.rate = rate
         self.folder = folder
@@ -252,11 +149,9 @@ def _storage(emulator: str | None, rate: float) -> Iterator[_Storage]:
         if emulator is None:
             yield _Storage(None, rate, folder)
             return
-        if emulator not in ("datastore", "firestore"):
+        if emulator not in EMULATOR_KINDS:
             raise BadValueError(f"emulator must be 'datastore' or 'firestore', got {emulator!r}")
-        from gds_counter.testing import start_emulator
-
-        with start_emulator(emulator) as emu:  # type: ignore[arg-type]
+        with start_emulator(cast(EmulatorKind, emulator)) as emu:
             yield _Storage(emu, rate, folder)
 
 
@@ -265,7 +160,7 @@ def _load_step(storage: _Storage, settings: Settings, title: str, shards: int, s
     try:
         counter = CounterShardDS("Workshop", shards, num_shards=shards, gateway=gateway, strategy=strategy)
         gateway.stats.reset()
-        load = hammer(lambda: counter.add, writers=settings.writers, duration=settings.seconds)
+        load = run_load(lambda: counter.add, writers=settings.writers, duration=settings.seconds)
         stats = gateway.stats.snapshot()
         final = counter.get_count()
     finally:
@@ -395,7 +290,7 @@ def run_demo(
         write("   no transaction. The per-entity limit still applies (it limits writes), so refusals")
         write("   remain; what shrinks is the cost of each counted increment.")
         gateway = storage.open()
-        applies = getattr(gateway, "supports_transforms", False)
+        applies = gateway.capabilities.applies_transforms
         gateway.close()
         if applies:
             step = _load_step(storage, settings, "server-side increment", settings.shards, "increment")

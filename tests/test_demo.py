@@ -1,15 +1,25 @@
-"""``gds-counter demo --quick``: the workshop in one command."""
+"""``gds-counter demo --quick``: the workshop in one command, and the load
+runner (``gds_counter.load``) it shares with the benchmarks and the
+reliability tests."""
 
 from __future__ import annotations
 
+import ast
 import io
 import os
 import re
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
-from gds_counter.demo import LoadResult, hammer, percentile, run_demo
+import pytest
+
+import gds_counter
+from gds_counter.demo import run_demo
+from gds_counter.errors import BadValueError, Contention, GDSError
+from gds_counter.load import LoadResult, percentile, run_load, start_load
 
 FINAL = re.compile(r"^\s+(?P<title>.+?)\s+final count\s+(?P<final>\d+) = counted\s+(?P<counted>\d+)\s+ok$", re.M)
 
@@ -63,21 +73,105 @@ def test_run_demo_reports_results_and_skips_the_plot_without_matplotlib(tmp_path
     assert (lookup[1], cached[1], query[1], page[1]) == (1, 0, 1, 1)  # RPCs
 
 
-def test_hammer_counts_successes_and_failures_by_type():
+def test_the_product_never_imports_test_tooling():
+    """The demo and the CLI are product code: no import of gds_counter.testing
+    (fixtures, fault injection) anywhere outside that package."""
+    package = Path(gds_counter.__file__).parent
+    offenders = []
+    for path in package.rglob("*.py"):
+        if "testing" in path.relative_to(package).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else (
+                [alias.name for alias in node.names] if isinstance(node, ast.Import) else [])
+            if any(name == "gds_counter.testing" or name.startswith("gds_counter.testing.") for name in names):
+                offenders.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert offenders == []
+
+
+# --- the load runner -------------------------------------------------------------------
+
+
+def test_run_load_counts_successes_and_failures_by_type():
     calls = iter(range(1000))
+    lock = threading.Lock()
 
     def make_op():
         def op():
-            if next(calls) % 4 == 0:
+            with lock:
+                n = next(calls)
+            if n % 4 == 0:
                 raise ValueError("every fourth call fails")
 
         return op
 
-    result = hammer(make_op, writers=3, count=40)
+    result = run_load(make_op, writers=3, count=40)
     assert result.ok + result.failed == 40
     assert result.errors["ValueError"] == result.failed == 10
     assert "every fourth call fails" in (result.first_error or "")
+    assert len(result.first_errors) == 5  # the first few, not all ten
     assert len(result.latencies) == result.ok
+    assert result.slowest_failure > 0
+
+
+def test_one_writer_runs_in_order_in_the_calling_thread():
+    seen = []
+    result = run_load(lambda: lambda: seen.append((len(seen), threading.current_thread())), count=5)
+    assert seen == [(i, threading.current_thread()) for i in range(5)]
+    assert result.ok == 5 and result.failed == 0
+
+
+def test_an_exception_outside_counted_stops_the_load_and_is_raised():
+    calls = []
+
+    def op():
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyError("a bug, not load")
+        raise Contention("busy", attempts=1)
+
+    with pytest.raises(KeyError, match="a bug"):
+        run_load(lambda: op, count=10, counted=(Contention,))
+    assert len(calls) == 3
+    with pytest.raises(KeyError):
+        calls.clear()
+        run_load(lambda: op, writers=2, duration=5.0, counted=(GDSError,))
+
+
+def test_duration_and_rate():
+    began = time.monotonic()
+    result = run_load(lambda: lambda: None, writers=2, duration=0.3, rate=20)
+    assert 0.25 < time.monotonic() - began < 2.0
+    assert 8 <= result.ok <= 14  # 2 writers x 20/s x 0.3 s = 12, on a fixed schedule
+    both = run_load(lambda: lambda: None, duration=5.0, count=7)  # whichever ends first
+    assert both.ok == 7
+
+
+def test_start_load_runs_until_stopped_and_counts_live():
+    calls = iter(range(10**9))
+
+    def flaky():
+        if next(calls) % 3 == 0:  # next() on one shared iterator: atomic under the GIL
+            raise Contention("busy", attempts=1)
+
+    load = start_load(lambda: flaky, writers=2, counted=(Contention,), pause_after_error=0.001)
+    deadline = time.monotonic() + 5
+    while load.ok < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert load.running and load.ok >= 20
+    load.stop()
+    assert load.join(5)
+    assert not load.running and not load.unexpected
+    result = load.result()
+    assert result.ok >= 20 and set(result.errors) <= {"Contention"}
+    assert result.elapsed > 0
+
+
+def test_bad_load_settings_are_refused():
+    for kwargs in ({"writers": 0, "count": 1}, {"count": -1}, {"duration": 0}, {"count": 1, "rate": 0},
+                   {"count": 1, "pause_after_error": -1}, {}):
+        with pytest.raises(BadValueError):
+            run_load(lambda: lambda: None, **kwargs)
 
 
 def test_percentile_is_nearest_rank():
@@ -85,6 +179,7 @@ def test_percentile_is_nearest_rank():
     assert percentile(data, 0.5) == 50.0
     assert percentile(data, 0.99) == 99.0
     assert percentile([], 0.5) is None
-    merged = LoadResult(ok=1, elapsed=2.0)
-    merged.merge(LoadResult(ok=3, elapsed=1.0))
+    merged = LoadResult(ok=1, elapsed=2.0, first_errors=["A: a"])
+    merged.merge(LoadResult(ok=3, elapsed=1.0, first_errors=["B: b"], slowest_failure=0.5))
     assert (merged.ok, merged.elapsed, merged.rate) == (4, 2.0, 2.0)
+    assert merged.first_errors == ["A: a", "B: b"] and merged.slowest_failure == 0.5

@@ -14,11 +14,9 @@ import json
 import os
 import threading
 from collections import Counter
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
-
-from gds_counter.counter.cache import DEFAULT_CACHE
 
 
 class Tally:
@@ -77,13 +75,6 @@ TALLY = Tally()
 @pytest.fixture
 def tally() -> Tally:
     return TALLY
-
-
-@pytest.fixture(autouse=True)
-def _fresh_shared_cache() -> Iterator[None]:
-    DEFAULT_CACHE.clear()
-    yield
-    DEFAULT_CACHE.clear()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

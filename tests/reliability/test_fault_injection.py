@@ -20,6 +20,7 @@ on the official emulators.
 
 from __future__ import annotations
 
+import functools
 import uuid
 import zlib
 from collections import Counter
@@ -36,12 +37,16 @@ from gds_counter.errors import (
     Contention,
     GatewayError,
     TotalUnavailable,
-    TransformsIgnored,
     Unavailable,
 )
 from gds_counter.gateway import open_gateway
-from gds_counter.gateway.base import Gateway, Increment, Key, RawEntity, Upsert
-from gds_counter.gateway.faults import (
+from gds_counter.gateway.base import Gateway
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Increment, Upsert
+from gds_counter.gateway.values import RawEntity
+from gds_counter.gds import RetryPolicy
+from gds_counter.load import run_load
+from gds_counter.testing.faults import (
     ABORTED,
     DEADLINE_EXCEEDED,
     RESOURCE_EXHAUSTED,
@@ -52,7 +57,6 @@ from gds_counter.gateway.faults import (
     inject_rpc_faults,
     remove_rpc_faults,
 )
-from gds_counter.gds import RetryPolicy
 
 STRATEGIES = ["transactional", "increment", "auto", "auto-grow"]
 #: Patient and fast: with up to ~30% of attempts failing, 12 attempts make
@@ -77,21 +81,16 @@ class Outcome:
         return self.ok + self.unknown + sum(self.failed.values())
 
 
-def hammer(counter: CounterShardDS, n: int, amount: int = 1) -> Outcome:
-    """``n`` calls of ``add(amount)``, each classified by what it reported."""
-    out = Outcome()
-    for _ in range(n):
-        try:
-            counter.add(amount)
-        except CommitUnknown:
-            out.unknown += 1
-        except TransformsIgnored:  # a GatewayError that promises nothing was counted
-            out.failed["TransformsIgnored"] += 1
-        except (Contention, Unavailable, GatewayError) as exc:
-            out.failed[type(exc).__name__] += 1
-        else:
-            out.ok += 1
-    return out
+def add_many(counter: CounterShardDS, n: int, amount: int = 1) -> Outcome:
+    """``n`` calls of ``add(amount)``, one after the other in this thread (so
+    the seeded faults fall the same way every run), each classified by what
+    it reported. Any error that is not a storage error propagates."""
+    load = run_load(lambda: functools.partial(counter.add, amount), count=n, counted=(Contention, GatewayError))
+    failed = Counter(load.errors)
+    # CommitUnknown: it may have been applied. TransformsIgnored, Contention,
+    # Unavailable and other GatewayErrors promise nothing was counted.
+    unknown = failed.pop("CommitUnknown", 0)
+    return Outcome(ok=load.ok, unknown=unknown, failed=failed)
 
 
 def counter_on(gateway: Gateway, strategy: str, name: str | None = None, **kwargs: Any) -> CounterShardDS:
@@ -178,7 +177,7 @@ def test_safe_faults_are_retried_and_every_increment_counts(memory, strategy, se
     rates = {call: {ABORTED: 0.08, UNAVAILABLE: 0.08} for call in ALL_CALLS}
     gw = FaultyGateway(memory, rates, seed=seed)
     counter = counter_on(gw, strategy)
-    outcome = hammer(counter, 150)
+    outcome = add_many(counter, 150)
     with gw.injector.paused():
         total = counter.get_count()
     injected = gw.injector.counts()
@@ -206,7 +205,7 @@ def test_ambiguous_commits_are_reported_never_double_counted(memory, strategy, s
     gw = FaultyGateway(memory, rates, seed=seed)
     counter = counter_on(gw, strategy)
     n = 200
-    outcome = hammer(counter, n, amount=3)
+    outcome = add_many(counter, n, amount=3)
     with gw.injector.paused():
         total = counter.get_count()
     applied = applied_unknowns(gw.injector)
@@ -321,7 +320,7 @@ def test_rpc_faults_under_the_real_retry_policy(request, emulator_name, strategy
         injector = inject_rpc_faults(gateway, RPC_RATES, seed=zlib.crc32(f"{emulator_name}-{strategy}".encode()))
         counter = counter_on(gateway, strategy)
         n = 60
-        outcome = hammer(counter, n, amount=2)
+        outcome = add_many(counter, n, amount=2)
         with injector.paused():
             total = counter.get_count()
         applied = applied_unknowns(injector)

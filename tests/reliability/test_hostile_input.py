@@ -27,7 +27,10 @@ from hypothesis import strategies as st
 from gds_counter.counter import CounterShardDS
 from gds_counter.errors import BadKeyError, BadValueError, GQLError
 from gds_counter.gateway import open_gateway
-from gds_counter.gateway.base import Cursor, Delete, Geopoint, Key, RawEntity, Upsert
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Delete, Upsert
+from gds_counter.gateway.query import Cursor
+from gds_counter.gateway.values import Geopoint, RawEntity
 from gds_counter.gds import Schema, Store
 from gds_counter.gds.gql import parse, to_gql
 

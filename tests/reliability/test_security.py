@@ -12,9 +12,9 @@ from google.oauth2.credentials import Credentials
 
 from gds_counter.errors import GatewayError
 from gds_counter.gateway import open_gateway
-from gds_counter.gateway.base import Key
 from gds_counter.gateway.datastore import DatastoreGateway
 from gds_counter.gateway.embedded import EmbeddedGateway
+from gds_counter.gateway.keys import Key
 from gds_counter.gds.gql import parse, to_gql
 
 SECRET_TOKEN = "ya29.SECRET-ACCESS-TOKEN-do-not-log-0123456789"
@@ -50,7 +50,7 @@ def test_credentials_never_appear_in_logs_reprs_or_errors(monkeypatch, caplog, t
     production.close()
     # emulator path: the credentials are ignored, with a warning that must not quote them
     emulator = DatastoreGateway("my-project", emulator_host=f"127.0.0.1:{_dead_port()}",
-                                credentials=fake_credentials(), timeout=1.0, supports_transforms=True)
+                                credentials=fake_credentials(), timeout=1.0)
     with pytest.raises(GatewayError) as info:
         emulator.lookup([Key.of("K", 1)])
     texts += [repr(emulator), str(info.value), repr(info.value)]

@@ -9,8 +9,8 @@ from /proc/self/status (Linux).
 
 from __future__ import annotations
 
+import functools
 import os
-import threading
 import time
 import uuid
 from collections import Counter
@@ -18,7 +18,8 @@ from collections import Counter
 import pytest
 
 from gds_counter.counter import CounterShardDS, GeneralCounter
-from gds_counter.errors import CommitUnknown, Contention, GatewayError
+from gds_counter.errors import Contention, GatewayError
+from gds_counter.load import Load, start_load
 
 pytestmark = [pytest.mark.soak, pytest.mark.slow, pytest.mark.emulator]
 
@@ -41,27 +42,21 @@ def rss_mb() -> float:
     pytest.skip("no /proc/self/status: RSS cannot be measured here")
 
 
-class SteadyWriter(threading.Thread):
-    def __init__(self, counter, rate: float, until: float) -> None:
-        super().__init__(daemon=True)
-        self.counter, self.interval, self.until = counter, 1.0 / rate, until
-        self.outcomes: Counter[str] = Counter()
-        self.errors: list[str] = []
+def steady_writer(counter, rate: float, seconds: float) -> Load:
+    """One writer adding 1 to ``counter`` ``rate`` times a second for ``seconds``."""
+    return start_load(lambda: functools.partial(counter.add, 1), rate=rate, duration=seconds,
+                      counted=(Contention, GatewayError))
 
-    def run(self) -> None:
-        next_at = time.monotonic()
-        while next_at < self.until:
-            try:
-                self.counter.add(1)
-            except CommitUnknown:
-                self.outcomes["unknown"] += 1
-            except (Contention, GatewayError) as exc:
-                self.outcomes["failed"] += 1
-                self.errors.append(f"{type(exc).__name__}: {exc}"[:200])
-            else:
-                self.outcomes["ok"] += 1
-            next_at += self.interval
-            time.sleep(max(0.0, next_at - time.monotonic()))
+
+def outcomes(load: Load) -> Counter[str]:
+    """ok / unknown (CommitUnknown: it may have been applied) / failed."""
+    result = load.result()
+    unknown = result.errors["CommitUnknown"]
+    return Counter(ok=result.ok, unknown=unknown, failed=result.failed - unknown)
+
+
+def first_errors(load: Load) -> list[str]:
+    return [error[:200] for error in load.result().first_errors[:3]]
 
 
 def test_soak_memory_stays_flat_and_the_count_is_exact(firestore_emulator, tally):
@@ -72,13 +67,11 @@ def test_soak_memory_stays_flat_and_the_count_is_exact(firestore_emulator, tally
         GeneralCounter(f"soak-{name}", gateway=gateway, strategy="increment"),
     ]
     started = time.monotonic()
+    writers = [steady_writer(c, RATE, SECONDS) for c in counters]
     until = started + SECONDS
-    writers = [SteadyWriter(c, RATE, until) for c in counters]
     samples: list[tuple[float, float]] = []
     seen_totals: list[list[int]] = [[] for _ in counters]
     try:
-        for w in writers:
-            w.start()
         warm_up = min(10.0, SECONDS / 6)
         time.sleep(warm_up)
         base = rss_mb()
@@ -88,30 +81,34 @@ def test_soak_memory_stays_flat_and_the_count_is_exact(firestore_emulator, tally
             samples.append((time.monotonic() - started, rss_mb()))
             for i, c in enumerate(counters):
                 seen_totals[i].append(c.get_count())
-        for w in writers:
-            w.join(30)
+        finished = [w.join(30) for w in writers]
         end = rss_mb()
         totals = [c.get_count() for c in counters]
     finally:
+        for w in writers:
+            w.stop()
+            w.join(30)
         gateway.close()
-    outcomes = writers[0].outcomes + writers[1].outcomes
+    seen = [outcomes(w) for w in writers]
+    total_outcomes = seen[0] + seen[1]
     print(
-        f"\nsoak {SECONDS:.0f}s at {RATE:g}/s x {len(writers)} writers: {dict(outcomes)}, totals {totals}; "
+        f"\nsoak {SECONDS:.0f}s at {RATE:g}/s x {len(writers)} writers: {dict(total_outcomes)}, totals {totals}; "
         f"RSS {base:.1f} MB after {warm_up:.0f}s warm-up -> {end:.1f} MB at the end; "
         f"samples {[f'{t:.0f}s:{m:.1f}' for t, m in samples[:: max(1, len(samples) // 12)]]}"
     )
     tally.add(
         f"soak: Firestore emulator, {SECONDS:.0f} s",
-        operations=sum(outcomes.values()),
-        reported_unknown=outcomes["unknown"],
-        increments_lost=sum(max(0, w.outcomes["ok"] - t) for w, t in zip(writers, totals)),
-        double_counts=sum(max(0, t - w.outcomes["ok"] - w.outcomes["unknown"]) for w, t in zip(writers, totals)),
+        operations=sum(total_outcomes.values()),
+        reported_unknown=total_outcomes["unknown"],
+        increments_lost=sum(max(0, o["ok"] - t) for o, t in zip(seen, totals)),
+        double_counts=sum(max(0, t - o["ok"] - o["unknown"]) for o, t in zip(seen, totals)),
     )
-    for w in writers:
-        assert not w.is_alive(), "a writer hung"
-        assert w.outcomes["ok"] >= 0.8 * RATE * SECONDS, (w.outcomes, w.errors[:3])  # it kept up the rate
-        assert w.outcomes["failed"] <= max(1, w.outcomes["ok"] // 100), w.errors[:3]
-    for w, total, seen in zip(writers, totals, seen_totals):
-        assert w.outcomes["ok"] <= total <= w.outcomes["ok"] + w.outcomes["unknown"], (w.outcomes, total)
-        assert seen == sorted(seen), "a reader saw the total go down"
+    assert all(finished), "a writer hung"
+    for w, o in zip(writers, seen):
+        assert not w.unexpected, w.unexpected  # only storage errors are load; anything else is a bug
+        assert o["ok"] >= 0.8 * RATE * SECONDS, (o, first_errors(w))  # it kept up the rate
+        assert o["failed"] <= max(1, o["ok"] // 100), first_errors(w)
+    for o, total, read in zip(seen, totals, seen_totals):
+        assert o["ok"] <= total <= o["ok"] + o["unknown"], (o, total)
+        assert read == sorted(read), "a reader saw the total go down"
     assert end - base < RSS_BOUND_MB, samples

@@ -1,5 +1,9 @@
 """Fault injection for tests: make storage fail on purpose, reproducibly.
 
+Test tooling, so it lives in ``gds_counter.testing`` and nothing in the
+product imports it: a wrapper that fails on purpose must never be one
+import away from production code.
+
 Two wrappers, both driven by a seeded ``random.Random`` so a failing run can
 be replayed exactly, and both recording every fault they injected so a test
 can reconcile what it saw with what was stored:
@@ -57,10 +61,16 @@ import logging
 import random
 import threading
 from collections import Counter
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence, cast
 
 from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, GDSError, Unavailable
-from gds_counter.gateway.base import CommitResult, Gateway, Key, Mutation, Query, QueryResult, RawEntity, Stats
+from gds_counter.gateway.capabilities import Capabilities
+from gds_counter.gateway.base import Gateway
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import CommitResult, Mutation
+from gds_counter.gateway.query import Query, QueryResult
+from gds_counter.gateway.stats import Stats
+from gds_counter.gateway.values import RawEntity
 
 __all__ = [
     "ABORTED",
@@ -133,13 +143,13 @@ class FaultInjector:
         #: Faults to inject first, in order, per call (None: no fault that
         #: time); random draws resume once a call's script is used up.
         self.script: dict[str, list[str | None]] = {}
-        for call, faults in (script or {}).items():
+        for call, sequence in (script or {}).items():
             if call not in CALLS:
                 raise BadValueError(f"unknown call {call!r} in fault script; expected one of {', '.join(CALLS)}")
-            for fault in faults:
-                if fault is not None and fault not in allowed:
-                    raise BadValueError(f"unknown fault {fault!r} for {call}; expected one of {', '.join(allowed)}")
-            self.script[call] = list(faults)
+            for step in sequence:
+                if step is not None and step not in allowed:
+                    raise BadValueError(f"unknown fault {step!r} for {call}; expected one of {', '.join(allowed)}")
+            self.script[call] = list(sequence)
         #: (call, fault) -> how many times it was injected.
         self.injected: Counter[tuple[str, str]] = Counter()
         #: calls seen per name, injected or not.
@@ -203,7 +213,7 @@ class FaultInjector:
 class FaultyGateway:
     """A Gateway that fails on purpose; see the module docstring.
 
-    Everything else (``stats``, ``namespace``, ``supports_transforms`` and
+    Everything else (``stats``, ``namespace``, ``capabilities`` and
     any attribute the inner gateway has) is the inner gateway's, so cost
     accounting and transform detection see the real storage.
     """
@@ -235,8 +245,8 @@ class FaultyGateway:
         return self.inner.namespace
 
     @property
-    def supports_transforms(self) -> bool:
-        return self.inner.supports_transforms
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
 
     def __getattr__(self, name: str) -> Any:
         # Only reached for attributes not defined here (path, explain_query, ...).
@@ -414,7 +424,8 @@ def inject_rpc_faults(
     if isinstance(client, FaultyRpcClient):
         raise BadValueError(f"{gateway!r} already has RPC faults injected")
     injector = FaultInjector(rates, seed=seed, allowed=RPC_FAULTS, script=script)
-    gateway._client = FaultyRpcClient(client, injector)
+    # Duck-typed: it stands in for the GAPIC DatastoreClient it wraps.
+    gateway._client = cast(Any, FaultyRpcClient(client, injector))
     return injector
 
 

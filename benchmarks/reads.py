@@ -44,23 +44,22 @@ from _common import (  # noqa: E402
 from gds_counter.counter import CountCache, CounterShardDS, get_counts  # noqa: E402
 from gds_counter.demo import new_figure  # noqa: E402
 from gds_counter.gateway.base import Gateway  # noqa: E402
+from gds_counter.gateway.mutations import Upsert  # noqa: E402
 
 TYPE = "Reads"
 
 
 def populate(gateway: Gateway, counters: list[CounterShardDS]) -> None:
-    """Write every shard of every counter once (count 1), in big batches."""
-    store = counters[0].store
-    batch = []
+    """Write every shard of every counter once (count 1), in commits of 500
+    (Datastore's limit of mutations per commit)."""
+    upserts: list[Upsert] = []
     for counter in counters:
         if counter.num_shards > counter.layout.default_shards:
             counter.increase_shards(counter.num_shards)
-        batch += [counter.shard_entity(n, 1) for n in counter.layout.shard_numbers(counter.num_shards)]
-        if len(batch) >= 500:
-            store.upsert(batch)
-            batch = []
-    if batch:
-        store.upsert(batch)
+        upserts += [Upsert(counter.layout.shard_entity(counter.name, n, 1, counter.namespace))
+                    for n in counter.layout.shard_numbers(counter.num_shards)]
+    for start in range(0, len(upserts), 500):
+        gateway.commit(upserts[start : start + 500])
 
 
 def measure(gateway: Gateway, what: str, read: Callable[[], Any], expected: int | list[int],

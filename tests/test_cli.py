@@ -81,7 +81,9 @@ def test_runtime_errors_exit_1_without_traceback(tmp_path):
 def test_corrupt_data_exits_1(tmp_path):
     # A corrupt shard is a runtime data problem: exit 1 and name the shard.
     from gds_counter.gateway import open_gateway
-    from gds_counter.gateway.base import Key, RawEntity, Upsert
+    from gds_counter.gateway.keys import Key
+    from gds_counter.gateway.mutations import Upsert
+    from gds_counter.gateway.values import RawEntity
 
     url = f"sqlite:///{tmp_path / 'c.sqlite3'}"
     gateway = open_gateway(url)

@@ -2,28 +2,26 @@
 article's named ``GeneralCounter``, one engine with two data layouts."""
 
 from gds_counter.counter.article import CounterShardDS, make_target
-from gds_counter.counter.cache import DEFAULT_CACHE, CountCache
+from gds_counter.counter.cache import CountCache
 from gds_counter.counter.entity import CounterShardEntity
 from gds_counter.counter.general import GeneralCounter
-from gds_counter.counter.layout import LAYOUTS, NDB_GENERAL, PHP_ARTICLE, Layout
+from gds_counter.counter.layout import NDB_GENERAL, PHP_ARTICLE, Layout
 from gds_counter.counter.sharded import AutoGrow, ShardedCounter, get_counts
-from gds_counter.counter.strategy import STRATEGIES, Strategy, get_strategy
+from gds_counter.counter.strategy import STRATEGIES, Shard, Strategy
 
 __all__ = [
     "AutoGrow",
     "CounterShardDS",
     "CounterShardEntity",
     "CountCache",
-    "DEFAULT_CACHE",
     "GeneralCounter",
-    "LAYOUTS",
     "Layout",
     "NDB_GENERAL",
     "PHP_ARTICLE",
     "STRATEGIES",
+    "Shard",
     "ShardedCounter",
     "Strategy",
     "get_counts",
-    "get_strategy",
     "make_target",
 ]

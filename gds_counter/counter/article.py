@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gds_counter._checks import is_int
 from gds_counter.counter.cache import CountCache
 from gds_counter.counter.entity import CounterShardEntity
 from gds_counter.counter.sharded import AutoGrow, ShardedCounter, check_num_shards
@@ -21,7 +22,7 @@ from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy
 
 
 def _target_part(what: str, value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
+    if not (isinstance(value, str) or is_int(value)):
         raise BadValueError(f"{what} must be a non-empty string or an int, got {type(value).__name__} {value!r}")
     text = str(value)
     if text == "":
@@ -64,8 +65,9 @@ class CounterShardDS(ShardedCounter):
     ) -> None:
         target = make_target(target_type, target_id)
         check_num_shards(num_shards)
-        entity_class = CounterShardEntity
-        if store is not None and isinstance(store, Store):
+        # A Store of a CounterShardEntity subclass brings that subclass's KIND_PFX.
+        entity_class: type[CounterShardEntity] = CounterShardEntity
+        if isinstance(store, Store):
             declared = store.schema.get_entity_class()
             if isinstance(declared, type) and issubclass(declared, CounterShardEntity):
                 entity_class = declared
@@ -77,7 +79,6 @@ class CounterShardDS(ShardedCounter):
             num_shards=num_shards,
             store=store,
             gateway=gateway,
-            entity_class=entity_class,
             strategy=strategy,
             retry=retry,
             cache=cache,

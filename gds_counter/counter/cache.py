@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from typing import Hashable
 
 from gds_counter.errors import BadValueError
+from gds_counter.gateway.base import Gateway
+
+__all__ = ["DEFAULT_TTL", "CountCache", "shared_cache"]
 
 DEFAULT_TTL = 60.0
 
@@ -25,7 +29,7 @@ class CountCache:
     """
 
     def __init__(self, ttl: float = DEFAULT_TTL) -> None:
-        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0:
+        if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:
             raise BadValueError(f"cache ttl must be a positive number of seconds, got {ttl!r}")
         self.ttl = float(ttl)
         self._lock = threading.Lock()
@@ -64,6 +68,17 @@ class CountCache:
             self._entries.clear()
 
 
-#: Shared by every counter built with ``cache=True``, so that short-lived
-#: counter objects (one per web request) still share their cached totals.
-DEFAULT_CACHE = CountCache()
+_shared: "weakref.WeakKeyDictionary[Gateway, CountCache]" = weakref.WeakKeyDictionary()
+_shared_lock = threading.Lock()
+
+
+def shared_cache(gateway: Gateway) -> CountCache:
+    """The cache that counters built with ``cache=True`` share on ``gateway``,
+    so that short-lived counter objects (one per web request) still share
+    their cached totals. It lives exactly as long as the gateway: a new
+    gateway, even one at the same address in memory, starts with none."""
+    with _shared_lock:
+        cache = _shared.get(gateway)
+        if cache is None:
+            cache = _shared[gateway] = CountCache()
+        return cache

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from gds_counter.errors import BadValueError
+from gds_counter._checks import check_int
 from gds_counter.gds.entity import Entity
 from gds_counter.gds.schema import Schema
 from gds_counter.counter.layout import PHP_ARTICLE, Layout
@@ -25,8 +25,7 @@ class CounterShardEntity(Entity):
 
     def __init__(self, target: str, shard_num: int, count: int = 0) -> None:
         super().__init__()
-        if isinstance(shard_num, bool) or not isinstance(shard_num, int):
-            raise BadValueError(f"shard_num must be an int, got {type(shard_num).__name__} {shard_num!r}")
+        check_int(shard_num, "shard_num")
         layout = type(self).layout()
         self.set_namespace(None)
         for name, value in layout.shard_fields(target, count).items():

@@ -9,11 +9,17 @@ and writing the very same entities.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
-from gds_counter.errors import BadValueError
-from gds_counter.gateway.base import Key
-from gds_counter.gds.schema import Schema
+from gds_counter._checks import is_int
+from gds_counter.errors import BadValueError, CorruptDataError
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.values import RawEntity
+from gds_counter.gds.schema import Schema, read_integer
+
+__all__ = ["NDB_GENERAL", "PHP_ARTICLE", "Layout"]
 
 
 @attrs.frozen
@@ -89,6 +95,37 @@ class Layout:
             fields[self.count_property] = count
         return fields
 
+    def shard_entity(self, target: str, shard: int, count: int | None, namespace: str = "") -> RawEntity:
+        """A shard as it is stored, index flags included (``count`` None:
+        without count, for a server-side increment to supply it)."""
+        unindexed = frozenset() if self.count_indexed else frozenset({self.count_property})
+        return RawEntity(self.shard_key(target, shard, namespace), self.shard_fields(target, count), unindexed)
+
+    def count_of(self, shard: RawEntity | None) -> int:
+        """A stored shard's count, read straight from the stored values (a
+        read needs one integer per shard, not a mapped entity). A missing
+        shard or count is 0; a count some PHP code wrote as a string is read
+        as php-gds reads it; anything else is ``CorruptDataError``."""
+        if shard is None:
+            return 0
+        return self._stored_int(shard, self.count_property, low=None)
+
+    def config_of(self, config: RawEntity | None) -> int | None:
+        """The shard count a config entity records (None: none recorded)."""
+        if config is None or config.properties.get(self.config_property) is None:
+            return None
+        return self._stored_int(config, self.config_property, low=1)
+
+    def _stored_int(self, raw: RawEntity, name: str, *, low: int | None) -> Any:
+        where = f"{raw.key}.{name}"
+        value = read_integer(raw.properties.get(name), where)
+        if value is None:
+            return 0 if low is None else None
+        if not is_int(value) or (low is not None and value < low):
+            what = "a shard count must be an integer" if low is None else "it must be a positive integer"
+            raise CorruptDataError(f"{raw.key} holds {name}={value!r} ({type(value).__name__}); {what}")
+        return value
+
 
 #: The PHP article's ``IK\CounterShardEntity``: the default, byte for byte.
 PHP_ARTICLE = Layout(
@@ -113,5 +150,3 @@ NDB_GENERAL = Layout(
     first_shard=0,
     config_kind="GeneralCounterShardConfig",
 )
-
-LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (PHP_ARTICLE, NDB_GENERAL)}

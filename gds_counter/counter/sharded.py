@@ -18,6 +18,8 @@ What this engine adds to the articles it ports:
   never retried, because a blind retry could count twice.
 * **Reads are one RPC.** ``get_count()`` is one batch lookup of every shard
   key plus the counter's config entity: strongly consistent, and no query.
+  It reads one integer per shard straight from the stored values (the keys
+  are built once per counter), without mapping shards to entities.
 * **Shards only grow, and readers always see them.** How many shards a
   counter has is recorded in its config entity (kind ``layout.config_kind``,
   key name = counter name, ``num_shards``), which every read fetches in the
@@ -34,19 +36,25 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from typing import Any, Hashable, Iterable, Sequence
+from typing import Callable, Hashable, Iterable, Sequence
 
 import attrs
 
-from gds_counter.counter.cache import DEFAULT_CACHE, CountCache
+from gds_counter._checks import INT64_MAX, check_int
+from gds_counter.counter.cache import CountCache, shared_cache
 from gds_counter.counter.layout import Layout
-from gds_counter.counter.strategy import Strategy, get_strategy
-from gds_counter.errors import BadValueError, Contention, CorruptDataError, GDSError, TotalUnavailable, Unavailable
-from gds_counter.gateway.base import MAX_ID, MAX_KEYS_PER_LOOKUP, Gateway, Key, RawEntity
-from gds_counter.gds.entity import Entity
-from gds_counter.gds.mapper import from_raw
+from gds_counter.counter.strategy import Shard, Strategy, get_strategy
+from gds_counter.errors import BadValueError, Contention, GDSError, TotalUnavailable, Unavailable
+from gds_counter.gateway import shared_gateway
+from gds_counter.gateway.base import Gateway, commit_in_transaction, run_query_all
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Mutation, Upsert
+from gds_counter.gateway.query import PropertyFilter, Query
+from gds_counter.gateway.values import RawEntity
 from gds_counter.gds.store import Store
 from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy, retry_contention
+
+__all__ = ["AutoGrow", "ShardedCounter", "check_num_shards", "get_counts"]
 
 log = logging.getLogger(__name__)
 
@@ -70,20 +78,8 @@ class AutoGrow:
     max_shards: int = attrs.field(default=320, validator=attrs.validators.ge(1))
 
 
-def check_count_amount(amount: Any) -> int:
-    if isinstance(amount, bool) or not isinstance(amount, int):
-        raise BadValueError(f"amount must be an int, got {type(amount).__name__} {amount!r}")
-    if not -MAX_ID <= amount <= MAX_ID:
-        raise BadValueError(f"amount {amount} does not fit in a 64-bit integer")
-    return amount
-
-
-def check_num_shards(num_shards: Any, what: str = "num_shards") -> int:
-    if isinstance(num_shards, bool) or not isinstance(num_shards, int):
-        raise BadValueError(f"{what} must be an int, got {type(num_shards).__name__} {num_shards!r}")
-    if num_shards < 1:
-        raise BadValueError(f"{what} must be at least 1, got {num_shards}")
-    return num_shards
+def check_num_shards(num_shards: object, what: str = "num_shards") -> int:
+    return check_int(num_shards, what, low=1, high=None)
 
 
 class ShardedCounter:
@@ -92,6 +88,10 @@ class ShardedCounter:
     ``CounterShardDS`` (PHP layout) and ``GeneralCounter`` (ndb layout) are
     this class with their articles' constructors. Safe to share between
     threads.
+
+    ``store`` (a Store for the layout's shard kind) or ``gateway`` (a
+    gateway or URL) says where the counter lives; neither means the shared
+    default gateway.
     """
 
     def __init__(
@@ -102,7 +102,6 @@ class ShardedCounter:
         num_shards: int | None = None,
         store: Store | None = None,
         gateway: Gateway | str | None = None,
-        entity_class: type[Entity] | None = None,
         strategy: str | Strategy = "auto",
         retry: RetryPolicy = DEFAULT_RETRY,
         cache: CountCache | bool | None = None,
@@ -120,33 +119,30 @@ class ShardedCounter:
         self._follow_config = num_shards is None
         self._min_shards = 1 if num_shards is None else check_num_shards(num_shards)
         self._strategy = get_strategy(strategy)
-        self.strategy_name = strategy if isinstance(strategy, str) else self._strategy.name
         if auto_grow is None:
             auto_grow = strategy == "auto-grow"
         self._auto_grow: AutoGrow | None = (AutoGrow() if auto_grow is True else auto_grow) or None
         self._retry = retry
-        self._cache: CountCache | None = DEFAULT_CACHE if cache is True else (cache or None)
 
-        self._shard_schema = layout.shard_schema()
-        if entity_class is not None:
-            self._shard_schema.set_entity_class(entity_class)
-        if store is None:
-            store = Store(self._shard_schema, gateway)
-        elif not isinstance(store, Store):
-            raise BadValueError(f"store must be a gds Store, got {type(store).__name__} {store!r}")
-        elif store.schema.kind != layout.shard_kind:
-            raise BadValueError(
-                f"store is for kind {store.schema.kind!r} but counter {name!r} keeps its shards "
-                f"in kind {layout.shard_kind!r} (layout {layout.name!r})"
-            )
-        self.store = store
+        if store is not None:
+            if not isinstance(store, Store):
+                raise BadValueError(f"store must be a gds Store, got {type(store).__name__} {store!r}")
+            if store.schema.kind != layout.shard_kind:
+                raise BadValueError(
+                    f"store is for kind {store.schema.kind!r} but counter {name!r} keeps its shards "
+                    f"in kind {layout.shard_kind!r} (layout {layout.name!r})"
+                )
+            self._gateway, self.namespace = store.gateway, store.namespace
+        else:
+            self._gateway = gateway if isinstance(gateway, Gateway) else shared_gateway(gateway)
+            self.namespace = self._gateway.namespace
+        self._cache: CountCache | None = shared_cache(self._gateway) if cache is True else (cache or None)
         # Check the key names now, so a bad name fails before any write: up
         # to the last shard this counter may write (growth included), or an
         # increment on a low shard could land where no read can reach it.
         grow_cap = self._auto_grow.max_shards if self._auto_grow is not None else 0
-        layout.shard_key(name, layout.shard_numbers(max(self._min_shards, layout.default_shards, grow_cap))[-1])
-        self._config_store = Store(layout.config_schema(), store.gateway, namespace=store.namespace)
-        self._config_schema = self._config_store.schema
+        self._shard_key(layout.shard_numbers(max(self._min_shards, layout.default_shards, grow_cap))[-1])
+        self._config_key = layout.config_key(name, self.namespace)
 
         self._lock = threading.Lock()
         #: Shards this process writes into: the constructor's number, raised
@@ -155,85 +151,58 @@ class ShardedCounter:
         self._config_seen = not self._follow_config
         #: The largest shard count known to be recorded in the config entity.
         self._recorded = 0
+        #: Shard keys built so far, in shard order: a read reuses them.
+        self._keys: list[Key] = []
 
-    # --- naming -------------------------------------------------------------
+    # --- where it lives -------------------------------------------------------
 
     @property
     def gateway(self) -> Gateway:
-        return self.store.gateway
+        return self._gateway
 
     @property
     def num_shards(self) -> int:
         """Shards this counter writes into (grows, never shrinks)."""
         return self._num_shards or self.layout.default_shards
 
-    @property
-    def read_shards(self) -> int:
+    def _read_shards(self) -> int:
         """Shards a read looks up: never fewer than the layout's default,
         because a writer built with the default (or PHP's NUM_SHARDS) may
         have written them without recording anything."""
         return max(self._num_shards, self.layout.default_shards)
 
+    def _shard_key(self, number: int) -> Key:
+        return self.layout.shard_key(self.name, number, self.namespace)
+
+    def _shard_keys(self, count: int) -> list[Key]:
+        """The first ``count`` shard keys, built once per counter."""
+        keys = self._keys
+        if len(keys) < count:
+            with self._lock:
+                keys = self._keys
+                if len(keys) < count:
+                    numbers = self.layout.shard_numbers(count)[len(keys):]
+                    keys = self._keys = keys + [self._shard_key(n) for n in numbers]
+        return keys[:count]
+
+    def _shard(self, number: int) -> Shard:
+        return Shard(self._gateway, self.layout, self.name, number, self.namespace)
+
+    def _cache_key(self) -> Hashable:
+        return (self.namespace, self.layout.shard_kind, self.name)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self} shards={self._num_shards}>"
+
+    def __str__(self) -> str:
+        return f"{self.layout.shard_kind} {self.name!r}"
+
+    # --- the config entity ------------------------------------------------------
+
     def _writable(self) -> None:
         """Know how many shards to write into before the first write."""
         if not self._config_seen:
-            self._learn(self._decode_config(self.gateway.lookup([self.config_key()])[0]))
-
-    def shard_name(self, shard: int) -> str:
-        return self.layout.shard_name(self.name, shard)
-
-    def shard_key(self, shard: int) -> Key:
-        return self.layout.shard_key(self.name, shard, self.store.namespace)
-
-    def config_key(self) -> Key:
-        return self.layout.config_key(self.name, self.store.namespace)
-
-    def shard_entity(self, shard: int, count: int | None) -> Entity:
-        """A shard as the layout stores it (``count`` None: without count)."""
-        entity = self.store.create_entity(self.layout.shard_fields(self.name, count))
-        entity.set_key_name(self.shard_name(shard))
-        return entity
-
-    def _cache_key(self) -> Hashable:
-        return (id(self.gateway), self.store.namespace, self.layout.shard_kind, self.name)
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.describe()} shards={self._num_shards}>"
-
-    def describe(self) -> str:
-        return f"{self.layout.shard_kind} {self.name!r}"
-
-    # --- decoding -------------------------------------------------------------
-
-    def count_of(self, shard: Entity) -> int:
-        """A shard's count; a missing count is 0 (a shard written with the
-        count left to a transform the server ignored)."""
-        value = shard[self.layout.count_property]
-        if value is None:
-            return 0
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise CorruptDataError(
-                f"shard {shard.get_key()} holds {self.layout.count_property}={value!r} "
-                f"({type(value).__name__}); a shard count must be an integer"
-            )
-        return value
-
-    def _decode_shard(self, raw: RawEntity) -> int:
-        return self.count_of(from_raw(raw, self._shard_schema))
-
-    def _decode_config(self, raw: RawEntity | None) -> int | None:
-        return None if raw is None else self._config_value(from_raw(raw, self._config_schema))
-
-    def _config_value(self, config: Entity) -> int | None:
-        value = config[self.layout.config_property]
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise CorruptDataError(
-                f"counter config {config.get_key()} holds {self.layout.config_property}={value!r}; "
-                "it must be a positive integer"
-            )
-        return value
+            self._learn(self.layout.config_of(self._gateway.lookup([self._config_key])[0]))
 
     def _learn(self, recorded: int | None) -> None:
         with self._lock:
@@ -244,8 +213,37 @@ class ShardedCounter:
             self._recorded = max(self._recorded, recorded)
             if recorded > self._num_shards:
                 if self._num_shards:
-                    log.info("%s has grown to %d shards", self.describe(), recorded)
+                    log.info("%s has grown to %d shards", self, recorded)
                 self._num_shards = recorded
+
+    def _record(self, decide: Callable[[int | None], int]) -> None:
+        """In one transaction (retried on conflict), read the recorded shard
+        count, let ``decide`` say what it should be, write it if it grew, and
+        learn the result."""
+
+        def attempt() -> int:
+            outcome: list[int] = []
+
+            def work(token: bytes) -> Sequence[Mutation]:
+                [stored] = self._gateway.lookup([self._config_key], transaction=token)
+                recorded = self.layout.config_of(stored)
+                outcome[:] = [decide(recorded)]
+                if outcome[0] <= (recorded or 0):
+                    return []
+                fields = {self.layout.config_property: outcome[0]}
+                return [Upsert(RawEntity(self._config_key, fields))]
+
+            commit_in_transaction(self._gateway, work)
+            return outcome[0]
+
+        self._learn(retry_contention(attempt, self._retry, what=f"recording the shards of {self}"))
+
+    def _ensure_recorded(self) -> None:
+        """Before writing beyond the default shards, make sure the config
+        says so, or a reader built with the default would miss those shards."""
+        wanted = self._num_shards
+        if wanted > self.layout.default_shards and wanted > self._recorded:
+            self._record(lambda stored: max(stored or 0, wanted))
 
     # --- reads ------------------------------------------------------------------
 
@@ -267,17 +265,13 @@ class ShardedCounter:
                 f"layout {self.layout.name!r} stores no target property, so its shards cannot be "
                 "queried; use get_count() (a key lookup)"
             )
-        # A fresh Store: a Store remembers its query, so sharing one between
-        # threads that query would mix them up.
-        store = Store(self._shard_schema, self.gateway, namespace=self.store.namespace)
-        shards = store.fetch_all(f"SELECT * FROM {self.layout.shard_kind} WHERE {target} = @target", {"target": self.name})
-        return sum(self.count_of(shard) for shard in shards)
+        query = Query(self.layout.shard_kind, namespace=self.namespace, filter=PropertyFilter(target, "=", self.name))
+        return sum(self.layout.count_of(shard) for shard in run_query_all(self._gateway, query))
 
     def shards(self) -> list[tuple[int, int]]:
         """``(shard number, count)`` for every shard a read covers, missing
         shards as 0, in shard order: where the writes went."""
-        counts = _read_shards([self])[0]
-        return sorted(counts.items())
+        return sorted(_read_shards([self])[0].items())
 
     # --- writes -------------------------------------------------------------------
 
@@ -287,7 +281,7 @@ class ShardedCounter:
         Returns once the amount is committed exactly once; raises otherwise
         (``Contention`` after retries, with the attempts in its message).
         """
-        amount = check_count_amount(amount)
+        amount = check_int(amount, "amount", low=-INT64_MAX)
         if amount == 0:
             return
         self._writable()
@@ -304,33 +298,35 @@ class ShardedCounter:
             return get_counts([self], use_cache=False)[0]
         except GDSError as exc:
             raise TotalUnavailable(
-                f"{self.describe()}: the increment by {amount} WAS counted, but reading the new total "
+                f"{self}: the increment by {amount} WAS counted, but reading the new total "
                 f"failed ({exc}); do not retry the increment"
             ) from exc
 
     def decrement(self, amount: int = 1) -> int:
         """Subtract ``amount``; one shard may go below zero, the total is exact."""
-        amount = check_count_amount(amount)
-        return self.increment(-amount)
+        return self.increment(-check_int(amount, "amount", low=-INT64_MAX))
 
     def reset(self) -> None:
         """Set every shard to 0, in transactions of at most 25 shards (so an
         increment racing with it is either wiped or kept whole, never half)."""
-        numbers = list(self.layout.shard_numbers(self.read_shards))
-        store = self.store
+        numbers = list(self.layout.shard_numbers(self._read_shards()))
         for start in range(0, len(numbers), _MAX_GROUPS_PER_TRANSACTION):
-            chunk = numbers[start : start + _MAX_GROUPS_PER_TRANSACTION]
+            chunk = [self._shard(n) for n in numbers[start : start + _MAX_GROUPS_PER_TRANSACTION]]
 
-            def zero(tx: Store, chunk: list[int] = chunk) -> None:
-                found = tx.fetch_by_names([self.shard_name(n) for n in chunk])
-                stale = [n for n, shard in zip(chunk, found) if shard is not None and shard[self.layout.count_property] != 0]
-                if stale:
-                    tx.upsert([self.shard_entity(n, 0) for n in stale])
+            def zero(token: bytes, chunk: list[Shard] = chunk) -> Sequence[Mutation]:
+                found = self._gateway.lookup([shard.key for shard in chunk], transaction=token)
+                return [
+                    Upsert(shard.entity(0))
+                    for shard, raw in zip(chunk, found)
+                    if raw is not None and raw.properties.get(self.layout.count_property) != 0
+                ]
 
-            store.run_in_transaction(zero, retry=self._retry)
+            retry_contention(
+                lambda zero=zero: commit_in_transaction(self._gateway, zero), self._retry, what=f"resetting {self}"
+            )
         if self._cache is not None:
             self._cache.invalidate(self._cache_key())
-        log.info("reset %s (%d shards)", self.describe(), len(numbers))
+        log.info("reset %s (%d shards)", self, len(numbers))
 
     def increase_shards(self, num_shards: int) -> int:
         """Spread future writes over ``num_shards`` shards, recorded for every
@@ -339,8 +335,7 @@ class ShardedCounter:
         num_shards = check_num_shards(num_shards)
         self.layout.shard_key(self.name, self.layout.shard_numbers(num_shards)[-1])  # every new key fits
 
-        def record(tx: Store) -> int:
-            stored = self._load_config(tx)
+        def decide(stored: int | None) -> int:
             # No config means the default, for a counter that follows it (ndb's reading).
             current = max(stored or (self.layout.default_shards if self._follow_config else 0), self._num_shards)
             if num_shards < current:
@@ -348,39 +343,10 @@ class ShardedCounter:
                     f"counter {self.name!r} has {current} shards; increase_shards({num_shards}) would "
                     f"decrease it from {current} to {num_shards} (shards only grow)"
                 )
-            if (stored or 0) < num_shards:
-                self._save_config(tx, num_shards)
             return num_shards
 
-        self._learn(self._config_store.run_in_transaction(record, retry=self._retry))
+        self._record(decide)
         return self._num_shards
-
-    # --- the config entity ------------------------------------------------------------
-
-    def _load_config(self, tx: Store) -> int | None:
-        config = tx.fetch_by_name(self.name)
-        return None if config is None else self._config_value(config)
-
-    def _save_config(self, tx: Store, num_shards: int) -> None:
-        entity = tx.create_entity({self.layout.config_property: num_shards})
-        entity.set_key_name(self.name)
-        tx.upsert(entity)
-
-    def _ensure_recorded(self) -> None:
-        """Before writing beyond the default shards, make sure the config
-        says so, or a reader built with the default would miss those shards."""
-        wanted = self._num_shards
-        if wanted <= self.layout.default_shards or wanted <= self._recorded:
-            return
-
-        def record(tx: Store) -> int:
-            stored = self._load_config(tx) or 0
-            if stored < wanted:
-                self._save_config(tx, wanted)
-                return wanted
-            return stored
-
-        self._learn(self._config_store.run_in_transaction(record, retry=self._retry))
 
     def _grow(self, seen: int) -> bool:
         """Multiply the shard count after sustained contention. True if this
@@ -389,39 +355,35 @@ class ShardedCounter:
         grow = self._auto_grow
         assert grow is not None
 
-        def record(tx: Store) -> int:
-            stored = self._load_config(tx) or 0
-            current = max(stored, seen, self._min_shards)
+        def decide(stored: int | None) -> int:
+            stored = stored or 0
             if stored > seen:
                 return stored  # another process grew it already
+            current = max(stored, seen, self._min_shards)
             target = min(current * grow.factor, grow.max_shards)
-            if target <= current:
-                return current
-            self._save_config(tx, target)
-            return target
+            return target if target > current else stored  # at the cap: record nothing
 
         try:
-            self._learn(self._config_store.run_in_transaction(record, retry=self._retry))
+            self._record(decide)
         except Contention as exc:
             # The config is itself contended: not growing now is safe (the
             # increment is then raised, not dropped).
-            log.warning("%s could not record more shards: %s", self.describe(), exc)
+            log.warning("%s could not record more shards: %s", self, exc)
         if self._num_shards > seen:
-            self.gateway.stats.bump("counter.grown")
-            log.warning("%s kept conflicting on %d shards; now %d", self.describe(), seen, self._num_shards)
+            self._gateway.stats.bump("counter.grown")
+            log.warning("%s kept conflicting on %d shards; now %d", self, seen, self._num_shards)
             return True
         return False
 
     # --- committing one amount ---------------------------------------------------------
 
     def _commit(self, amount: int) -> None:
-        stats = self.gateway.stats
+        stats = self._gateway.stats
         attempts = 0
-        what = f"increment of counter {self.describe()} by {amount}"
+        what = f"increment of counter {self} by {amount}"
 
         def attempt() -> None:
-            shard = random.choice(self.layout.shard_numbers(self._num_shards))
-            self._strategy.add(self, shard, amount)
+            self._strategy.add(self._shard(random.choice(self.layout.shard_numbers(self._num_shards))), amount)
 
         grow = self._auto_grow
         growing = grow is not None
@@ -449,7 +411,7 @@ class ShardedCounter:
                     growing = self._grow(seen)
                     continue
                 raise Contention(
-                    f"counter {self.describe()}: the increment by {amount} was NOT counted; "
+                    f"counter {self}: the increment by {amount} was NOT counted; "
                     f"it conflicted on all {attempts} attempts (over {self._num_shards} shards). "
                     "Retry later, add shards (increase_shards) or use auto_grow.",
                     attempts=attempts,
@@ -470,13 +432,12 @@ def get_counts(counters: Iterable[ShardedCounter], *, use_cache: bool = True) ->
             if counter._cache is not None:
                 totals[i] = counter._cache.get(counter._cache_key())
     todo = [i for i, total in enumerate(totals) if total is None]
-    shard_counts = _read_shards([counters[i] for i in todo])
-    for i, counts in zip(todo, shard_counts):
-        total = sum(counts.values())
-        totals[i] = total
-        if counters[i]._cache is not None:
-            counters[i]._cache.set(counters[i]._cache_key(), total)
-    return [int(total) for total in totals]  # type: ignore[arg-type]
+    for i, counts in zip(todo, _read_shards([counters[i] for i in todo])):
+        total = totals[i] = sum(counts.values())
+        cache = counters[i]._cache
+        if cache is not None:
+            cache.set(counters[i]._cache_key(), total)
+    return [int(total or 0) for total in totals]
 
 
 def _read_shards(counters: Sequence[ShardedCounter]) -> list[dict[int, int]]:
@@ -484,35 +445,32 @@ def _read_shards(counters: Sequence[ShardedCounter]) -> list[dict[int, int]]:
     keys per gateway, plus one more only for counters found to have grown
     beyond what this process knew."""
     results: list[dict[int, int]] = [{} for _ in counters]
-    by_gateway: dict[int, list[int]] = {}
+    by_gateway: dict[Gateway, list[int]] = {}
     for i, counter in enumerate(counters):
-        by_gateway.setdefault(id(counter.gateway), []).append(i)
-    for indexes in by_gateway.values():
-        gateway = counters[indexes[0]].gateway
-        wanted: list[tuple[int, int | None, Key]] = []  # (counter index, shard or None for config, key)
+        by_gateway.setdefault(counter.gateway, []).append(i)
+    for gateway, indexes in by_gateway.items():
+        spans: list[tuple[int, int]] = []  # (counter index, shards read)
+        keys: list[Key] = []
         for i in indexes:
             counter = counters[i]
-            wanted.append((i, None, counter.config_key()))
-            wanted += [(i, n, counter.shard_key(n)) for n in counter.layout.shard_numbers(counter.read_shards)]
-        grown: list[tuple[int, int | None, Key]] = []
-        for (i, shard, _), raw in zip(wanted, _lookup(gateway, [key for _, _, key in wanted])):
+            shard_keys = counter._shard_keys(counter._read_shards())
+            spans.append((i, len(shard_keys)))
+            keys += [counter._config_key, *shard_keys]
+        found = iter(gateway.lookup(keys))
+        grown: list[tuple[int, int]] = []  # (counter index, shards read before)
+        for i, width in spans:
             counter = counters[i]
-            if shard is not None:
-                results[i][shard] = 0 if raw is None else counter._decode_shard(raw)
-                continue
-            before = counter.read_shards
-            counter._learn(counter._decode_config(raw))
-            extra = counter.layout.shard_numbers(counter.read_shards)[before:]
-            grown += [(i, n, counter.shard_key(n)) for n in extra]
+            counter._learn(counter.layout.config_of(next(found)))
+            numbers = counter.layout.shard_numbers(width)
+            results[i] = {n: counter.layout.count_of(next(found)) for n in numbers}
+            if counter._read_shards() > width:
+                grown.append((i, width))
         if grown:
-            for (i, shard, _), raw in zip(grown, _lookup(gateway, [key for _, _, key in grown])):
-                assert shard is not None
-                results[i][shard] = 0 if raw is None else counters[i]._decode_shard(raw)
+            extra: list[tuple[int, int, Key]] = []
+            for i, width in grown:
+                counter = counters[i]
+                numbers = counter.layout.shard_numbers(counter._read_shards())[width:]
+                extra += zip([i] * len(numbers), numbers, counter._shard_keys(counter._read_shards())[width:])
+            for (i, number, _), raw in zip(extra, gateway.lookup([key for _, _, key in extra])):
+                results[i][number] = counters[i].layout.count_of(raw)
     return results
-
-
-def _lookup(gateway: Gateway, keys: list[Key]) -> list[RawEntity | None]:
-    found: list[RawEntity | None] = []
-    for start in range(0, len(keys), MAX_KEYS_PER_LOOKUP):
-        found += gateway.lookup(keys[start : start + MAX_KEYS_PER_LOOKUP])
-    return found

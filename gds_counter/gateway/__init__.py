@@ -8,7 +8,8 @@ import threading
 from urllib.parse import parse_qs, urlsplit
 
 from gds_counter.errors import BadValueError
-from gds_counter.gateway.base import Gateway, Stats
+from gds_counter.gateway.base import Gateway
+from gds_counter.gateway.stats import Stats
 
 __all__ = ["Gateway", "Stats", "open_gateway", "shared_gateway", "DEFAULT_URL"]
 

@@ -47,9 +47,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
-import threading
 import time
-from collections import OrderedDict
 from typing import Any, Callable, Sequence
 
 from google.api_core import exceptions as gexc
@@ -58,34 +56,12 @@ from google.cloud.datastore_v1.types import datastore as _ds
 from google.cloud.datastore_v1.types import entity as _ent
 from google.cloud.datastore_v1.types import query as _qry
 
-from gds_counter.errors import (
-    BadKeyError,
-    BadValueError,
-    CommitUnknown,
-    Contention,
-    GatewayError,
-    GDSError,
-    Unavailable,
-)
-from gds_counter.gateway.base import (
-    MAX_KEYS_PER_LOOKUP,
-    MAX_MUTATIONS_PER_COMMIT,
-    CommitResult,
-    CompositeFilter,
-    Cursor,
-    Delete,
-    Geopoint,
-    Key,
-    MutationResult,
-    PathElement,
-    PropertyFilter,
-    Query,
-    QueryResult,
-    RawEntity,
-    Stats,
-    Upsert,
-    validate_entity,
-)
+from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, GDSError, Unavailable
+from gds_counter.gateway.base import BaseGateway, TransactionState
+from gds_counter.gateway.keys import Key, PathElement
+from gds_counter.gateway.mutations import Delete, Mutation, Upsert
+from gds_counter.gateway.query import CompositeFilter, Cursor, PropertyFilter, Query, QueryResult
+from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity
 
 __all__ = ["DatastoreGateway", "should_retry", "translate_error", "DEFAULT_RETRY"]
 
@@ -106,7 +82,6 @@ _PropertyOrderPb = _qry.PropertyOrder.pb()
 _BatchPb = _qry.QueryResultBatch.pb()
 
 _UTC = _dt.timezone.utc
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_UTC)
 
 _OPS = {
     "=": _PropertyFilterPb.EQUAL,
@@ -217,17 +192,17 @@ def _strip_scheme(host: str) -> str:
     return host.rstrip("/")
 
 
-class DatastoreGateway:
+class DatastoreGateway(BaseGateway[TransactionState]):
     """Gateway over Cloud Datastore / Firestore in Datastore mode.
 
     ``emulator_host`` (or ``DATASTORE_EMULATOR_HOST`` when it is None) points
     at an emulator over an insecure channel with no credentials; otherwise
     ``credentials`` or Application Default Credentials reach production.
 
-    ``supports_transforms``: True for production; under an emulator it is
-    the constructor argument, else found by one probe (see the property).
-    Whatever it says, a commit whose transforms come back without results
-    reports ``transform_results=None`` and turns it False.
+    ``capabilities``: what the server can do, learned by one probe on first
+    use (``BaseGateway.capabilities``), never assumed: the legacy Datastore
+    emulator ignores transforms and masks, and a wrong guess would let a
+    masked increment replace a shard.
 
     Thread-safe: one gateway may be shared by many threads (gRPC channels are).
     """
@@ -242,7 +217,6 @@ class DatastoreGateway:
         credentials: Any = None,
         timeout: float = 30.0,
         retry: Retry | None = DEFAULT_RETRY,
-        supports_transforms: bool | None = None,
     ) -> None:
         if not project:
             raise BadValueError("DatastoreGateway needs a project id")
@@ -251,15 +225,11 @@ class DatastoreGateway:
         from google.cloud.datastore_v1.services.datastore import DatastoreClient
         from google.cloud.datastore_v1.services.datastore.transports import DatastoreGrpcTransport
 
+        super().__init__(namespace)
         self.project = project
         self.database = database or ""
-        self.namespace = namespace or ""
-        self.stats = Stats()
-        self._supports_transforms = supports_transforms
         self.timeout = float(timeout)
         self._retry = retry.with_timeout(self.timeout) if retry is not None else None
-        self._read_only: OrderedDict[bytes, None] = OrderedDict()
-        self._lock = threading.Lock()
 
         host = emulator_host if emulator_host is not None else os.environ.get("DATASTORE_EMULATOR_HOST")
         self.emulator_host = _strip_scheme(host) if host else None
@@ -278,35 +248,6 @@ class DatastoreGateway:
             "DatastoreGateway project=%s database=%r namespace=%r emulator=%s",
             project, self.database, self.namespace, self.emulator_host,
         )
-
-    @property
-    def supports_transforms(self) -> bool:
-        """Whether the server applies ``Upsert.transforms`` (and property masks).
-
-        Production and the Firestore emulator do. The legacy Datastore
-        emulator accepts both and silently ignores them -- an "increment"
-        upsert there REPLACES the whole entity -- so callers must know before
-        they send one. Under an emulator, unless the constructor was told, one
-        probe lookup decides: only the legacy emulator leaves ``read_time``
-        out of a LookupResponse. A commit that comes back without transform
-        results also turns this False.
-        """
-        if self._supports_transforms is None:
-            self._supports_transforms = self._probe_transforms() if self.emulator_host else True
-        return self._supports_transforms
-
-    @supports_transforms.setter
-    def supports_transforms(self, value: bool) -> None:
-        self._supports_transforms = bool(value)
-
-    def _probe_transforms(self) -> bool:
-        request = _ds.LookupRequest.pb()(project_id=self.project, database_id=self.database)
-        request.keys.append(self._key_to_pb(Key.of("GdsCounterProbe", "transforms", namespace=self.namespace)))
-        response = self._call("lookup", self._client.lookup, _ds.LookupRequest(request))._pb
-        self.stats.bump("probe_rpcs")  # not in "rpcs": the caller did not ask for it
-        supported = response.HasField("read_time")
-        log.info("emulator %s %s property transforms", self.emulator_host, "applies" if supported else "IGNORES")
-        return supported
 
     def __repr__(self) -> str:
         where = f"emulator {self.emulator_host}" if self.emulator_host else "Cloud Datastore"
@@ -398,7 +339,7 @@ class DatastoreGateway:
         elif isinstance(value, bytes):
             pb.blob_value = value
         elif isinstance(value, _dt.datetime):
-            delta = value.astimezone(_UTC) - _EPOCH
+            delta = value.astimezone(_UTC) - EPOCH
             pb.timestamp_value.seconds = delta.days * 86400 + delta.seconds
             pb.timestamp_value.nanos = delta.microseconds * 1000
         elif isinstance(value, Key):
@@ -445,7 +386,7 @@ class DatastoreGateway:
             return bytes(pb.blob_value), excluded
         if which == "timestamp_value":
             ts = pb.timestamp_value
-            return _EPOCH + _dt.timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000), excluded
+            return EPOCH + _dt.timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000), excluded
         if which == "key_value":
             return self._key_from_pb(pb.key_value), excluded
         if which == "geo_point_value":
@@ -467,35 +408,30 @@ class DatastoreGateway:
 
     # --- reads --------------------------------------------------------------
 
-    def _read_options(self, transaction: bytes | None) -> Any:
+    def _read_options(self, txn: TransactionState | None) -> Any:
         options = _ds.ReadOptions.pb()()
-        if transaction is not None:
-            options.transaction = transaction
+        if txn is not None:
+            options.transaction = txn.token
         return options
 
-    def lookup(self, keys: Sequence[Key], *, transaction: bytes | None = None) -> list[RawEntity | None]:
-        for key in keys:
-            if key.is_partial:
-                raise BadKeyError(f"cannot look up incomplete key {key}")
-        unique = list(dict.fromkeys(keys))
+    def _lookup(self, keys: list[Key], txn: TransactionState | None) -> list[RawEntity | None]:
         found: dict[Key, RawEntity] = {}
-        for start in range(0, len(unique), MAX_KEYS_PER_LOOKUP):
-            pending = unique[start:start + MAX_KEYS_PER_LOOKUP]
-            while pending:
-                request = _ds.LookupRequest.pb()(project_id=self.project, database_id=self.database)
-                request.read_options.CopyFrom(self._read_options(transaction))
-                request.keys.extend(self._key_to_pb(k) for k in pending)
-                response = self._call("lookup", self._client.lookup, _ds.LookupRequest(request))._pb
-                self.stats.record("lookup", reads=len(pending))
-                for result in response.found:
-                    entity = self._entity_from_pb(result.entity)
-                    assert entity.key is not None
-                    found[entity.key] = entity
-                # Datastore may answer only part of a big lookup; the rest
-                # comes back as deferred keys to ask for again.
-                pending = [self._key_from_pb(k) for k in response.deferred]
-                if pending:
-                    log.debug("lookup: following %d deferred keys", len(pending))
+        pending = keys
+        while pending:
+            request = _ds.LookupRequest.pb()(project_id=self.project, database_id=self.database)
+            request.read_options.CopyFrom(self._read_options(txn))
+            request.keys.extend(self._key_to_pb(k) for k in pending)
+            response = self._call("lookup", self._client.lookup, _ds.LookupRequest(request))._pb
+            self._record("lookup", reads=len(pending))
+            for result in response.found:
+                entity = self._entity_from_pb(result.entity)
+                assert entity.key is not None
+                found[entity.key] = entity
+            # Datastore may answer only part of a big lookup; the rest
+            # comes back as deferred keys to ask for again.
+            pending = [self._key_from_pb(k) for k in response.deferred]
+            if pending:
+                log.debug("lookup: following %d deferred keys", len(pending))
         return [found.get(key) for key in keys]
 
     def _filter_to_pb(self, flt: Any, out: Any) -> None:
@@ -567,7 +503,7 @@ class DatastoreGateway:
         else:
             self._value_to_pb(value, False, out.value)
 
-    def run_query(self, query: Query, *, transaction: bytes | None = None) -> QueryResult:
+    def _run_query(self, query: Query, txn: TransactionState | None) -> QueryResult:
         """Run one batch of ``query``: natively as GQL when ``query.gql`` is set.
 
         Projection results are index values, as Datastore returns them (meaning
@@ -577,7 +513,7 @@ class DatastoreGateway:
         """
         request = _ds.RunQueryRequest.pb()(project_id=self.project, database_id=self.database)
         request.partition_id.CopyFrom(self._partition(query.namespace))
-        request.read_options.CopyFrom(self._read_options(transaction))
+        request.read_options.CopyFrom(self._read_options(txn))
         if query.gql is not None:
             request.gql_query.CopyFrom(self._gql_to_pb(query))
         else:
@@ -585,7 +521,7 @@ class DatastoreGateway:
         while True:
             response = self._call("run_query", self._client.run_query, _ds.RunQueryRequest(request))._pb
             batch = response.batch
-            self.stats.record("run_query", reads=len(batch.entity_results))
+            self._record("run_query", reads=len(batch.entity_results))
             sent = request.query if request.HasField("query") else response.query
             left_to_skip = sent.offset - batch.skipped_results
             if (
@@ -612,7 +548,7 @@ class DatastoreGateway:
 
     # --- transactions -------------------------------------------------------
 
-    def begin_transaction(self, *, read_only: bool = False) -> bytes:
+    def _begin(self, read_only: bool) -> TransactionState:
         request = _ds.BeginTransactionRequest.pb()(project_id=self.project, database_id=self.database)
         if read_only:
             request.transaction_options.read_only.SetInParent()
@@ -621,27 +557,12 @@ class DatastoreGateway:
         response = self._call(
             "begin_transaction", self._client.begin_transaction, _ds.BeginTransactionRequest(request)
         )._pb
-        self.stats.record("begin_transaction")
-        token = bytes(response.transaction)
-        if read_only:
-            with self._lock:
-                self._read_only[token] = None
-                while len(self._read_only) > 10_000:  # forgotten tokens must not leak memory
-                    self._read_only.popitem(last=False)
-        return token
+        self._record("begin_transaction")
+        return TransactionState(bytes(response.transaction), read_only)
 
-    def _forget(self, transaction: bytes) -> bool:
-        """Drop a finished transaction; True if it was read-only."""
-        with self._lock:
-            if transaction in self._read_only:
-                del self._read_only[transaction]
-                return True
-            return False
-
-    def rollback(self, transaction: bytes) -> None:
-        self._forget(transaction)
+    def _rollback(self, txn: TransactionState) -> None:
         request = _ds.RollbackRequest.pb()(
-            project_id=self.project, database_id=self.database, transaction=transaction
+            project_id=self.project, database_id=self.database, transaction=txn.token
         )
         try:
             self._call("rollback", self._client.rollback, _ds.RollbackRequest(request))
@@ -650,7 +571,7 @@ class DatastoreGateway:
             # server already ended must not hide the error being handled.
             log.debug("rollback of an already finished transaction ignored: %s", exc)
         finally:
-            self.stats.record("rollback")
+            self._record("rollback")
 
     # --- writes ---------------------------------------------------------------
 
@@ -670,107 +591,42 @@ class DatastoreGateway:
             pb.delete.CopyFrom(self._key_to_pb(mutation.key))
         return pb
 
-    @staticmethod
-    def _check_mutation(mutation: Any) -> None:
-        if isinstance(mutation, Upsert):
-            if mutation.entity.key is None:
-                raise BadKeyError("an upserted entity needs a key")
-            validate_entity(mutation.entity)
-            for transform in mutation.transforms:
-                if isinstance(transform.amount, bool) or not isinstance(transform.amount, int):
-                    raise BadValueError(
-                        f"increment of {transform.name!r} must be an int, got {transform.amount!r}"
-                    )
-                if not -(2**63) <= transform.amount < 2**63:
-                    raise BadValueError(f"increment of {transform.name!r} by {transform.amount} does not fit in 64 bits")
-        elif isinstance(mutation, Delete):
-            if mutation.key.is_partial:
-                raise BadKeyError(f"cannot delete incomplete key {mutation.key}")
-        else:
-            raise BadValueError(f"unknown mutation {mutation!r}")
-
-    def commit(self, mutations: Sequence[Any], *, transaction: bytes | None = None) -> CommitResult:
-        """Apply ``mutations``; see the module docstring for the error policy.
-
-        Without a transaction, more than 500 mutations go in several commits of
-        at most 500: each commit is atomic, the whole is not.
-        """
-        mutations = list(mutations)
-        for mutation in mutations:
-            self._check_mutation(mutation)
-        if transaction is not None:
-            if self._forget(transaction):
-                if mutations:
-                    raise BadValueError("a read-only transaction cannot write; begin a read-write transaction")
-            if len(mutations) > MAX_MUTATIONS_PER_COMMIT:
-                raise BadValueError(
-                    f"a transaction may commit at most {MAX_MUTATIONS_PER_COMMIT} mutations, got {len(mutations)}"
-                )
-            chunks = [mutations]
-        else:
-            chunks = [
-                mutations[i:i + MAX_MUTATIONS_PER_COMMIT]
-                for i in range(0, len(mutations), MAX_MUTATIONS_PER_COMMIT)
-            ]  # nothing to write and no transaction to end: no RPC at all
-        results: list[MutationResult] = []
-        for chunk in chunks:
-            results.extend(self._commit_chunk(chunk, transaction))
-        return CommitResult(tuple(results))
-
-    def _commit_chunk(self, chunk: list[Any], transaction: bytes | None) -> list[MutationResult]:
+    def _commit(self, chunk: list[Mutation], txn: TransactionState | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
         request = _ds.CommitRequest.pb()(project_id=self.project, database_id=self.database)
-        if transaction is not None:
+        if txn is not None:
             request.mode = _ds.CommitRequest.pb().TRANSACTIONAL
-            request.transaction = transaction
+            request.transaction = txn.token
         else:
             request.mode = _ds.CommitRequest.pb().NON_TRANSACTIONAL
         request.mutations.extend(self._mutation_to_pb(m) for m in chunk)
         # Applying twice is harmless for a transaction (the server commits it
         # at most once) and for whole upserts/deletes of complete keys; not for
         # increments or key allocation.
-        idempotent = transaction is not None or all(
-            isinstance(m, Delete) or (not m.transforms and not m.entity.key.is_partial) for m in chunk
+        idempotent = txn is not None or all(
+            isinstance(m, Delete) or (not m.transforms and m.entity.key is not None and not m.entity.key.is_partial)
+            for m in chunk
         )
         response = self._call(
             "commit", self._client.commit, _ds.CommitRequest(request), idempotent_commit=idempotent
         )._pb
         upserts = sum(isinstance(m, Upsert) for m in chunk)
-        self.stats.record("commit", writes=upserts, deletes=len(chunk) - upserts)
-        out = []
+        self._record("commit", writes=upserts, deletes=len(chunk) - upserts)
+        out: list[tuple[Key | None, tuple[Any, ...] | None]] = []
         for mutation, result in zip(chunk, response.mutation_results):
-            if isinstance(mutation, Upsert):
-                key = self._key_from_pb(result.key) if result.HasField("key") else mutation.entity.key
-                transform_results: tuple[Any, ...] | None = ()
-                if mutation.transforms:
-                    if len(result.transform_results) == len(mutation.transforms):
-                        transform_results = tuple(self._value_from_pb(v)[0] for v in result.transform_results)
-                    else:
-                        transform_results = None
-                        if self._supports_transforms is not False:
-                            log.warning(
-                                "the server ignored property transforms (legacy Datastore emulator?); "
-                                "supports_transforms is now False for %r", self,
-                            )
-                            self._supports_transforms = False
-                        self.stats.bump("transforms_ignored")
-                out.append(MutationResult(key, transform_results))
-            else:
-                out.append(MutationResult(mutation.key, None))
+            if isinstance(mutation, Delete):
+                out.append((mutation.key, None))
+                continue
+            key = self._key_from_pb(result.key) if result.HasField("key") else mutation.entity.key
+            values = tuple(self._value_from_pb(v)[0] for v in result.transform_results)
+            out.append((key, values or None))
         return out
 
-    def allocate_ids(self, keys: Sequence[Key]) -> list[Key]:
-        for key in keys:
-            if not key.is_partial:
-                raise BadKeyError(f"allocate_ids needs incomplete keys, got {key}")
-        out: list[Key] = []
-        for start in range(0, len(keys), MAX_MUTATIONS_PER_COMMIT):
-            chunk = keys[start:start + MAX_MUTATIONS_PER_COMMIT]
-            request = _ds.AllocateIdsRequest.pb()(project_id=self.project, database_id=self.database)
-            request.keys.extend(self._key_to_pb(k) for k in chunk)
-            response = self._call("allocate_ids", self._client.allocate_ids, _ds.AllocateIdsRequest(request))._pb
-            self.stats.record("allocate_ids")
-            out.extend(self._key_from_pb(k) for k in response.keys)
-        return out
+    def _allocate_ids(self, keys: list[Key]) -> list[Key]:
+        request = _ds.AllocateIdsRequest.pb()(project_id=self.project, database_id=self.database)
+        request.keys.extend(self._key_to_pb(k) for k in keys)
+        response = self._call("allocate_ids", self._client.allocate_ids, _ds.AllocateIdsRequest(request))._pb
+        self._record("allocate_ids")
+        return [self._key_from_pb(k) for k in response.keys]
 
     def close(self) -> None:
         try:
@@ -778,8 +634,3 @@ class DatastoreGateway:
         except Exception:  # closing twice or a dead channel is not worth failing over
             log.debug("closing the Datastore channel failed", exc_info=True)
 
-    def __enter__(self) -> "DatastoreGateway":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -44,36 +44,33 @@ import struct
 import threading
 import time
 from collections import defaultdict
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator
 
 import attrs
 
-from gds_counter.errors import BadKeyError, BadValueError, Contention, GatewayError
-from gds_counter.gateway.base import (
+from gds_counter._checks import INT64_MAX, INT64_MIN, is_int
+from gds_counter.errors import BadValueError, Contention, GatewayError
+from gds_counter.gateway.base import BaseGateway, TransactionState
+from gds_counter.gateway.capabilities import Capabilities
+from gds_counter.gateway.keys import Key, PathElement
+from gds_counter.gateway.mutations import Delete, Mutation, Upsert
+from gds_counter.gateway.query import (
     KEY_PROPERTY,
-    MAX_ID,
-    MAX_KEYS_PER_LOOKUP,
-    MAX_MUTATIONS_PER_COMMIT,
-    CommitResult,
     CompositeFilter,
-    Delete,
     Filter,
-    Geopoint,
-    Key,
-    Mutation,
-    MutationResult,
     Order,
-    PathElement,
     PropertyFilter,
     Query,
     QueryResult,
-    RawEntity,
-    Stats,
-    Upsert,
-    validate_entity,
 )
+from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity
 
 log = logging.getLogger(__name__)
+
+#: What this engine does, known from its own code (no probe needed): it
+#: applies transforms and masks, keeps a transformed property's index flag as
+#: sent, and runs every filter; it has no aggregation queries.
+CAPABILITIES = Capabilities(applies_transforms=True, indexes_transformed=False, not_equal_in_or=True)
 
 #: Results per batch: small enough that callers must follow cursors (as with
 #: Datastore), large enough that following them is cheap.
@@ -113,7 +110,6 @@ INSERT OR IGNORE INTO meta VALUES ('commit_seq', 0), ('next_id', 1);
 # sort orders and cursors compare with plain byte comparison.
 
 _NULL, _INT, _BOOL, _STR, _FLOAT, _GEO, _KEY = (bytes([c]) for c in (0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70))
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 _ONE_MICRO = _dt.timedelta(microseconds=1)
 _INVERT = bytes(range(255, -1, -1))
 
@@ -135,7 +131,7 @@ def _f64(number: float) -> bytes:
 
 
 def _micros(moment: _dt.datetime) -> int:
-    return (moment - _EPOCH) // _ONE_MICRO
+    return (moment - EPOCH) // _ONE_MICRO
 
 
 def key_bytes(key: Key) -> bytes:
@@ -233,7 +229,7 @@ def _from_json(data: Any) -> Any:
     if tag == "b":
         return base64.b64decode(inner)
     if tag == "t":
-        return _EPOCH + _dt.timedelta(microseconds=inner)
+        return EPOCH + _dt.timedelta(microseconds=inner)
     if tag == "k":
         return _key_from_json(inner)
     if tag == "g":
@@ -466,8 +462,7 @@ def _compound(op: str, parts: list[_Source], rank: int) -> _Source:
 
 
 @attrs.define
-class _Transaction:
-    read_only: bool
+class _Transaction(TransactionState):
     #: key encoding -> (version read, 0 if absent; the key, for messages)
     reads: dict[bytes, tuple[int, Key]] = attrs.field(factory=dict)
 
@@ -485,7 +480,7 @@ class _Row:
     entity: RawEntity
 
 
-class EmbeddedGateway:
+class EmbeddedGateway(BaseGateway[_Transaction]):
     """Cloud Datastore semantics on SQLite; see the module docstring.
 
     ``path`` None keeps the data in memory for the life of the gateway (one
@@ -499,19 +494,15 @@ class EmbeddedGateway:
     Contention. It is a model for demos, not a measurement of Datastore.
     """
 
-    supports_transforms = True
-
     def __init__(self, path: str | os.PathLike[str] | None, namespace: str = "", *, entity_writes_per_second: float | None = None) -> None:
         if entity_writes_per_second is not None and entity_writes_per_second <= 0:
             raise BadValueError(f"entity_writes_per_second must be positive, got {entity_writes_per_second!r}")
-        self.stats = Stats()
-        self.namespace = namespace or ""
+        super().__init__(namespace, capabilities=CAPABILITIES)
         self.path = os.fspath(path) if path is not None else None
         self._min_write_gap = 1.0 / entity_writes_per_second if entity_writes_per_second else 0.0
         self._lock = threading.RLock()  # guards the shared memory connection and the bookkeeping below
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
-        self._transactions: dict[bytes, _Transaction] = {}
         self._closed = False
         self._memory = self._open() if self.path is None else None
         if self.path is not None:
@@ -562,42 +553,18 @@ class EmbeddedGateway:
                 conn.close()
             self._connections.clear()
 
-    def __enter__(self) -> "EmbeddedGateway":
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
     # -- transactions --------------------------------------------------------
 
-    def begin_transaction(self, *, read_only: bool = False) -> bytes:
-        token = os.urandom(16)
-        with self._lock:
-            self._transactions[token] = _Transaction(read_only)
-        self.stats.record("begin_transaction")
-        return token
+    def _begin(self, read_only: bool) -> _Transaction:
+        self._record("begin_transaction")
+        return _Transaction(os.urandom(16), read_only)
 
-    def _transaction(self, token: bytes | None, *, use_up: bool = False) -> _Transaction | None:
-        if token is None:
-            return None
-        with self._lock:
-            txn = self._transactions.pop(token, None) if use_up else self._transactions.get(token)
-        if txn is None:
-            raise GatewayError(f"transaction {token!r} is unknown or already committed or rolled back")
-        return txn
-
-    def rollback(self, transaction: bytes) -> None:
-        self._transaction(transaction, use_up=True)
-        self.stats.record("rollback")
+    def _rollback(self, txn: _Transaction) -> None:
+        self._record("rollback")
 
     # -- reads ---------------------------------------------------------------
 
-    def lookup(self, keys: Sequence[Key], *, transaction: bytes | None = None) -> list[RawEntity | None]:
-        txn = self._transaction(transaction)
-        if len(keys) > MAX_KEYS_PER_LOOKUP:
-            raise BadValueError(f"lookup of {len(keys)} keys is over the {MAX_KEYS_PER_LOOKUP}-key limit")
-        for key in keys:
-            _require_complete(key, "lookup")
+    def _lookup(self, keys: list[Key], txn: _Transaction | None) -> list[RawEntity | None]:
         encoded = [key_bytes(key) for key in keys]
         found: dict[bytes, tuple[int, str]] = {}
         if encoded:
@@ -611,13 +578,10 @@ class EmbeddedGateway:
             if txn is not None:
                 txn.saw(kb, version, key)
             out.append(_load(data) if data is not None else None)
-        self.stats.record("lookup", reads=len(keys))  # Datastore bills a missing key as a read
+        self._record("lookup", reads=len(keys))  # Datastore bills a missing key as a read
         return out
 
-    def run_query(self, query: Query, *, transaction: bytes | None = None) -> QueryResult:
-        txn = self._transaction(transaction)
-        if query.limit is not None and query.limit < 0 or query.offset < 0:
-            raise BadValueError(f"limit {query.limit!r} and offset {query.offset!r} must not be negative")
+    def _run_query(self, query: Query, txn: _Transaction | None) -> QueryResult:
         plan = _Plan.of(query)
         start = _decode_cursor(query.start_cursor, plan.width) if query.start_cursor else None
         end = _decode_cursor(query.end_cursor, plan.width) if query.end_cursor else None
@@ -645,7 +609,7 @@ class EmbeddedGateway:
         if txn is not None:
             for row in batch:
                 txn.saw(row.doc.key_enc, row.doc.version, row.doc.entity.key)  # type: ignore[arg-type]
-        self.stats.record("run_query", reads=len(batch))
+        self._record("run_query", reads=len(batch))
         return QueryResult(tuple(r.entity for r in batch), _encode_cursor(last) if last is not None else None, more)
 
     def explain_query(self, query: Query) -> str:
@@ -716,40 +680,32 @@ class EmbeddedGateway:
 
     # -- writes --------------------------------------------------------------
 
-    def allocate_ids(self, keys: Sequence[Key]) -> list[Key]:
-        for key in keys:
-            if not key.is_partial:
-                raise BadKeyError(f"allocate_ids needs incomplete keys, got complete key {key}")
+    def _allocate_ids(self, keys: list[Key]) -> list[Key]:
         with self._db() as conn:
             ids = _allocate(conn, len(keys))
-        self.stats.record("allocate_ids")
+        self._record("allocate_ids")
         return [key.completed(new_id) for key, new_id in zip(keys, ids)]
 
-    def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult:
-        mutations = list(mutations)
-        txn = self._transaction(transaction, use_up=True)
-        _check_mutations(mutations, txn)
-        if not mutations and txn is None:
-            return CommitResult(())  # nothing to write and no transaction to end: no RPC, as on Datastore
+    def _commit(self, mutations: list[Mutation], txn: _Transaction | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
         try:
             results = self._apply(mutations, txn)
         except Contention as exc:
             log.debug("commit aborted: %s", exc)
-            self.stats.record("commit")  # an aborted commit is still an RPC
+            self._record("commit")  # an aborted commit is still an RPC
             self.stats.bump("aborts")
             raise
         upserts = sum(isinstance(m, Upsert) for m in mutations)
-        self.stats.record("commit", writes=upserts, deletes=len(mutations) - upserts)
-        return CommitResult(tuple(results))
+        self._record("commit", writes=upserts, deletes=len(mutations) - upserts)
+        return results
 
-    def _apply(self, mutations: list[Mutation], txn: _Transaction | None) -> list[MutationResult]:
+    def _apply(self, mutations: list[Mutation], txn: _Transaction | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
         with self._db() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 if txn is not None:
                     _check_unchanged(conn, txn)
                 seq = conn.execute("UPDATE meta SET value = value + 1 WHERE name = 'commit_seq' RETURNING value").fetchall()[0][0]
-                partial = [m for m in mutations if isinstance(m, Upsert) and m.entity.key.is_partial]  # type: ignore[union-attr]
+                partial = [m for m in mutations if isinstance(m, Upsert) and m.entity.key is not None and m.entity.key.is_partial]
                 new_ids = iter(_allocate(conn, len(partial)))
                 results = []
                 now = time.time()
@@ -759,10 +715,11 @@ class EmbeddedGateway:
                         kb = key_bytes(mutation.key)
                         conn.execute("DELETE FROM entities WHERE key_bytes = ?", (kb,))
                         conn.execute("DELETE FROM props WHERE key_bytes = ?", (kb,))
-                        results.append(MutationResult(mutation.key))
+                        results.append((mutation.key, None))
                     else:
                         key = mutation.entity.key
-                        key = key.completed(next(new_ids)) if key.is_partial else key  # type: ignore[union-attr]
+                        assert key is not None  # checked by BaseGateway.commit
+                        key = key.completed(next(new_ids)) if key.is_partial else key
                         self._check_write_rate(conn, key, now)
                         results.append(_upsert(conn, mutation, key, seq, now))
                 conn.execute("COMMIT")
@@ -778,35 +735,6 @@ class EmbeddedGateway:
         if row is not None and now - row[0] < self._min_write_gap:
             self.stats.bump("write_rate_aborts")
             raise Contention(f"{key} was written {now - row[0]:.3f}s ago; the model allows one write per {self._min_write_gap:.3f}s")
-
-
-def _require_complete(key: Key, what: str) -> None:
-    if not isinstance(key, Key):
-        raise BadKeyError(f"{what} needs Key objects, got {key!r}")
-    if key.is_partial:
-        raise BadKeyError(f"{what} needs complete keys; {key} has no id or name")
-
-
-def _check_mutations(mutations: list[Mutation], txn: _Transaction | None) -> None:
-    """Every input check, before the write lock is taken and anything written."""
-    if txn is not None and txn.read_only and mutations:
-        raise BadValueError("a read-only transaction cannot commit mutations")
-    if txn is not None and len(mutations) > MAX_MUTATIONS_PER_COMMIT:
-        raise BadValueError(
-            f"a transaction commits at most {MAX_MUTATIONS_PER_COMMIT} mutations atomically, got {len(mutations)}"
-        )
-    for mutation in mutations:
-        if isinstance(mutation, Delete):
-            _require_complete(mutation.key, "Delete")
-        elif isinstance(mutation, Upsert):
-            if mutation.entity.key is None:
-                raise BadKeyError("an upserted entity needs a key")
-            validate_entity(mutation.entity)
-            for transform in mutation.transforms:
-                if isinstance(transform.amount, bool) or not isinstance(transform.amount, int):
-                    raise BadValueError(f"Increment of {transform.name!r} needs an int amount, got {transform.amount!r}")
-        else:
-            raise BadValueError(f"unknown mutation {mutation!r}")
 
 
 def _check_unchanged(conn: sqlite3.Connection, txn: _Transaction) -> None:
@@ -832,7 +760,7 @@ def _allocate(conn: sqlite3.Connection, count: int) -> list[int]:
     return [_scatter(n) for n in range(end - count, end)]
 
 
-def _upsert(conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now: float) -> MutationResult:
+def _upsert(conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now: float) -> tuple[Key, tuple[Any, ...]]:
     entity = mutation.entity
     if mutation.property_mask is None:
         properties = dict(entity.properties)
@@ -852,10 +780,10 @@ def _upsert(conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now:
     transform_results = []
     for transform in mutation.transforms:
         current = properties.get(transform.name, 0)
-        if isinstance(current, bool) or not isinstance(current, int):
+        if not is_int(current):
             raise BadValueError(f"cannot increment {transform.name!r} of {key}: stored value {current!r} is not an integer")
         total = current + transform.amount
-        if not -(2**63) <= total <= MAX_ID:
+        if not INT64_MIN <= total <= INT64_MAX:
             raise BadValueError(f"incrementing {transform.name!r} of {key} to {total} overflows 64 bits")
         properties[transform.name] = total
         (unindexed.add if transform.name in entity.unindexed else unindexed.discard)(transform.name)
@@ -871,7 +799,7 @@ def _upsert(conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now:
         "INSERT OR IGNORE INTO props (ns, kind, name, value, key_bytes) VALUES (?, ?, ?, ?, ?)",
         [(key.namespace, key.kind, name, enc, kb) for name, enc, _ in _index_entries(stored)],
     )
-    return MutationResult(key, tuple(transform_results) if mutation.transforms else None)
+    return key, tuple(transform_results)
 
 
 # --- query planning ---------------------------------------------------------

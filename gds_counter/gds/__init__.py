@@ -1,6 +1,7 @@
 """The php-gds port: Entity, Schema, Store, Key, Geopoint and GQL."""
 
-from gds_counter.gateway.base import Geopoint, Key
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.values import Geopoint
 from gds_counter.gds.entity import Entity
 from gds_counter.gds.schema import PropertyType, Schema
 from gds_counter.gds.store import Store

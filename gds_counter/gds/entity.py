@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from gds_counter.errors import BadKeyError
-from gds_counter.gateway.base import Key, check_key_id, check_key_name
+from gds_counter.gateway.keys import Key, check_key_id, check_key_name
 
 if TYPE_CHECKING:
     from gds_counter.gds.schema import Schema

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from gds_counter.errors import SchemaError
-from gds_counter.gateway.base import Key, RawEntity, validate_entity
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.values import RawEntity, validate_entity
 from gds_counter.gds.entity import Entity
 from gds_counter.gds.schema import Schema
 

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import attrs
 
+from gds_counter._checks import is_int
 from gds_counter.errors import CorruptDataError, SchemaError
-from gds_counter.gateway.base import Geopoint, Key, RawEntity
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity
 
 if TYPE_CHECKING:
     from gds_counter.gds.entity import Entity
@@ -42,14 +44,10 @@ class Property:
     index: bool = True
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _to_float(value: Any) -> float:
     if isinstance(value, float):
         return value
-    if _is_int(value):
+    if is_int(value):
         return float(value)
     raise TypeError
 
@@ -219,22 +217,25 @@ class Schema:
         prop = self._properties.get(name)
         if prop is None or value is None:
             return value
-        if prop.type is PropertyType.INTEGER and isinstance(value, str):
-            return _legacy_int(value, f"{where}.{name}")
+        if prop.type is PropertyType.INTEGER:
+            return read_integer(value, f"{where}.{name}")
         if prop.type is PropertyType.DATETIME:
             if value == "":
                 return None
-            if _is_int(value):
+            if is_int(value):
                 # Datastore projections return a timestamp's index value:
                 # microseconds since the epoch.
-                return _EPOCH + _dt.timedelta(microseconds=value)
+                return EPOCH + _dt.timedelta(microseconds=value)
         return value
 
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-
-
-def _legacy_int(text: str, where: str) -> int | None:
+def read_integer(value: Any, where: str) -> Any:
+    """A stored integer as php-gds wrote it: some PHP code paths wrote
+    integers as strings (and ``""`` for null). Other types are returned as
+    stored; ``where`` names the property for the error."""
+    if not isinstance(value, str):
+        return value
+    text = value
     if text.strip() == "":
         return None
     try:

@@ -30,19 +30,11 @@ from gds_counter.errors import (
     TransformsIgnored,
 )
 from gds_counter.gateway import shared_gateway
-from gds_counter.gateway.base import (
-    Delete,
-    Gateway,
-    Increment,
-    Key,
-    Mutation,
-    Order,
-    PropertyFilter,
-    Query,
-    RawEntity,
-    Upsert,
-    iterate_batches,
-)
+from gds_counter.gateway.base import Gateway, iterate_batches
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Delete, Increment, Mutation, Upsert
+from gds_counter.gateway.query import Order, PropertyFilter, Query
+from gds_counter.gateway.values import RawEntity
 from gds_counter.gds import gql
 from gds_counter.gds.entity import Entity, parent_key
 from gds_counter.gds.mapper import from_raw, to_raw
@@ -170,7 +162,7 @@ class Store:
         """
         if isinstance(amount, bool) or not isinstance(amount, int):
             raise BadValueError(f"increment amount must be an int, got {type(amount).__name__} {amount!r}")
-        if not self._gateway.supports_transforms:
+        if not self._gateway.capabilities.applies_transforms:
             # Such a server ignores the property mask too and would replace
             # the whole entity with the masked fields: refuse before sending.
             raise TransformsIgnored(f"{self._gateway!r} does not apply increment transforms; nothing was sent")

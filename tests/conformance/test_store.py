@@ -23,7 +23,8 @@ from gds_counter import (
     Store,
     TransformsIgnored,
 )
-from gds_counter.gateway.base import RawEntity, Upsert
+from gds_counter.gateway.mutations import Upsert
+from gds_counter.gateway.values import RawEntity
 
 UTC = dt.timezone.utc
 

@@ -8,7 +8,6 @@ from typing import Iterator
 
 import pytest
 
-from gds_counter.counter.cache import DEFAULT_CACHE
 from gds_counter.gateway import Gateway, open_gateway
 from gds_counter.testing import GATEWAY_NAMES
 
@@ -32,10 +31,3 @@ def memory_gateway() -> Iterator[Gateway]:
     gw = open_gateway("memory://")
     yield gw
     gw.close()
-
-
-@pytest.fixture(autouse=True)
-def _fresh_shared_cache() -> Iterator[None]:
-    DEFAULT_CACHE.clear()
-    yield
-    DEFAULT_CACHE.clear()

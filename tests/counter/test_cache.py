@@ -91,3 +91,16 @@ def test_cache_keys_keep_gateways_apart():
 def test_bad_ttl(ttl):
     with pytest.raises(BadValueError):
         CountCache(ttl=ttl)
+
+
+def test_fresh_databases_never_show_another_ones_cached_total():
+    """The shared cache lives with its gateway: a new database, even one whose
+    gateway object lands at a freed one's address, starts empty."""
+    for i in range(50):
+        gateway = open_gateway("memory://")
+        counter = CounterShardDS("Counter Test", 1, gateway=gateway, cache=True)
+        assert counter.get_count() == 0, f"database {i} showed a cached total"
+        counter.add(i + 1)
+        assert counter.get_count() == i + 1
+        gateway.close()
+        del counter, gateway

@@ -7,7 +7,9 @@ import pytest
 
 from gds_counter.counter import CounterShardDS, GeneralCounter
 from gds_counter.errors import BadKeyError, BadValueError, CorruptDataError
-from gds_counter.gateway.base import Key, RawEntity, Upsert
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Upsert
+from gds_counter.gateway.values import RawEntity
 from gds_counter.gds import RetryPolicy
 
 

@@ -6,7 +6,9 @@ import pytest
 
 from gds_counter.counter import NDB_GENERAL, GeneralCounter
 from gds_counter.errors import BadValueError
-from gds_counter.gateway.base import Key, RawEntity, Upsert
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Upsert
+from gds_counter.gateway.values import RawEntity
 
 
 def test_ndb_layout_key_names_and_properties(any_gateway):

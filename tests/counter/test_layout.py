@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from gds_counter.counter import PHP_ARTICLE, CounterShardDS, CounterShardEntity
-from gds_counter.gateway.base import Key
+from gds_counter.gateway.keys import Key
 from gds_counter.gds import Store
 
 KIND = "IK_CounterShardEntity"
@@ -86,7 +86,7 @@ def test_kind_prefix_is_honoured(gateway, monkeypatch):
     counter.increase_shards(25)
     assert counter.layout.shard_kind == "dev_IK_CounterShardEntity"
     assert counter.layout.config_kind == "dev_IK_CounterShardConfig"
-    found = [raw for raw in gateway.lookup([counter.shard_key(n) for n in range(1, 26)]) if raw is not None]
+    found = [raw for raw in gateway.lookup([counter.layout.shard_key(counter.name, n, counter.namespace) for n in range(1, 26)]) if raw is not None]
     assert [raw.key.kind for raw in found] == ["dev_IK_CounterShardEntity"]
     assert gateway.lookup([Key.of("dev_IK_CounterShardConfig", "Counter Test_1")])[0].properties == {"num_shards": 25}
     # the unprefixed kind is untouched

@@ -13,7 +13,11 @@ import random
 import pytest
 
 from gds_counter.counter import CounterShardDS
-from gds_counter.gateway.base import Key, PropertyFilter, Query, RawEntity, Upsert, run_query_all
+from gds_counter.gateway.base import run_query_all
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Upsert
+from gds_counter.gateway.query import PropertyFilter, Query
+from gds_counter.gateway.values import RawEntity
 from gds_counter.testing import GATEWAY_NAMES
 
 KIND = "IK_CounterShardEntity"

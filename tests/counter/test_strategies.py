@@ -95,7 +95,7 @@ def test_a_contended_config_means_no_growth_but_no_loss(slow_gateway):
 
 
 def test_increment_strategy_refuses_a_gateway_that_ignores_transforms(datastore_gateway):
-    assert datastore_gateway.supports_transforms is False
+    assert datastore_gateway.capabilities.applies_transforms is False
     counter = CounterShardDS("Counter Test", 1, gateway=datastore_gateway, strategy="increment")
     with pytest.raises(TransformsIgnored, match="nothing was counted"):
         counter.increment()
@@ -103,45 +103,30 @@ def test_increment_strategy_refuses_a_gateway_that_ignores_transforms(datastore_
     assert datastore_gateway.stats.snapshot()["entity_writes"] == 0
 
 
-@pytest.fixture
-def lying_gateway(datastore_emulator):
-    """The legacy emulator behind a gateway told that it applies transforms:
-    the case where only the server's answer shows they were dropped."""
-    made = []
-
-    def make():
-        gw = datastore_emulator.gateway(namespace=ns, supports_transforms=True)
-        made.append(gw)
-        return gw
-
-    ns = f"t-{uuid.uuid4().hex}"
-    yield make
-    for gw in made:
-        gw.close()
-
-
-def test_silently_ignored_transforms_lose_nothing(lying_gateway):
-    seed = CounterShardDS("Counter Test", 1, gateway=lying_gateway(), strategy="transactional")
+def test_silently_ignored_transforms_lose_nothing(datastore_gateway):
+    """The legacy emulator would let a masked increment REPLACE a shard; the
+    gateway finds that out on a throwaway entity before any shard is sent one."""
+    seed = CounterShardDS("Counter Test", 1, gateway=datastore_gateway, strategy="transactional")
     for _ in range(40):
         seed.add()  # most shards now hold a count that a replacing write would wipe
-    counter = CounterShardDS("Counter Test", 1, gateway=lying_gateway(), strategy="increment")
+    counter = CounterShardDS("Counter Test", 1, gateway=datastore_gateway, strategy="increment")
     for _ in range(3):
         with pytest.raises(TransformsIgnored):
             counter.add()
     assert seed.get_count() == 40
+    assert datastore_gateway.stats["transforms_ignored"] == 0  # never sent to real data
 
 
-def test_auto_falls_back_to_transactions_and_counts_exactly(lying_gateway, caplog):
-    seed = CounterShardDS("Counter Test", 1, gateway=lying_gateway(), strategy="transactional")
+def test_auto_counts_exactly_with_transactions_where_transforms_are_ignored(datastore_gateway):
+    seed = CounterShardDS("Counter Test", 1, gateway=datastore_gateway, strategy="transactional")
     for _ in range(40):
         seed.add()
-    gateway = lying_gateway()
-    counter = CounterShardDS("Counter Test", 1, gateway=gateway)  # strategy "auto"
-    with caplog.at_level(logging.WARNING, logger="gds_counter.counter.strategy"):
-        results = [counter.increment() for _ in range(10)]
+    counter = CounterShardDS("Counter Test", 1, gateway=datastore_gateway)  # strategy "auto"
+    datastore_gateway.stats.reset()
+    results = [counter.increment() for _ in range(10)]
     assert results == list(range(41, 51))
-    assert gateway.stats["counter.transform_fallbacks"] == 1
-    assert len([r for r in caplog.records if "ignores increment transforms" in r.message]) == 1
+    stats = datastore_gateway.stats.snapshot()
+    assert stats["rpc.begin_transaction"] == 10 and datastore_gateway.stats["transforms_ignored"] == 0
     assert seed.get_count() == 50
 
 
@@ -160,6 +145,34 @@ def test_auto_keeps_the_php_count_unindexed_on_firestore(firestore_gateway):
     counter = CounterShardDS("Counter Test", 1, gateway=firestore_gateway)
     for _ in range(30):
         counter.add()
-    shards = [raw for raw in firestore_gateway.lookup([counter.shard_key(n) for n in range(1, 21)]) if raw]
+    shards = [raw for raw in firestore_gateway.lookup([counter.layout.shard_key(counter.name, n, counter.namespace) for n in range(1, 21)]) if raw]
     assert shards and all(raw.unindexed == frozenset({"count"}) for raw in shards)
     assert counter.get_count() == 30
+
+
+def _php_writes(emulator, warm_up) -> tuple[dict[str, int], set[frozenset[str]]]:
+    """RPCs of 5 adds by a PHP-layout counter, and the index flags of the
+    shards it wrote, on a fresh gateway that ``warm_up`` used first."""
+    gw = emulator.gateway(namespace=f"t-{uuid.uuid4().hex}")
+    try:
+        warm_up(gw)
+        counter = CounterShardDS("Counter Test", 1, gateway=gw)
+        counter.add()  # learns the counter's config
+        gw.stats.reset()
+        for _ in range(5):
+            counter.add()
+        rpcs = {name: n for name, n in gw.stats.snapshot().items() if name.startswith("rpc")}
+        keys = [counter.layout.shard_key(counter.name, n, counter.namespace) for n in range(1, 21)]
+        flags = {raw.unindexed for raw in gw.lookup(keys) if raw is not None}
+        assert counter.get_count() == 6
+        return rpcs, flags
+    finally:
+        gw.close()
+
+
+def test_a_php_counter_writes_the_same_whichever_layout_probed_the_gateway_first(firestore_emulator):
+    after_ndb = _php_writes(firestore_emulator, lambda gw: GeneralCounter("hits", gateway=gw).add())
+    after_php = _php_writes(firestore_emulator, lambda gw: CounterShardDS("Warm", 1, gateway=gw).add())
+    assert after_ndb == after_php
+    rpcs, flags = after_php
+    assert flags == {frozenset({"count"})}  # the PHP layout's flags, exactly

@@ -10,28 +10,19 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+import uuid
 from typing import Any, Callable
 
 import pytest
 from google.api_core import exceptions as gexc
 
 from gds_counter.errors import BadKeyError, BadValueError, CommitUnknown, Contention, GatewayError, Unavailable
-from gds_counter.gateway.base import (
-    CompositeFilter,
-    Cursor,
-    Delete,
-    Gateway,
-    Geopoint,
-    GqlSource,
-    Increment,
-    Key,
-    Order,
-    PropertyFilter,
-    Query,
-    RawEntity,
-    Upsert,
-    run_query_all,
-)
+from gds_counter.gateway.base import PROBE_KIND, Gateway, run_query_all
+from gds_counter.gateway.capabilities import Capabilities
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Delete, Increment, Upsert
+from gds_counter.gateway.query import CompositeFilter, Cursor, GqlSource, Order, PropertyFilter, Query
+from gds_counter.gateway.values import Geopoint, RawEntity
 from gds_counter.gateway.datastore import DatastoreGateway, should_retry, translate_error
 
 UTC = dt.timezone.utc
@@ -416,10 +407,10 @@ def test_transaction_commit_and_rollback(gw: DatastoreGateway) -> None:
     txn = gw.begin_transaction()
     gw.lookup([k], transaction=txn)
     gw.rollback(txn)
-    gw.rollback(txn)  # a second rollback of a finished transaction is harmless
+    gw.rollback(txn)  # a second rollback of a finished transaction is harmless: no RPC
     [e] = gw.lookup([k])
     assert e is not None and e.properties == {"v": 2}
-    assert gw.stats["rpc.begin_transaction"] == 2 and gw.stats["rpc.rollback"] == 2
+    assert gw.stats["rpc.begin_transaction"] == 2 and gw.stats["rpc.rollback"] == 1
 
 
 def test_read_only_transactions_reject_mutations(gw: DatastoreGateway) -> None:
@@ -476,7 +467,7 @@ def _shard(gw: DatastoreGateway) -> tuple[Key, RawEntity]:
 
 def test_firestore_emulator_applies_increments(firestore_gateway: DatastoreGateway) -> None:
     gw = firestore_gateway
-    assert gw.supports_transforms is True
+    assert gw.capabilities.applies_transforms is True
     k, shard = _shard(gw)
     put(gw, shard)
     masked = Upsert(RawEntity(k, {"target": "post_1"}), property_mask=("target",), transforms=(Increment("count", 2),))
@@ -500,7 +491,7 @@ def test_datastore_emulator_silently_ignores_increments_and_masks(datastore_gate
     both: no transform results, no increment, and the upsert REPLACES the
     whole entity (so `count` disappears rather than staying unchanged)."""
     gw = datastore_gateway
-    assert gw.supports_transforms is False
+    assert gw.capabilities.applies_transforms is False
     k, shard = _shard(gw)
     put(gw, shard)
     result = gw.commit([Upsert(RawEntity(k, {"target": "post_1"}), property_mask=("target",), transforms=(Increment("count", 2),))])
@@ -510,14 +501,23 @@ def test_datastore_emulator_silently_ignores_increments_and_masks(datastore_gate
     assert stored is not None and stored.properties == {"target": "post_1"}
 
 
-def test_transform_support_is_probed_when_not_given(datastore_emulator: Any, firestore_emulator: Any) -> None:
-    for emulator, expected in ((datastore_emulator, False), (firestore_emulator, True)):
-        gw = DatastoreGateway(emulator.project, "probe", emulator_host=emulator.host)
+def test_capabilities_are_probed_once_on_a_throwaway_entity(datastore_emulator: Any, firestore_emulator: Any) -> None:
+    expected = {
+        # legacy emulator: ignores transforms and masks, refuses != / IN / OR
+        "datastore": Capabilities(applies_transforms=False, indexes_transformed=False, not_equal_in_or=False),
+        # Firestore emulator: applies them, and indexes what a transform wrote
+        "firestore": Capabilities(applies_transforms=True, indexes_transformed=True, not_equal_in_or=True),
+    }
+    for emulator in (datastore_emulator, firestore_emulator):
+        gw = DatastoreGateway(emulator.project, f"probe-{uuid.uuid4().hex}", emulator_host=emulator.host)
         try:
-            assert gw.supports_transforms is expected
-            assert gw.stats["rpcs"] == 0 and gw.stats["probe_rpcs"] == 1
-            assert gw.supports_transforms is expected
-            assert gw.stats["probe_rpcs"] == 1
+            assert gw.capabilities == expected[emulator.kind]
+            probes = gw.stats["probe_rpcs"]
+            assert probes > 0 and gw.stats["rpcs"] == 0  # the caller's costs are untouched
+            assert gw.capabilities is gw.capabilities  # learned once, kept
+            assert gw.stats["probe_rpcs"] == probes
+            leftovers = gw.run_query(Query(PROBE_KIND, namespace=gw.namespace, keys_only=True))
+            assert leftovers.entities == ()  # the probe entity is deleted again
         finally:
             gw.close()
 
@@ -528,7 +528,7 @@ def test_unreachable_server_raises_unavailable_within_the_timeout() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    gw = DatastoreGateway("p", emulator_host=f"127.0.0.1:{port}", timeout=2.0, supports_transforms=True)
+    gw = DatastoreGateway("p", emulator_host=f"127.0.0.1:{port}", timeout=2.0)
     started = time.monotonic()
     with pytest.raises(Unavailable):
         gw.lookup([Key.of("K", 1)])
@@ -626,7 +626,7 @@ class FakeRpc:
 
 @pytest.fixture
 def offline_gw() -> Any:
-    gw = DatastoreGateway("p", emulator_host="127.0.0.1:9", timeout=5.0, supports_transforms=True)
+    gw = DatastoreGateway("p", emulator_host="127.0.0.1:9", timeout=5.0)
     yield gw
     gw.close()
 

@@ -10,15 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gds_counter.errors import BadKeyError, GQLError
-from gds_counter.gateway.base import (
-    CompositeFilter,
-    Geopoint,
-    GqlSource,
-    Key,
-    Order,
-    PropertyFilter,
-    Query,
-)
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.query import CompositeFilter, GqlSource, Order, PropertyFilter, Query
+from gds_counter.gateway.values import Geopoint
 from gds_counter.gds.gql import Cursor, parse, to_gql
 
 UTC = dt.timezone.utc

@@ -1,0 +1,42 @@
+"""What one server can do, as one immutable value owned by its gateway."""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["Capabilities"]
+
+
+@attrs.frozen
+class Capabilities:
+    """What a server was seen (or is known) to do.
+
+    A gateway learns this once, on first use, and keeps it for its lifetime;
+    callers read ``gateway.capabilities`` and never probe on their own, so
+    what one counter finds out holds for every other caller of that gateway.
+
+    ``applies_transforms``
+        The server applies ``Upsert.transforms`` and property masks. The legacy
+        Datastore emulator accepts both and silently IGNORES them (an
+        "increment" write there replaces the whole entity), so a caller must
+        not send them where this is False.
+    ``indexes_transformed``
+        A property written by a transform ends up indexed even when it was
+        sent unindexed (seen on the Firestore emulator). Layouts that keep
+        ``count`` unindexed (the PHP article's) then have to choose between
+        the server-side increment and their exact index flags.
+    ``not_equal_in_or``
+        ``!=``, ``IN``, ``NOT IN`` and ``OR`` filters run.
+    ``aggregation``
+        Aggregation queries (``COUNT``, ``SUM``, ``AVG``) run.
+    """
+
+    applies_transforms: bool
+    indexes_transformed: bool
+    not_equal_in_or: bool = True
+    aggregation: bool = False
+
+    def transforms_keep(self, unindexed: bool) -> bool:
+        """True when a server-side increment stores a property with the index
+        flag asked for (``unindexed`` True: excluded from indexes)."""
+        return self.applies_transforms and not (unindexed and self.indexes_transformed)

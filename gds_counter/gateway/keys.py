@@ -1,0 +1,168 @@
+"""Datastore keys: an immutable path of (kind, id or name) steps in a namespace,
+and the rules Datastore applies to kinds, names and ids.
+
+Every gateway and the mapper check keys here, so a bad key fails the same way
+(and before anything is written) whichever storage is behind it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import attrs
+
+from gds_counter._checks import INT64_MAX, is_int, utf8_size
+from gds_counter.errors import BadKeyError
+
+__all__ = ["MAX_KEY_NAME_BYTES", "RESERVED_NAME", "Key", "PathElement", "check_key_id", "check_key_name", "check_kind"]
+
+#: Datastore's limit on a key name (and kind), in UTF-8 bytes.
+MAX_KEY_NAME_BYTES = 1500
+
+#: Names of the form ``__x__`` belong to Datastore.
+RESERVED_NAME = re.compile(r"^__.*__$", re.DOTALL)
+
+
+def check_kind(kind: str) -> None:
+    if not isinstance(kind, str) or not kind:
+        raise BadKeyError(f"kind must be a non-empty string, got {kind!r}")
+    if RESERVED_NAME.match(kind):
+        raise BadKeyError(f"kind {kind!r} is reserved (names of the form __x__ belong to Datastore)")
+    if utf8_size(kind, "kind", BadKeyError) > MAX_KEY_NAME_BYTES:
+        raise BadKeyError(f"kind {kind[:40]!r}... is over {MAX_KEY_NAME_BYTES} bytes")
+
+def check_key_name(name: Any) -> None:
+    """Reject key names Datastore would reject, naming the bad value."""
+    if not isinstance(name, str):
+        raise BadKeyError(f"key name must be a string, got {type(name).__name__} {name!r}")
+    if name == "":
+        raise BadKeyError("key name must not be empty ('')")
+    if RESERVED_NAME.match(name):
+        raise BadKeyError(f"key name {name!r} is reserved (names of the form __x__ belong to Datastore)")
+    size = utf8_size(name, "key name", BadKeyError)
+    if size > MAX_KEY_NAME_BYTES:
+        raise BadKeyError(
+            f"key name {name[:40]!r}... is {size} bytes, over the {MAX_KEY_NAME_BYTES}-byte limit"
+        )
+
+
+def check_key_id(key_id: Any) -> None:
+    if not is_int(key_id):
+        raise BadKeyError(f"key id must be an int, got {type(key_id).__name__} {key_id!r}")
+    if not 0 < key_id <= INT64_MAX:
+        raise BadKeyError(f"key id {key_id!r} is out of range (1 to 2**63-1)")
+
+@attrs.frozen
+class PathElement:
+    """One (kind, id or name) step of a key path. Both id and name are None
+    only in the last element of an incomplete key, whose id the server allocates."""
+
+    kind: str
+    id: int | None = None
+    name: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        check_kind(self.kind)
+        if self.id is not None and self.name is not None:
+            raise BadKeyError(f"key element {self.kind!r} has both id {self.id!r} and name {self.name!r}")
+        if self.id is not None:
+            check_key_id(self.id)
+        if self.name is not None:
+            check_key_name(self.name)
+
+    @property
+    def id_or_name(self) -> int | str | None:
+        return self.id if self.id is not None else self.name
+
+
+@attrs.frozen
+class Key:
+    """An immutable, hashable Datastore key: a path of (kind, id|name) steps
+    plus a namespace (``""`` is the default namespace).
+
+    The project and database are a property of the gateway, not of the key, so
+    keys compare equal across gateways and the conformance suite can check
+    them exactly.
+    """
+
+    path: tuple[PathElement, ...] = attrs.field(converter=tuple)
+    namespace: str = attrs.field(default="", converter=lambda ns: ns or "")
+
+    def __attrs_post_init__(self) -> None:
+        if not self.path:
+            raise BadKeyError("a key needs at least one path element")
+        for element in self.path[:-1]:
+            if element.id_or_name is None:
+                raise BadKeyError(f"ancestor {element.kind!r} in a key path must have an id or a name")
+
+    @classmethod
+    def of(cls, *flat: Any, namespace: str | None = "") -> "Key":
+        """``Key.of("Parent", "p1", "Child", 7)``; an odd-length path ends with
+        an incomplete element (``Key.of("Book")``)."""
+        if not flat:
+            raise BadKeyError("Key.of() needs at least a kind")
+        elements = []
+        items = list(flat)
+        if len(items) % 2:
+            items.append(None)
+        for kind, ident in zip(items[0::2], items[1::2]):
+            if ident is None:
+                elements.append(PathElement(kind))
+            elif isinstance(ident, str):
+                elements.append(PathElement(kind, name=ident))
+            else:
+                elements.append(PathElement(kind, id=ident))
+        return cls(tuple(elements), namespace or "")
+
+    @property
+    def kind(self) -> str:
+        return self.path[-1].kind
+
+    @property
+    def id(self) -> int | None:
+        return self.path[-1].id
+
+    @property
+    def name(self) -> str | None:
+        return self.path[-1].name
+
+    @property
+    def id_or_name(self) -> int | str | None:
+        return self.path[-1].id_or_name
+
+    @property
+    def is_partial(self) -> bool:
+        return self.path[-1].id_or_name is None
+
+    @property
+    def parent(self) -> "Key | None":
+        return Key(self.path[:-1], self.namespace) if len(self.path) > 1 else None
+
+    @property
+    def flat_path(self) -> tuple[Any, ...]:
+        out: list[Any] = []
+        for element in self.path:
+            out.append(element.kind)
+            if element.id_or_name is not None:
+                out.append(element.id_or_name)
+        return tuple(out)
+
+    def child(self, kind: str, id_or_name: int | str | None = None) -> "Key":
+        return Key.of(*self.flat_path, kind, id_or_name, namespace=self.namespace)
+
+    def completed(self, id_or_name: int | str) -> "Key":
+        """The same key with the last element's allocated id or name filled in."""
+        if not self.is_partial:
+            raise BadKeyError(f"key {self} is already complete")
+        return Key.of(*self.flat_path, id_or_name, namespace=self.namespace)
+
+    def is_ancestor_of(self, other: "Key") -> bool:
+        """True for ``other`` itself and its descendants, as HAS ANCESTOR matches."""
+        return self.namespace == other.namespace and other.path[: len(self.path)] == self.path
+
+    def __str__(self) -> str:
+        inner = ", ".join(repr(p) for p in self.flat_path)
+        ns = f", namespace={self.namespace!r}" if self.namespace else ""
+        return f"Key({inner}{ns})"
+

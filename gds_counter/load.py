@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 import threading
 import time
-import traceback
 from collections import Counter
 from typing import Any, Callable
 
@@ -64,7 +63,7 @@ class LoadResult:
     latencies: list[float] = attrs.field(factory=list, repr=False)
     #: Failed calls per exception type name (``"CommitUnknown"``, ...).
     errors: Counter[str] = attrs.field(factory=Counter)
-    #: The first few failures as ``"Type: message"``.
+    #: The first few failures as ``"TypeName: message"``.
     first_errors: list[str] = attrs.field(factory=list, repr=False)
     #: The longest a failed call took before it raised, in seconds.
     slowest_failure: float = 0.0
@@ -125,9 +124,7 @@ class _Writer:
                         tally.errors[type(exc).__name__] += 1
                         tally.slowest_failure = max(tally.slowest_failure, took)
                         if len(tally.first_errors) < ERROR_SAMPLES:
-                            tally.first_errors.append(
-                                "".join(traceback.format_exception_only(type(exc), exc)).strip()
-                            )
+                            tally.first_errors.append(f"{type(exc).__name__}: {exc}")
                     if load.pause_after_error:
                         load._stop.wait(load.pause_after_error)
                     continue

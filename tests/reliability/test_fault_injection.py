@@ -317,6 +317,7 @@ def test_rpc_faults_under_the_real_retry_policy(request, emulator_name, strategy
     emulator = request.getfixturevalue(f"{emulator_name}_emulator")
     gateway = emulator.gateway(namespace=f"rel-{uuid.uuid4().hex}", retry=QUICK_RPC_RETRY, timeout=10.0)
     try:
+        gateway.capabilities  # the gateway's one-off probe: the faults are for the counter's calls
         injector = inject_rpc_faults(gateway, RPC_RATES, seed=zlib.crc32(f"{emulator_name}-{strategy}".encode()))
         counter = counter_on(gateway, strategy)
         n = 60
@@ -352,6 +353,7 @@ def test_a_resent_transaction_that_is_then_aborted_stays_unknown(firestore_emula
     Contention would make the counter retry, counting it twice."""
     gateway = firestore_emulator.gateway(namespace=f"rel-{uuid.uuid4().hex}", retry=QUICK_RPC_RETRY, timeout=10.0)
     try:
+        gateway.capabilities  # the gateway's one-off probe commits: done before the scripted faults
         injector = inject_rpc_faults(gateway, script={"commit": [UNAVAILABLE_AFTER, ABORTED]})
         counter = counter_on(gateway, "transactional")
         with pytest.raises(CommitUnknown):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import TypeIs
+
 from gds_counter.errors import BadValueError
 
 __all__ = ["INT64_MAX", "INT64_MIN", "check_int", "is_int", "utf8_size"]
@@ -18,7 +20,7 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeIs[int]:
     """True for an ``int`` that is not a ``bool``."""
     return isinstance(value, int) and not isinstance(value, bool)
 

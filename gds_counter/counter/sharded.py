@@ -321,9 +321,10 @@ class ShardedCounter:
                     if raw is not None and raw.properties.get(self.layout.count_property) != 0
                 ]
 
-            retry_contention(
-                lambda zero=zero: commit_in_transaction(self._gateway, zero), self._retry, what=f"resetting {self}"
-            )
+            def attempt(zero: Callable[[bytes], Sequence[Mutation]] = zero) -> None:
+                commit_in_transaction(self._gateway, zero)
+
+            retry_contention(attempt, self._retry, what=f"resetting {self}")
         if self._cache is not None:
             self._cache.invalidate(self._cache_key())
         log.info("reset %s (%d shards)", self, len(numbers))

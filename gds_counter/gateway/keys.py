@@ -8,14 +8,23 @@ Every gateway and the mapper check keys here, so a bad key fails the same way
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Iterable
 
 import attrs
 
 from gds_counter._checks import INT64_MAX, is_int, utf8_size
 from gds_counter.errors import BadKeyError
 
-__all__ = ["MAX_KEY_NAME_BYTES", "RESERVED_NAME", "Key", "PathElement", "check_key_id", "check_key_name", "check_kind"]
+__all__ = [
+    "MAX_KEY_NAME_BYTES",
+    "RESERVED_NAME",
+    "Key",
+    "PathElement",
+    "check_key_id",
+    "check_key_name",
+    "check_kind",
+    "namespace_name",
+]
 
 #: Datastore's limit on a key name (and kind), in UTF-8 bytes.
 MAX_KEY_NAME_BYTES = 1500
@@ -53,6 +62,11 @@ def check_key_id(key_id: Any) -> None:
     if not 0 < key_id <= INT64_MAX:
         raise BadKeyError(f"key id {key_id!r} is out of range (1 to 2**63-1)")
 
+def namespace_name(namespace: str | None) -> str:
+    """``""`` is the default namespace; None means it too."""
+    return namespace or ""
+
+
 @attrs.frozen
 class PathElement:
     """One (kind, id or name) step of a key path. Both id and name are None
@@ -76,6 +90,10 @@ class PathElement:
         return self.id if self.id is not None else self.name
 
 
+def _path(elements: Iterable[PathElement]) -> tuple[PathElement, ...]:
+    return tuple(elements)
+
+
 @attrs.frozen
 class Key:
     """An immutable, hashable Datastore key: a path of (kind, id|name) steps
@@ -86,8 +104,8 @@ class Key:
     them exactly.
     """
 
-    path: tuple[PathElement, ...] = attrs.field(converter=tuple)
-    namespace: str = attrs.field(default="", converter=lambda ns: ns or "")
+    path: tuple[PathElement, ...] = attrs.field(converter=_path)
+    namespace: str = attrs.field(default="", converter=namespace_name)
 
     def __attrs_post_init__(self) -> None:
         if not self.path:

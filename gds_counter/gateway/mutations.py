@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Iterable, Union
 
 import attrs
 
@@ -23,6 +23,10 @@ class Increment:
     amount: int
 
 
+def _transforms(transforms: Iterable[Increment]) -> tuple[Increment, ...]:
+    return tuple(transforms)
+
+
 @attrs.frozen
 class Upsert:
     """Write ``entity``. With ``property_mask``, only the named properties are
@@ -34,7 +38,7 @@ class Upsert:
 
     entity: RawEntity
     property_mask: tuple[str, ...] | None = None
-    transforms: tuple[Increment, ...] = attrs.field(default=(), converter=tuple)
+    transforms: tuple[Increment, ...] = attrs.field(default=(), converter=_transforms)
 
 
 @attrs.frozen

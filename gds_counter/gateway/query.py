@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Any, Iterable, Literal, Union
 
 import attrs
 
+from gds_counter.gateway.keys import namespace_name
 from gds_counter.gateway.values import RawEntity
 
 __all__ = [
@@ -39,10 +40,14 @@ class PropertyFilter:
     value: Any
 
 
+def _filters(filters: Iterable["Filter"]) -> tuple["Filter", ...]:
+    return tuple(filters)
+
+
 @attrs.frozen
 class CompositeFilter:
     op: Literal["AND", "OR"] = attrs.field(validator=attrs.validators.in_(("AND", "OR")))
-    filters: tuple["Filter", ...] = attrs.field(converter=tuple)
+    filters: tuple["Filter", ...] = attrs.field(converter=_filters)
 
 
 Filter = Union[PropertyFilter, CompositeFilter]
@@ -52,6 +57,14 @@ Filter = Union[PropertyFilter, CompositeFilter]
 class Order:
     name: str
     descending: bool = False
+
+
+def _orders(orders: Iterable[Order]) -> tuple[Order, ...]:
+    return tuple(orders)
+
+
+def _names(names: Iterable[str]) -> tuple[str, ...]:
+    return tuple(names)
 
 
 @attrs.frozen
@@ -91,11 +104,11 @@ class Query:
     """
 
     kind: str | None = None
-    namespace: str = attrs.field(default="", converter=lambda ns: ns or "")
+    namespace: str = attrs.field(default="", converter=namespace_name)
     filter: Filter | None = None
-    order: tuple[Order, ...] = attrs.field(default=(), converter=tuple)
-    projection: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    distinct_on: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    order: tuple[Order, ...] = attrs.field(default=(), converter=_orders)
+    projection: tuple[str, ...] = attrs.field(default=(), converter=_names)
+    distinct_on: tuple[str, ...] = attrs.field(default=(), converter=_names)
     keys_only: bool = False
     limit: int | None = None
     offset: int = 0

@@ -10,7 +10,7 @@ types, which is what lets one conformance suite run on every gateway.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Union
+from typing import Any, Iterable, Union
 
 import attrs
 
@@ -44,6 +44,10 @@ class Geopoint:
     longitude: float = attrs.field(converter=float, validator=_check_longitude)
 
 
+def _names(names: Iterable[str]) -> frozenset[str]:
+    return frozenset(names)
+
+
 @attrs.define(eq=True)
 class RawEntity:
     """An entity as it crosses the gateway: key, values and index flags.
@@ -55,7 +59,7 @@ class RawEntity:
 
     key: Key | None
     properties: dict[str, Any] = attrs.field(factory=dict)
-    unindexed: frozenset[str] = attrs.field(factory=frozenset, converter=frozenset)
+    unindexed: frozenset[str] = attrs.field(factory=frozenset, converter=_names)
 
 
 Value = Union[None, bool, int, float, str, bytes, _dt.datetime, Key, Geopoint, RawEntity, list]

@@ -152,7 +152,7 @@ class Parser(TokenStream):
                 self.error("LIMIT must come before OFFSET (write LIMIT n OFFSET m)", word)
             if word.word not in clauses:
                 self.error(f"{word.word} given twice", word)
-            clauses.remove(word.word)  # type: ignore[arg-type]
+            clauses.remove(word.word)
             extra = []
             self.limit(parts) if word.word == "LIMIT" else self.offset(parts)
         if self.tok.kind != END:
@@ -205,12 +205,12 @@ class Parser(TokenStream):
         token = self.tok
         if token.kind == QUOTED:
             self.advance()
-            return token.value  # type: ignore[no-any-return]
+            return token.value
         if token.kind == WORD:
             if token.word in RESERVED:
                 self.fail(what, hint=f"{token.word} is a reserved word; quote it as `{token.value}` to use it as a name")
             self.advance()
-            return token.value  # type: ignore[no-any-return]
+            return token.value
         self.fail(what)
 
     def property_name(self, what: str) -> str:
@@ -263,7 +263,7 @@ class Parser(TokenStream):
             if len(cursors) != 1:
                 self.error("LIMIT FIRST(a, b) takes one cursor and one integer", first)
             parts.end_cursor = cursors[0].value
-            parts.limit = counts[0]  # type: ignore[assignment]
+            parts.limit = counts[0]
         else:
             value, _ = self.position("LIMIT")
             if isinstance(value, Cursor):
@@ -508,5 +508,5 @@ class Parser(TokenStream):
                 self.error(f"bad key element: {exc}", kind_token)
             if self.at_punct(")"):
                 self.advance()
-                return Key(tuple(path), namespace)  # type: ignore[arg-type]  # attrs converter=tuple
+                return Key(tuple(path), namespace)
             self.expect_punct(",", "',' or ')'")

@@ -12,13 +12,12 @@ and ``schema()``, as the PHP article's ``CounterShardEntity`` does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+import inspect
+from typing import Any, Iterator, Mapping, Sequence
 
-from gds_counter.errors import BadKeyError
+from gds_counter.errors import BadKeyError, BadValueError
 from gds_counter.gateway.keys import Key, check_key_id, check_key_name
-
-if TYPE_CHECKING:
-    from gds_counter.gds.schema import Schema
+from gds_counter.gds.schema import Schema
 
 #: Instance attributes that are metadata, not data.
 _META = ("_kind", "_key_id", "_key_name", "_parent", "_namespace", "_schema", "_data")
@@ -57,10 +56,21 @@ class Entity:
         return self._data.get(name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in _META or hasattr(type(self), name):
+        if name in _META:
             object.__setattr__(self, name, value)
-        else:
+            return
+        declared = inspect.getattr_static(type(self), name, None)
+        if declared is None:
             self._data[name] = value
+        elif hasattr(declared, "__set__"):
+            object.__setattr__(self, name, value)  # a property (or other descriptor) a subclass made settable
+        else:
+            # ``entity.kind = "novel"`` would hide the method and store nothing.
+            raise BadValueError(
+                f"cannot set field {name!r} as an attribute: {type(self).__name__}.{name} is part of the "
+                f"class, so the value would never be stored; use entity[{name!r}] = {value!r} "
+                f"(or {type(self).__name__}({name}=...))"
+            )
 
     def __delattr__(self, name: str) -> None:
         self._data.pop(name, None)
@@ -177,6 +187,7 @@ def parent_key(ancestry: Any) -> Key | None:
     the Store uses it for ``parent=`` arguments so both accept the same forms."""
     if ancestry is None:
         return None
+    parent: Key | None
     if isinstance(ancestry, Key):
         parent = ancestry
     elif isinstance(ancestry, Entity):

@@ -114,9 +114,9 @@ def parse(
         kind=parts.kind,
         namespace=namespace,
         filter=parts.filter,
-        order=parts.order,  # type: ignore[arg-type]  # mypy cannot type attrs converter=tuple
-        projection=parts.projection,  # type: ignore[arg-type]  # mypy cannot type attrs converter=tuple
-        distinct_on=parts.distinct_on,  # type: ignore[arg-type]  # mypy cannot type attrs converter=tuple
+        order=parts.order,
+        projection=parts.projection,
+        distinct_on=parts.distinct_on,
         keys_only=parts.keys_only,
         limit=parts.limit,
         offset=parts.offset,

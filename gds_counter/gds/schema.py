@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import enum
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import attrs
 
@@ -18,9 +18,6 @@ from gds_counter._checks import is_int
 from gds_counter.errors import CorruptDataError, SchemaError
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity
-
-if TYPE_CHECKING:
-    from gds_counter.gds.entity import Entity
 
 
 class PropertyType(enum.Enum):
@@ -117,7 +114,7 @@ class Schema:
             raise SchemaError(f"a schema needs a non-empty kind name, got {kind!r}")
         self._kind = kind
         self._properties: dict[str, Property] = {}
-        self._entity_class: type[Entity] | None = None
+        self._entity_class: type[Any] | None = None
 
     def add_property(self, name: str, type: PropertyType, index: bool = True) -> "Schema":
         if not isinstance(name, str) or not name:
@@ -161,12 +158,16 @@ class Schema:
         """A list of any storable values (php-gds only had string lists)."""
         return self.add_property(name, PropertyType.LIST, index)
 
-    def set_entity_class(self, entity_class: "type[Entity]") -> "Schema":
-        """Fetched entities of this kind are built as ``entity_class``."""
+    def set_entity_class(self, entity_class: type[Any]) -> "Schema":
+        """Fetched entities of this kind are built as ``entity_class`` (an
+        ``Entity`` subclass; typed loosely because entity.py builds on this
+        module, not the other way round)."""
+        if not isinstance(entity_class, type):
+            raise SchemaError(f"an entity class is a class, got {type(entity_class).__name__} {entity_class!r}")
         self._entity_class = entity_class
         return self
 
-    def get_entity_class(self) -> "type[Entity] | None":
+    def get_entity_class(self) -> type[Any] | None:
         return self._entity_class
 
     def get_kind(self) -> str:

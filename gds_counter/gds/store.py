@@ -20,6 +20,7 @@ import logging
 import threading
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
+from gds_counter._checks import check_int, is_int
 from gds_counter.errors import (
     BadKeyError,
     BadValueError,
@@ -125,7 +126,7 @@ class Store:
 
     def create_entity(self, data: Mapping[str, Any] | None = None) -> Entity:
         """A new entity of this store's kind and entity class, not yet saved."""
-        entity_class = self._schema.get_entity_class() or Entity
+        entity_class: type[Entity] = self._schema.get_entity_class() or Entity
         entity = entity_class.__new__(entity_class)
         Entity.__init__(entity, data or {})
         entity.set_kind(self._schema.kind)
@@ -160,8 +161,7 @@ class Store:
         counts as 0. Raises ``TransformsIgnored`` when the server dropped the
         increment, so it is never reported as counted.
         """
-        if isinstance(amount, bool) or not isinstance(amount, int):
-            raise BadValueError(f"increment amount must be an int, got {type(amount).__name__} {amount!r}")
+        check_int(amount, "increment amount")
         if not self._gateway.capabilities.applies_transforms:
             # Such a server ignores the property mask too and would replace
             # the whole entity with the masked fields: refuse before sending.
@@ -286,7 +286,7 @@ class Store:
         in the query would fight with the page size (php-gds silently
         returned an empty page), so it is an error.
         """
-        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+        if not is_int(page_size) or page_size < 1:
             raise BadValueError(f"page size must be a positive int, got {page_size!r}")
         if self._query.limit is not None:
             raise GQLError(
@@ -294,7 +294,7 @@ class Store:
                 "limit, so remove the LIMIT from the query"
             )
         query = self._query.replace(limit=page_size)
-        if isinstance(offset, int) and not isinstance(offset, bool):
+        if is_int(offset):
             query = query.replace(offset=offset)
         elif offset is not None:
             query = query.replace(start_cursor=decode_cursor(offset))
@@ -399,6 +399,4 @@ class Store:
 def _as_id(key_id: Any) -> int:
     if isinstance(key_id, str) and key_id.isdigit():
         return int(key_id)
-    if isinstance(key_id, bool) or not isinstance(key_id, int):
-        raise BadKeyError(f"key id must be an int, got {type(key_id).__name__} {key_id!r}")
-    return key_id
+    return check_int(key_id, "key id", error=BadKeyError)

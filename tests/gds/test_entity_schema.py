@@ -28,6 +28,32 @@ def test_fields_that_clash_with_methods_are_reachable_by_index():
     assert entity.get_data() == {"kind": "a field", "get_data": 1}
 
 
+@pytest.mark.parametrize("name", ["kind", "schema", "get_data", "set_kind", "get_key"])
+def test_a_field_named_like_a_method_is_refused_as_an_attribute_not_dropped(name):
+    entity = Entity()
+    with pytest.raises(BadValueError, match=rf"entity\[{name!r}\] = 'novel'"):
+        setattr(entity, name, "novel")
+    assert entity.get_data() == {}
+    assert callable(getattr(entity, name))  # the method is still there
+    entity[name] = "novel"
+    assert entity.get_data() == {name: "novel"}
+
+
+def test_a_subclass_property_with_a_setter_is_still_an_attribute():
+    class Book(Entity):
+        @property
+        def title_upper(self):
+            return (self.title or "").upper()
+
+        @title_upper.setter
+        def title_upper(self, value):
+            self.title = value.lower()
+
+    book = Book()
+    book.title_upper = "OLIVER"
+    assert book.get_data() == {"title": "oliver"}
+
+
 def test_get_data_is_a_copy():
     entity = Entity(a=1)
     entity.get_data()["a"] = 2

@@ -26,12 +26,12 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator, cast
+from typing import Any, Callable, Iterator
 
 import attrs
 
 from gds_counter.counter import CountCache, CounterShardDS, get_counts
-from gds_counter.emulators import EMULATOR_KINDS, Emulator, EmulatorKind, start_emulator
+from gds_counter.emulators import EMULATOR_KINDS, Emulator, start_emulator
 from gds_counter.errors import BadValueError, GDSError
 from gds_counter.gateway.base import Gateway
 from gds_counter.load import LoadResult, run_load
@@ -151,7 +151,7 @@ def _storage(emulator: str | None, rate: float) -> Iterator[_Storage]:
             return
         if emulator not in EMULATOR_KINDS:
             raise BadValueError(f"emulator must be 'datastore' or 'firestore', got {emulator!r}")
-        with start_emulator(cast(EmulatorKind, emulator)) as emu:
+        with start_emulator(emulator) as emu:
             yield _Storage(emu, rate, folder)
 
 

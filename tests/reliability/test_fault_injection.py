@@ -151,7 +151,7 @@ def test_a_transaction_whose_commit_failed_is_ended(memory):
     token = gw.begin_transaction()
     with pytest.raises(Unavailable):
         gw.commit([Upsert(RawEntity(Key.of("K", 1), {}))], transaction=token)
-    with pytest.raises(GatewayError, match="unknown or already committed"):
+    with pytest.raises(BadValueError, match="is unknown, or was already committed or rolled back"):
         memory.commit([], transaction=token)
 
 

@@ -1,0 +1,23 @@
+"""The Cloud Datastore gateway: Cloud Datastore, Firestore in Datastore mode,
+or either official emulator, through google-cloud-datastore's GAPIC layer.
+
+Why the low-level GAPIC client and raw ``datastore_v1`` protos instead of
+``google.cloud.datastore.Client``: the high-level client decides index flags
+per entity (not per list element), has no property masks or property
+transforms, and cannot send GQL. php-gds compatibility needs all of those, so
+this package builds every request itself.
+
+Split by idea, each module explaining its own part:
+
+* ``_retry``: the retry and error policy (its docstring holds the policy
+  table the README quotes); ``should_retry`` and ``translate_error``.
+* ``_codec``: neutral keys, values, entities, filters, queries, GQL bindings
+  and mutations to and from raw protobufs.
+* ``_gateway``: ``DatastoreGateway`` itself: the client, retries inside one
+  deadline per request, and the RPCs behind the gateway hooks.
+"""
+
+from gds_counter.gateway.datastore._gateway import DatastoreGateway
+from gds_counter.gateway.datastore._retry import DEFAULT_RETRY, should_retry, translate_error
+
+__all__ = ["DatastoreGateway", "should_retry", "translate_error", "DEFAULT_RETRY"]

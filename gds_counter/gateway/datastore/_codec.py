@@ -1,0 +1,276 @@
+"""Conversion between gds_counter's neutral gateway types and raw
+``datastore_v1`` protobufs, in both directions.
+
+The gateway sends protobufs it builds itself (see the package docstring for
+why not google.cloud.datastore's entities), so this is where php-gds's wire
+format is decided: index flags go on each list element (Datastore rejects
+``exclude_from_indexes`` on an array value), an empty embedded entity is still
+sent as set, an empty property mask is sent as ``__key__`` (an empty mask
+would mean "write everything"), and a GQL cursor binding travels in its own
+field.
+
+Raw protobuf classes, not proto-plus wrappers: they are faster, and they
+expose HasField/WhichOneof, which the value mapping needs. Keys carry no
+project or database (they belong to the gateway, so keys compare equal across
+gateways), which is why a ``Codec`` is made for one project and database.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Any
+
+import attrs
+from google.cloud.datastore_v1.types import datastore as _ds
+from google.cloud.datastore_v1.types import entity as _ent
+from google.cloud.datastore_v1.types import query as _qry
+
+from gds_counter.errors import BadValueError, GatewayError
+from gds_counter.gateway.keys import Key, PathElement
+from gds_counter.gateway.mutations import Mutation, Upsert
+from gds_counter.gateway.query import CompositeFilter, Cursor, Filter, PropertyFilter, Query
+from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity
+
+_ValuePb = _ent.Value.pb()
+_EntityPb = _ent.Entity.pb()
+_KeyPb = _ent.Key.pb()
+_PartitionIdPb = _ent.PartitionId.pb()
+_MutationPb = _ds.Mutation.pb()
+_QueryPb = _qry.Query.pb()
+_GqlQueryPb = _qry.GqlQuery.pb()
+_PropertyFilterPb = _qry.PropertyFilter.pb()
+_CompositeFilterPb = _qry.CompositeFilter.pb()
+_PropertyOrderPb = _qry.PropertyOrder.pb()
+
+_UTC = _dt.timezone.utc
+
+_OPS = {
+    "=": _PropertyFilterPb.EQUAL,
+    "<": _PropertyFilterPb.LESS_THAN,
+    "<=": _PropertyFilterPb.LESS_THAN_OR_EQUAL,
+    ">": _PropertyFilterPb.GREATER_THAN,
+    ">=": _PropertyFilterPb.GREATER_THAN_OR_EQUAL,
+    "!=": _PropertyFilterPb.NOT_EQUAL,
+    "IN": _PropertyFilterPb.IN,
+    "NOT_IN": _PropertyFilterPb.NOT_IN,
+    "HAS_ANCESTOR": _PropertyFilterPb.HAS_ANCESTOR,
+}
+
+
+@attrs.frozen
+class Codec:
+    """Protobufs for one project and database (``""`` is the default database)."""
+
+    project: str
+    database: str
+
+    def partition(self, namespace: str) -> Any:
+        return _PartitionIdPb(project_id=self.project, database_id=self.database, namespace_id=namespace)
+
+    # --- keys and values ----------------------------------------------------
+
+    def key_to_pb(self, key: Key) -> Any:
+        pb = _KeyPb()
+        pb.partition_id.project_id = self.project
+        pb.partition_id.database_id = self.database
+        pb.partition_id.namespace_id = key.namespace
+        for element in key.path:
+            path = pb.path.add()
+            path.kind = element.kind
+            if element.id is not None:
+                path.id = element.id
+            elif element.name is not None:
+                path.name = element.name
+        return pb
+
+    @staticmethod
+    def key_from_pb(pb: Any) -> Key:
+        elements = []
+        for path in pb.path:
+            which = path.WhichOneof("id_type")
+            if which == "id":
+                elements.append(PathElement(path.kind, id=path.id))
+            elif which == "name":
+                elements.append(PathElement(path.kind, name=path.name))
+            else:
+                elements.append(PathElement(path.kind))
+        return Key(tuple(elements), pb.partition_id.namespace_id)
+
+    def value_to_pb(self, value: Any, excluded: bool, out: Any = None) -> Any:
+        pb = _ValuePb() if out is None else out
+        if isinstance(value, list):
+            # Datastore rejects exclude_from_indexes on an array value: the
+            # flag goes on each element, as php-gds writes it.
+            pb.array_value.SetInParent()
+            for item in value:
+                self.value_to_pb(item, excluded, pb.array_value.values.add())
+            return pb
+        pb.exclude_from_indexes = excluded
+        if value is None:
+            pb.null_value = 0
+        elif isinstance(value, bool):
+            pb.boolean_value = value
+        elif isinstance(value, int):
+            pb.integer_value = value
+        elif isinstance(value, float):
+            pb.double_value = value
+        elif isinstance(value, str):
+            pb.string_value = value
+        elif isinstance(value, bytes):
+            pb.blob_value = value
+        elif isinstance(value, _dt.datetime):
+            delta = value.astimezone(_UTC) - EPOCH
+            pb.timestamp_value.seconds = delta.days * 86400 + delta.seconds
+            pb.timestamp_value.nanos = delta.microseconds * 1000
+        elif isinstance(value, Key):
+            pb.key_value.CopyFrom(self.key_to_pb(value))
+        elif isinstance(value, Geopoint):
+            pb.geo_point_value.latitude = value.latitude
+            pb.geo_point_value.longitude = value.longitude
+        elif isinstance(value, RawEntity):
+            self.entity_to_pb(value, pb.entity_value)
+        else:
+            raise BadValueError(f"cannot store a {type(value).__name__} ({value!r})")
+        return pb
+
+    def entity_to_pb(self, entity: RawEntity, out: Any = None) -> Any:
+        pb = _EntityPb() if out is None else out
+        # An empty embedded entity must still count as set, or the value goes
+        # out with no value type and the server rejects it.
+        pb.SetInParent()
+        if entity.key is not None:
+            pb.key.CopyFrom(self.key_to_pb(entity.key))
+        for name, value in entity.properties.items():
+            self.value_to_pb(value, name in entity.unindexed, pb.properties[name])
+        return pb
+
+    def value_from_pb(self, pb: Any) -> tuple[Any, bool]:
+        """The neutral value and whether it is excluded from indexes."""
+        which = pb.WhichOneof("value_type")
+        if which == "array_value":
+            items = [self.value_from_pb(v) for v in pb.array_value.values]
+            excluded = all(flag for _, flag in items) if items else pb.exclude_from_indexes
+            return [v for v, _ in items], excluded
+        excluded = pb.exclude_from_indexes
+        if which is None or which == "null_value":
+            return None, excluded
+        if which == "boolean_value":
+            return pb.boolean_value, excluded
+        if which == "integer_value":
+            return pb.integer_value, excluded
+        if which == "double_value":
+            return pb.double_value, excluded
+        if which == "string_value":
+            return pb.string_value, excluded
+        if which == "blob_value":
+            return bytes(pb.blob_value), excluded
+        if which == "timestamp_value":
+            ts = pb.timestamp_value
+            return EPOCH + _dt.timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000), excluded
+        if which == "key_value":
+            return self.key_from_pb(pb.key_value), excluded
+        if which == "geo_point_value":
+            return Geopoint(pb.geo_point_value.latitude, pb.geo_point_value.longitude), excluded
+        if which == "entity_value":
+            return self.entity_from_pb(pb.entity_value), excluded
+        raise GatewayError(f"unsupported Datastore value type {which!r}")
+
+    def entity_from_pb(self, pb: Any) -> RawEntity:
+        key = self.key_from_pb(pb.key) if pb.HasField("key") else None
+        properties: dict[str, Any] = {}
+        unindexed = set()
+        for name, value_pb in pb.properties.items():
+            value, excluded = self.value_from_pb(value_pb)
+            properties[name] = value
+            if excluded:
+                unindexed.add(name)
+        return RawEntity(key, properties, frozenset(unindexed))
+
+    # --- queries ------------------------------------------------------------
+
+    def filter_to_pb(self, flt: Filter, out: Any) -> None:
+        if isinstance(flt, CompositeFilter):
+            parts = [f for f in flt.filters]
+            if len(parts) == 1:
+                self.filter_to_pb(parts[0], out)
+                return
+            composite = out.composite_filter
+            composite.op = _CompositeFilterPb.AND if flt.op == "AND" else _CompositeFilterPb.OR
+            for part in parts:
+                self.filter_to_pb(part, composite.filters.add())
+            return
+        if isinstance(flt, PropertyFilter):
+            prop = out.property_filter
+            prop.property.name = flt.name
+            prop.op = _OPS[flt.op]
+            if flt.op in ("IN", "NOT_IN"):
+                prop.value.array_value.SetInParent()
+                for item in flt.value:
+                    self.value_to_pb(item, False, prop.value.array_value.values.add())
+            else:
+                self.value_to_pb(flt.value, False, prop.value)
+            return
+        raise BadValueError(f"unknown filter {flt!r}")
+
+    def query_to_pb(self, query: Query) -> Any:
+        pb = _QueryPb()
+        if query.kind:
+            pb.kind.add().name = query.kind
+        if query.filter is not None:
+            self.filter_to_pb(query.filter, pb.filter)
+        for order in query.order:
+            item = pb.order.add()
+            item.property.name = order.name
+            item.direction = _PropertyOrderPb.DESCENDING if order.descending else _PropertyOrderPb.ASCENDING
+        if query.keys_only:
+            pb.projection.add().property.name = "__key__"
+        else:
+            for name in query.projection:
+                pb.projection.add().property.name = name
+        for name in query.distinct_on:
+            pb.distinct_on.add().name = name
+        if query.limit is not None:
+            pb.limit.value = query.limit
+            pb.limit.SetInParent()
+        if query.offset:
+            pb.offset = query.offset
+        if query.start_cursor:
+            pb.start_cursor = query.start_cursor
+        if query.end_cursor:
+            pb.end_cursor = query.end_cursor
+        return pb
+
+    def gql_to_pb(self, query: Query) -> Any:
+        assert query.gql is not None
+        pb = _GqlQueryPb(query_string=query.gql.text, allow_literals=True)
+        for name, value in query.gql.named:
+            self._binding_to_pb(value, pb.named_bindings[name])
+        for value in query.gql.positional:
+            self._binding_to_pb(value, pb.positional_bindings.add())
+        return pb
+
+    def _binding_to_pb(self, value: Any, out: Any) -> None:
+        # A cursor (at LIMIT/OFFSET, "LIMIT @c" / "OFFSET @c") travels in its
+        # own field; plain bytes are a blob value to compare with.
+        if isinstance(value, Cursor):
+            out.cursor = value.value
+        else:
+            self.value_to_pb(value, False, out.value)
+
+    # --- writes -------------------------------------------------------------
+
+    def mutation_to_pb(self, mutation: Mutation) -> Any:
+        pb = _MutationPb()
+        if isinstance(mutation, Upsert):
+            pb.upsert.CopyFrom(self.entity_to_pb(mutation.entity))
+            if mutation.property_mask is not None:
+                # An empty mask would mean "write everything" to Datastore;
+                # naming only __key__ keeps every stored property instead.
+                pb.property_mask.paths.extend(mutation.property_mask or ("__key__",))
+            for transform in mutation.transforms:
+                item = pb.property_transforms.add()
+                item.property = transform.name
+                item.increment.integer_value = transform.amount
+        else:
+            pb.delete.CopyFrom(self.key_to_pb(mutation.key))
+        return pb

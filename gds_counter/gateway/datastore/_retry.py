@@ -1,0 +1,137 @@
+"""The Datastore gateway's retry and error policy: which failures are
+retried, and which gds_counter error the caller sees.
+
+Retry and error policy (quoted by the README; ``should_retry`` and
+``translate_error`` implement it and are unit-tested directly):
+
+=====================  ==========================  ==================================  ===========================
+gRPC status            lookup, run_query,          commit                              raised when not retried /
+                       allocate_ids, begin_tx,                                         retries run out
+                       rollback (idempotent)
+=====================  ==========================  ==================================  ===========================
+UNAVAILABLE            retried                     retried if the commit is            ``Unavailable`` (commit:
+                                                   idempotent (transactional, or only  ``CommitUnknown`` if any
+                                                   complete-key upserts/deletes        attempt may have arrived)
+                                                   without transforms) or the error
+                                                   shows the connection was never
+                                                   made; else not retried
+RESOURCE_EXHAUSTED     retried                     retried: a quota rejection is not   ``GatewayError``
+                                                   applied, so it is safe
+INTERNAL               retried                     NOT retried: may have been applied  ``CommitUnknown`` (commit)
+DEADLINE_EXCEEDED      retried                     NOT retried: may have been applied  ``CommitUnknown`` (commit)
+UNKNOWN, CANCELLED     not retried                 NOT retried: may have been applied  ``CommitUnknown`` (commit),
+                                                                                       ``GatewayError`` (others)
+ABORTED, or a message  not retried here: the       not retried here: the caller must   ``Contention(attempts=1)``
+"too much contention"  caller redoes the whole     re-read and redo the transaction    (commit after an unknown
+                       transaction                                                     attempt: ``CommitUnknown``)
+INVALID_ARGUMENT       not retried                 not retried                         ``BadValueError`` (commit
+                                                                                       after an unknown attempt:
+                                                                                       ``CommitUnknown``)
+anything else          not retried                 not retried                         ``GatewayError``
+=====================  ==========================  ==================================  ===========================
+
+Retries use ``google.api_core.retry.Retry`` (exponential backoff with
+jitter); the whole call, retries included, is bounded by ``timeout`` seconds
+so nothing hangs. A commit is never retried when its outcome is unknown,
+because a blind retry of an increment could count it twice.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from google.api_core import exceptions as gexc
+from google.api_core.retry import Retry
+
+from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, GDSError, Unavailable
+
+#: Backoff shared by every call; per-call predicates are derived from it.
+#: ``timeout`` here is replaced by the gateway's own timeout.
+DEFAULT_RETRY = Retry(initial=0.1, maximum=4.0, multiplier=2.0, timeout=30.0)
+
+_IDEMPOTENT_CALLS = frozenset({"lookup", "run_query", "allocate_ids", "begin_transaction", "rollback"})
+
+#: Fragments of gRPC messages that prove the request never reached a server
+#: (the connection was never made), so even a non-idempotent commit may be resent.
+_NOT_SENT_MARKERS = (
+    "failed to connect to all addresses",
+    "connection refused",
+    "dns resolution failed",
+    "name resolution failure",
+    "failed to connect to remote host",
+)
+
+
+def error_message(exc: BaseException) -> str:
+    """The server's message (google.api_core keeps it apart from the status
+    code), else the error's text: what the policy matches markers against."""
+    return getattr(exc, "message", None) or str(exc)
+
+
+def _is_contention(exc: BaseException) -> bool:
+    return isinstance(exc, gexc.Aborted) or "too much contention" in error_message(exc).lower()
+
+
+def _never_sent(exc: BaseException) -> bool:
+    text = error_message(exc).lower()
+    return isinstance(exc, gexc.ServiceUnavailable) and any(m in text for m in _NOT_SENT_MARKERS)
+
+
+def should_retry(exc: BaseException, *, call: str, idempotent_commit: bool = False) -> bool:
+    """The retry predicate of the policy table in this module's docstring.
+
+    ``call`` is the RPC name; ``idempotent_commit`` says a commit can be
+    applied twice with the same result (transactional, or only complete-key
+    upserts/deletes with no transforms).
+    """
+    if _is_contention(exc):
+        return False
+    if call in _IDEMPOTENT_CALLS:
+        return isinstance(
+            exc,
+            (gexc.ServiceUnavailable, gexc.ResourceExhausted, gexc.InternalServerError, gexc.DeadlineExceeded),
+        )
+    if call == "commit":
+        if isinstance(exc, gexc.ResourceExhausted):
+            return True
+        if isinstance(exc, gexc.ServiceUnavailable):
+            return idempotent_commit or _never_sent(exc)
+        return False
+    return False
+
+
+def _outcome_unknown(exc: BaseException) -> bool:
+    """True when a failed commit attempt may nevertheless have been applied."""
+    if isinstance(exc, gexc.ServiceUnavailable):
+        return not _never_sent(exc)
+    return isinstance(
+        exc, (gexc.DeadlineExceeded, gexc.Unknown, gexc.InternalServerError, gexc.Cancelled)
+    )
+
+
+def translate_error(
+    exc: BaseException, *, call: str, earlier_attempts: Sequence[BaseException] = ()
+) -> GDSError:
+    """Map a google.api_core error to the gds_counter error of the policy table.
+
+    ``earlier_attempts`` are the errors of attempts that were retried before
+    ``exc``: for a commit, any of them with an unknown outcome makes the final
+    result unknown too (the first attempt may have been applied).
+    """
+    if isinstance(exc, gexc.RetryError) and exc.cause is not None:
+        exc = exc.cause
+    text = error_message(exc)
+    if call == "commit" and any(_outcome_unknown(e) for e in earlier_attempts):
+        # An earlier attempt may have been applied: whatever the resend says
+        # (even ABORTED, which would invite a retry), the outcome is unknown.
+        return CommitUnknown(f"commit outcome unknown (it may or may not have been applied): {text}")
+    if _is_contention(exc):
+        return Contention(f"{call}: contention: {text}", attempts=1)
+    if call == "commit":
+        if _outcome_unknown(exc):
+            return CommitUnknown(f"commit outcome unknown (it may or may not have been applied): {text}")
+    if isinstance(exc, gexc.ServiceUnavailable):
+        return Unavailable(f"{call}: Datastore unavailable: {text}")
+    if isinstance(exc, gexc.InvalidArgument):
+        return BadValueError(f"{call}: rejected by Datastore: {text}")
+    return GatewayError(f"{call} failed: {type(exc).__name__}: {text}")

@@ -1,0 +1,22 @@
+"""The embedded SQLite engine: the default storage, with no server and no account.
+
+It exists so that workshops, tests and small apps get Cloud Datastore's
+behaviour (value ordering, multi-valued properties, optimistic transactions,
+cursors, namespaces) from one local file, and so that code written against it
+keeps working when it moves to Datastore.
+
+The engine is split by idea, each module explaining its own part:
+
+* ``_encoding``: Datastore's value ordering as bytes (``sortable``,
+  ``key_bytes``), the lossless JSON each entity is stored as, and cursors.
+* ``_planner``: which keys a query reads through the index table, which of
+  them match with Datastore's filter semantics, and their order.
+* ``_storage``: the SQLite tables, and the writes of one commit (masks,
+  transforms, index rows, versions, id allocation).
+* ``_engine``: ``EmbeddedGateway`` itself: connections, transactions, query
+  batches, commits.
+"""
+
+from gds_counter.gateway.embedded._engine import BATCH_SIZE, BUSY_TIMEOUT_S, CAPABILITIES, EmbeddedGateway
+
+__all__ = ["BATCH_SIZE", "BUSY_TIMEOUT_S", "CAPABILITIES", "EmbeddedGateway"]

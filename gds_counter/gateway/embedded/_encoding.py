@@ -1,0 +1,234 @@
+"""How the embedded engine turns values into bytes and text.
+
+Two encodings, for two jobs:
+
+* ``sortable``/``key_bytes``: an order-preserving byte encoding, so that
+  SQLite's plain byte comparison *is* Datastore's value ordering. The index
+  table, filters, sort orders and cursors all compare these bytes and nothing
+  else.
+* ``dump_entity``/``load_entity``: tagged JSON, lossless (ints and floats
+  stay apart, bytes, datetimes, keys, geopoints and embedded entities carry a
+  tag) and never pickle, so a database file is safe to open and readable by
+  hand.
+
+Value ordering follows what Datastore documents ("based on the internal
+representations") and what both official emulators do (checked by hand):
+null < integers and timestamps (one class, timestamps as microseconds since the
+epoch, interleaved with integers) < booleans < byte strings and unicode strings
+(one class, compared as bytes, strings as UTF-8, interleaved) < doubles <
+geopoints < keys. Inequality filters span types (``v < "b"`` also matches
+integers), and inequalities on one property must be met by one list element.
+
+Every encoding is prefix-free (fixed width, or escaped and terminated), so
+inverting the bytes gives exactly the reverse order: that is how descending
+sort orders and cursors compare with plain byte comparison.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import json
+import math
+import struct
+from typing import Any, Iterator
+
+from gds_counter.errors import BadValueError, GatewayError
+from gds_counter.gateway.keys import Key, PathElement
+from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity
+
+# --- order-preserving value encoding ---------------------------------------
+
+_NULL, _INT, _BOOL, _STR, _FLOAT, _GEO, _KEY = (bytes([c]) for c in (0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70))
+_ONE_MICRO = _dt.timedelta(microseconds=1)
+_INVERT = bytes(range(255, -1, -1))
+
+
+def escaped(raw: bytes) -> bytes:
+    """``raw`` made prefix-free: NULs escaped, then a terminator that sorts
+    below any escaped byte, so a shorter string sorts first."""
+    return raw.replace(b"\x00", b"\x00\xff") + b"\x00\x01"
+
+
+def _i64(number: int) -> bytes:
+    return (number + 2**63).to_bytes(8, "big")
+
+
+def _f64(number: float) -> bytes:
+    if math.isnan(number):
+        return bytes(8)  # below -inf, as Datastore sorts NaN
+    (bits,) = struct.unpack(">Q", struct.pack(">d", number + 0.0))  # -0.0 == 0.0
+    bits = bits ^ 0xFFFF_FFFF_FFFF_FFFF if bits >> 63 else bits | 1 << 63
+    return bits.to_bytes(8, "big")
+
+
+def _micros(moment: _dt.datetime) -> int:
+    return (moment - EPOCH) // _ONE_MICRO
+
+
+def key_bytes(key: Key) -> bytes:
+    """A key's sortable encoding: namespace, then path elements (kind, then
+    ids before names, ids numerically, names bytewise). A key's encoding minus
+    its last byte is a prefix of every descendant's, which makes HAS_ANCESTOR
+    a range scan."""
+    out = [escaped(key.namespace.encode())]
+    for element in key.path:
+        out.append(b"\x02" + escaped(element.kind.encode()))
+        if element.id is not None:
+            out.append(b"\x01" + element.id.to_bytes(8, "big"))
+        elif element.name is not None:
+            out.append(b"\x02" + escaped(element.name.encode()))
+        else:
+            out.append(b"\x00")
+    out.append(b"\x01")
+    return b"".join(out)
+
+
+def descendant_range(ancestor: Key) -> tuple[bytes, bytes]:
+    """[low, high) of the encodings of ``ancestor`` and all its descendants."""
+    stem = key_bytes(ancestor)[:-1]
+    return stem, stem + b"\x03"
+
+
+def sortable(value: Any) -> bytes:
+    """Encode one indexed value so that bytes order is Datastore's order."""
+    if value is None:
+        return _NULL
+    if isinstance(value, bool):
+        return _BOOL + (b"\x01" if value else b"\x00")
+    if isinstance(value, int):
+        return _INT + _i64(value)
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is None:
+            raise BadValueError(f"naive datetime {value!r} cannot be compared; give it a timezone")
+        return _INT + _i64(_micros(value))
+    if isinstance(value, str):
+        return _STR + escaped(value.encode("utf-8"))
+    if isinstance(value, bytes):
+        return _STR + escaped(value)
+    if isinstance(value, float):
+        return _FLOAT + _f64(value)
+    if isinstance(value, Geopoint):
+        return _GEO + _f64(value.latitude) + _f64(value.longitude)
+    if isinstance(value, Key):
+        return _KEY + key_bytes(value)
+    raise BadValueError(f"a {type(value).__name__} ({value!r}) cannot be indexed, filtered or sorted on")
+
+
+def descending(encoded: bytes) -> bytes:
+    """The encoding that sorts in the reverse order (it is prefix-free)."""
+    return encoded.translate(_INVERT)
+
+
+def index_entries(entity: RawEntity, prefix: str = "") -> Iterator[tuple[str, bytes, Any]]:
+    """(name, encoding, value) of every value a Datastore index holds: one per
+    list element, none for unindexed properties, and an indexed embedded
+    entity's own indexed properties as ``outer.inner``."""
+    for name, value in entity.properties.items():
+        if name in entity.unindexed:
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, RawEntity):
+                yield from index_entries(item, f"{prefix}{name}.")
+            else:
+                yield f"{prefix}{name}", sortable(item), item
+
+
+# --- lossless serialisation (tagged JSON) ----------------------------------
+
+
+def _key_to_json(key: Key) -> list[Any]:
+    return [key.namespace, [[e.kind, e.id_or_name] for e in key.path]]
+
+
+def _key_from_json(data: list[Any]) -> Key:
+    namespace, path = data
+    return Key(
+        tuple(PathElement(kind, name=ident) if isinstance(ident, str) else PathElement(kind, id=ident) for kind, ident in path),
+        namespace,
+    )
+
+
+def _to_json(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value  # json keeps int and float apart, and writes inf/nan
+    if isinstance(value, bytes):
+        return {"b": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, _dt.datetime):
+        return {"t": _micros(value)}
+    if isinstance(value, Key):
+        return {"k": _key_to_json(value)}
+    if isinstance(value, Geopoint):
+        return {"g": [value.latitude, value.longitude]}
+    if isinstance(value, RawEntity):
+        return {"e": _entity_to_json(value)}
+    if isinstance(value, list):
+        return [_to_json(item) for item in value]
+    raise BadValueError(f"cannot store a {type(value).__name__} ({value!r})")
+
+
+def _from_json(data: Any) -> Any:
+    if isinstance(data, list):
+        return [_from_json(item) for item in data]
+    if not isinstance(data, dict):
+        return data
+    ((tag, inner),) = data.items()
+    if tag == "b":
+        return base64.b64decode(inner)
+    if tag == "t":
+        return EPOCH + _dt.timedelta(microseconds=inner)
+    if tag == "k":
+        return _key_from_json(inner)
+    if tag == "g":
+        return Geopoint(*inner)
+    if tag == "e":
+        return _entity_from_json(inner)
+    raise GatewayError(f"corrupt stored value with unknown tag {tag!r}")
+
+
+def _entity_to_json(entity: RawEntity) -> dict[str, Any]:
+    return {
+        "k": _key_to_json(entity.key) if entity.key is not None else None,
+        "p": {name: _to_json(value) for name, value in entity.properties.items()},
+        "u": sorted(entity.unindexed),
+    }
+
+
+def _entity_from_json(data: dict[str, Any]) -> RawEntity:
+    key = _key_from_json(data["k"]) if data["k"] is not None else None
+    return RawEntity(key, {name: _from_json(v) for name, v in data["p"].items()}, frozenset(data["u"]))
+
+
+def dump_entity(entity: RawEntity) -> str:
+    """The text stored in ``entities.data``."""
+    return json.dumps(_entity_to_json(entity), separators=(",", ":"))
+
+
+def load_entity(text: str) -> RawEntity:
+    return _entity_from_json(json.loads(text))
+
+
+# --- cursors ----------------------------------------------------------------
+#
+# A cursor is a result row's position (see _planner.Plan): its sortable
+# encodings, length-prefixed behind a magic tag so that a cursor from another
+# gateway, or from a query with other sort orders, is rejected, not misread.
+
+_CURSOR_MAGIC = b"GDSC1"
+
+
+def encode_cursor(position: tuple[bytes, ...]) -> bytes:
+    return _CURSOR_MAGIC + b"".join(len(part).to_bytes(4, "big") + part for part in position)
+
+
+def decode_cursor(cursor: bytes, size: int) -> tuple[bytes, ...]:
+    if not isinstance(cursor, bytes) or not cursor.startswith(_CURSOR_MAGIC):
+        raise BadValueError(f"cursor {cursor!r} was not issued by the embedded gateway")
+    parts, at = [], len(_CURSOR_MAGIC)
+    while at < len(cursor):
+        length = int.from_bytes(cursor[at : at + 4], "big")
+        parts.append(cursor[at + 4 : at + 4 + length])
+        at += 4 + length
+    if at != len(cursor) or len(parts) != size:
+        raise BadValueError("cursor does not belong to this query (different sort orders or projection)")
+    return tuple(parts)

@@ -1,0 +1,328 @@
+"""How the embedded engine answers a query: which keys SQL reads as
+candidates, which of them match, and in which order they come back.
+
+A query never scans its kind when a filter or sort order can use the index
+table (``props``: one row per indexed value, one per list element), as
+Datastore reads its indexes: SQL yields a superset of the matching keys, then
+each candidate is checked in Python with Datastore's semantics. So filters and
+sort orders only ever see indexed values, inequality filters span types
+(``v < "b"`` also matches integers), and inequalities on one property must be
+met by one list element.
+
+Everything compares the byte encodings of ``_encoding``; a result row's
+position in sort order is also its cursor.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections import defaultdict
+from typing import Any, Callable, Iterable, Iterator
+
+import attrs
+
+from gds_counter.errors import BadValueError
+from gds_counter.gateway.embedded._encoding import (
+    descendant_range,
+    descending,
+    escaped,
+    index_entries,
+    key_bytes,
+    sortable,
+)
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, Order, PropertyFilter, Query
+from gds_counter.gateway.values import RawEntity
+
+_RANGE_OPS = {"<": bytes.__lt__, "<=": bytes.__le__, ">": bytes.__gt__, ">=": bytes.__ge__}
+_SQL_OPS = {"=": "=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "!=": "<>"}
+
+
+@attrs.define
+class Doc:
+    """One candidate entity while a query evaluates it, with its index values
+    computed once."""
+
+    key_enc: bytes
+    version: int
+    entity: RawEntity
+    _index: dict[str, list[tuple[bytes, Any]]] | None = None
+
+    def values(self, name: str) -> list[tuple[bytes, Any]]:
+        if self._index is None:
+            self._index = defaultdict(list)
+            for entry_name, enc, value in index_entries(self.entity):
+                self._index[entry_name].append((enc, value))
+        return self._index.get(name, [])
+
+    def encodings(self, name: str) -> list[bytes]:
+        if name == KEY_PROPERTY:
+            return [self.key_enc]
+        return [enc for enc, _ in self.values(name)]
+
+
+@attrs.frozen
+class Row:
+    """One query result in sort order: its position (also its cursor) and
+    the entity it returns."""
+
+    position: tuple[bytes, ...]
+    doc: Doc
+    entity: RawEntity
+
+
+# --- filters ----------------------------------------------------------------
+
+
+def _filter_target(f: PropertyFilter) -> Any:
+    """The filter's value, encoded (a frozenset for IN and NOT_IN)."""
+    if f.op == "HAS_ANCESTOR":
+        if f.name != KEY_PROPERTY or not isinstance(f.value, Key):
+            raise BadValueError(f"HAS_ANCESTOR needs __key__ and a Key, got {f.name!r} {f.value!r}")
+        return descendant_range(f.value)
+    if f.name == KEY_PROPERTY:
+        values = f.value if f.op in ("IN", "NOT_IN") else (f.value,)
+        for value in values:
+            if not isinstance(value, Key):
+                raise BadValueError(f"filter on __key__ needs Key values, got {value!r}")
+    encode = key_bytes if f.name == KEY_PROPERTY else sortable  # __key__ compares bare key encodings
+    if f.op in ("IN", "NOT_IN"):
+        if not isinstance(f.value, (tuple, list, set, frozenset)):
+            raise BadValueError(f"{f.op} on {f.name!r} needs a tuple of values, got {f.value!r}")
+        return frozenset(encode(v) for v in f.value)
+    return encode(f.value)
+
+
+def _value_test(op: str, target: Any) -> Callable[[bytes], bool]:
+    if op == "=":
+        return target.__eq__
+    if op == "!=":
+        return target.__ne__
+    if op == "IN":
+        return target.__contains__
+    if op == "NOT_IN":
+        return lambda enc: enc not in target
+    if op == "HAS_ANCESTOR":
+        low, high = target
+        return lambda enc: low <= enc < high
+    compare = _RANGE_OPS[op]
+    return lambda enc: compare(enc, target)
+
+
+def compile_filter(f: Filter) -> Callable[[Doc], bool]:
+    """A predicate with Datastore's semantics: a filter matches an entity if
+    some indexed value matches; inequalities on one property inside an AND
+    must all be met by the same value (they are one index range scan)."""
+    if isinstance(f, PropertyFilter):
+        test = _value_test(f.op, _filter_target(f))
+        name = f.name
+        return lambda doc: any(test(enc) for enc in doc.encodings(name))
+    children = []
+    ranges: dict[str, list[Callable[[bytes], bool]]] = defaultdict(list)
+    for child in f.filters:
+        if f.op == "AND" and isinstance(child, PropertyFilter) and child.op in _RANGE_OPS:
+            ranges[child.name].append(_value_test(child.op, _filter_target(child)))
+        else:
+            children.append(compile_filter(child))
+    for name, tests in ranges.items():
+        children.append(
+            functools.partial(
+                lambda doc, name, tests: any(all(t(enc) for t in tests) for enc in doc.encodings(name)),
+                name=name,
+                tests=tests,
+            )
+        )
+    combine = any if f.op == "OR" else all
+    return lambda doc: combine(child(doc) for child in children)
+
+
+def _top_level_ranges(f: Filter | None) -> dict[str, list[Callable[[bytes], bool]]]:
+    """Inequalities that every result row must meet, by property: a row of a
+    projection or a sort on that property uses only the list elements in range,
+    as Datastore reads them from the index range. != and NOT_IN are index
+    ranges too (the values on either side of the excluded ones), so
+    ``tags != 'a'`` never projects or sorts by the element 'a'."""
+    direct = [f] if isinstance(f, PropertyFilter) else list(f.filters) if isinstance(f, CompositeFilter) and f.op == "AND" else []
+    out: dict[str, list[Callable[[bytes], bool]]] = defaultdict(list)
+    for child in direct:
+        if isinstance(child, PropertyFilter) and child.op in (*_RANGE_OPS, "!=", "NOT_IN") and child.name != KEY_PROPERTY:
+            out[child.name].append(_value_test(child.op, _filter_target(child)))
+    return out
+
+
+def _equality_names(f: Filter | None) -> set[str]:
+    direct = [f] if isinstance(f, PropertyFilter) else list(f.filters) if isinstance(f, CompositeFilter) and f.op == "AND" else []
+    return {c.name for c in direct if isinstance(c, PropertyFilter) and c.op in ("=", "IN")}
+
+
+# --- candidate selection in SQL --------------------------------------------
+
+#: Source ranks: lower is more selective. Rank-0 sources are intersected.
+_EXACT, _RANGE, _NEGATED = 0, 1, 2
+
+
+@attrs.frozen
+class _Source:
+    sql: str
+    params: tuple[Any, ...]
+    rank: int
+
+
+def _source(f: Filter, ns: str, kind: str | None) -> _Source | None:
+    """SQL that yields a superset of the matching keys through an index, or
+    None when the filter cannot narrow the kind (then the caller scans it)."""
+    scope_sql = "ns = ?" + (" AND kind = ?" if kind is not None else "")
+    scope = (ns, kind) if kind is not None else (ns,)
+    if isinstance(f, PropertyFilter):
+        target = _filter_target(f)
+        if f.op == "HAS_ANCESTOR":
+            return _Source(f"SELECT key_bytes FROM entities WHERE {scope_sql} AND key_bytes >= ? AND key_bytes < ?", (*scope, *target), _EXACT)
+        rank = _EXACT if f.op in ("=", "IN") else _NEGATED if f.op in ("!=", "NOT_IN") else _RANGE
+        if f.op in ("IN", "NOT_IN"):
+            marks = ", ".join("?" * len(target))
+            condition, values = f"{'NOT IN' if f.op == 'NOT_IN' else 'IN'} ({marks})", tuple(sorted(target))
+        else:
+            condition, values = f"{_SQL_OPS[f.op]} ?", (target,)
+        if f.name == KEY_PROPERTY:
+            return _Source(f"SELECT key_bytes FROM entities WHERE {scope_sql} AND key_bytes {condition}", (*scope, *values), rank)
+        return _Source(f"SELECT DISTINCT key_bytes FROM props WHERE {scope_sql} AND name = ? AND value {condition}", (*scope, f.name, *values), rank)
+    children = [_source(child, ns, kind) for child in f.filters]
+    usable = [c for c in children if c is not None]
+    if f.op == "OR":
+        if not children or len(usable) < len(children):
+            return None  # a branch the index cannot narrow makes the whole OR a scan
+        return _compound("UNION", usable, max(c.rank for c in usable))
+    if not usable:
+        return None
+    exact = [c for c in usable if c.rank == _EXACT]
+    if exact:
+        return _compound("INTERSECT", exact, _EXACT)
+    return min(usable, key=lambda c: c.rank)
+
+
+def _compound(op: str, parts: list[_Source], rank: int) -> _Source:
+    if len(parts) == 1:
+        return parts[0]
+    sql = f" {op} ".join(f"SELECT key_bytes FROM ({p.sql})" for p in parts)
+    return _Source(sql, tuple(itertools.chain.from_iterable(p.params for p in parts)), rank)
+
+
+def candidate_sql(query: Query, plan: Plan, start: tuple[bytes, ...] | None) -> tuple[str, tuple[Any, ...]]:
+    """SQL for (key_bytes, version, data) of every entity that may match
+    ``query``: read through the most selective index, or the kind's (or the
+    namespace's) key range when no filter can use one."""
+    ns, kind = query.namespace, query.kind
+    source = _source(query.filter, ns, kind) if query.filter is not None else None
+    if source is None and plan.first_property is not None:
+        # Entities lacking the sorted property are not in its index, so the index is the candidate set.
+        source = _source(PropertyFilter(plan.first_property, ">=", None), ns, kind)
+    columns = "SELECT e.key_bytes, e.version, e.data"
+    if source is not None:
+        sql = f"{columns} FROM ({source.sql}) AS c CROSS JOIN entities AS e ON e.key_bytes = c.key_bytes WHERE 1"
+        params: tuple[Any, ...] = source.params
+    else:
+        low = escaped(ns.encode())
+        sql = f"{columns} FROM entities AS e WHERE e.ns = ? AND e.key_bytes >= ? AND e.key_bytes < ?"
+        params = (ns, low, low[:-1] + b"\x02")
+        if kind is not None:
+            sql += " AND e.kind = ?"
+            params += (kind,)
+    if plan.streams:
+        is_descending = bool(plan.orders) and plan.orders[0].descending
+        if start is not None:
+            sql += f" AND e.key_bytes {'<' if is_descending else '>'} ?"
+            params += (start[-1],)
+        sql += f" ORDER BY e.key_bytes {'DESC' if is_descending else 'ASC'}"
+    return sql, params
+
+
+# --- result rows ------------------------------------------------------------
+
+
+@attrs.frozen
+class Plan:
+    """How a query turns a matching entity into ordered result rows.
+
+    A row's position is (one component per sort order, the key, then the
+    projected values): it sorts the rows, breaks ties by key ascending, and
+    is the cursor.
+    """
+
+    orders: tuple[Order, ...]
+    projection: tuple[str, ...]
+    keys_only: bool
+    distinct_on: tuple[str, ...]
+    ranges: dict[str, list[Callable[[bytes], bool]]]
+
+    @classmethod
+    def of(cls, query: Query) -> Plan:
+        projection = tuple(p for p in query.projection if p != KEY_PROPERTY)
+        keys_only = query.keys_only or (bool(query.projection) and not projection)
+        orders = query.order
+        if projection and not orders:
+            orders = tuple(Order(name) for name in projection)  # Datastore reads the projected properties' index
+        for name in set(projection) & _equality_names(query.filter):
+            raise BadValueError(f"cannot project property {name!r} that has an equality filter")
+        missing = set(query.distinct_on) - set(projection)
+        if missing:
+            raise BadValueError(f"distinct_on {sorted(missing)} must be projected properties")
+        return cls(orders, projection, keys_only, query.distinct_on, _top_level_ranges(query.filter))
+
+    @property
+    def width(self) -> int:
+        return len(self.orders) + 1 + len(self.projection)
+
+    @property
+    def streams(self) -> bool:
+        """Key order only, one row per entity: SQLite's key order is the answer."""
+        return not self.projection and all(o.name == KEY_PROPERTY for o in self.orders[:1]) and len(self.orders) <= 1
+
+    @property
+    def first_property(self) -> str | None:
+        names = [o.name for o in self.orders if o.name != KEY_PROPERTY]
+        return names[0] if names else None
+
+    def _candidates(self, doc: Doc, name: str) -> list[tuple[bytes, Any]]:
+        tests = self.ranges.get(name, ())
+        return [(enc, v) for enc, v in doc.values(name) if all(t(enc) for t in tests)]
+
+    def rows(self, doc: Doc) -> Iterator[Row]:
+        """One row per entity, or one per combination of projected values;
+        none if the entity lacks an indexed value for a sort or projection."""
+        key = doc.entity.key
+        choices = [self._candidates(doc, name) for name in self.projection]
+        for combo in itertools.product(*choices):
+            chosen = dict(zip(self.projection, combo))
+            position = []
+            for order in self.orders:
+                if order.name == KEY_PROPERTY:
+                    enc = doc.key_enc
+                elif order.name in chosen:
+                    enc = chosen[order.name][0]
+                else:
+                    values = [e for e, _ in self._candidates(doc, order.name)]
+                    if not values:
+                        return  # not in this property's index: not a result
+                    enc = max(values) if order.descending else min(values)
+                position.append(descending(enc) if order.descending else enc)
+            position.append(doc.key_enc)
+            position.extend(enc for enc, _ in combo)
+            if self.projection:
+                entity = RawEntity(key, {name: value for name, (_, value) in chosen.items()})
+            elif self.keys_only:
+                entity = RawEntity(key)
+            else:
+                entity = doc.entity
+            yield Row(tuple(position), doc, entity)
+
+    def first_of_each(self, rows: Iterable[Row]) -> list[Row]:
+        seen: set[tuple[bytes, ...]] = set()
+        out = []
+        offset = len(self.orders) + 1
+        for row in rows:
+            group = tuple(row.position[offset + self.projection.index(n)] for n in self.distinct_on)
+            if group not in seen:
+                seen.add(group)
+                out.append(row)
+        return out

@@ -1,0 +1,138 @@
+"""The embedded engine's SQLite file: its tables, and the row-level writes
+that keep them consistent inside one commit.
+
+Storage layout (one SQLite file, WAL mode so readers never block the writer):
+
+* ``entities(key_bytes PK, ns, kind, version, written_at, data)``: ``data`` is
+  tagged JSON (lossless, never pickle); ``version`` is the number of the commit
+  that last wrote the row. Commit numbers only grow, so a version never comes
+  back after a delete and re-create, which is what optimistic transactions
+  compare.
+* ``props(ns, kind, name, value, key_bytes)``: one row per indexed value (one
+  per list element), ``value`` encoded so that SQLite's byte comparison is
+  Datastore's value ordering. Filters and sort orders therefore only ever see
+  indexed values, as in Datastore, and a query reads candidate keys from this
+  index instead of scanning its kind.
+* ``meta``: the commit counter and the id allocator.
+
+Every function here runs inside a write transaction (``BEGIN IMMEDIATE``) that
+the gateway holds, so the checks and writes of one commit are atomic.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import attrs
+
+from gds_counter._checks import INT64_MAX, INT64_MIN, is_int
+from gds_counter.errors import BadValueError, Contention, GatewayError
+from gds_counter.gateway.base import TransactionState
+from gds_counter.gateway.embedded._encoding import dump_entity, index_entries, key_bytes, load_entity
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Upsert
+from gds_counter.gateway.values import RawEntity
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS entities (
+    key_bytes BLOB PRIMARY KEY,
+    ns TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    written_at REAL NOT NULL,
+    data TEXT NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS entities_by_kind ON entities (ns, kind, key_bytes);
+CREATE TABLE IF NOT EXISTS props (
+    ns TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    name TEXT NOT NULL,
+    value BLOB NOT NULL,
+    key_bytes BLOB NOT NULL,
+    PRIMARY KEY (ns, kind, name, value, key_bytes)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS props_by_key ON props (key_bytes);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta VALUES ('commit_seq', 0), ('next_id', 1);
+"""
+
+
+@attrs.define
+class Transaction(TransactionState):
+    """An optimistic transaction: what it read, checked again at commit."""
+
+    #: key encoding -> (version read, 0 if absent; the key, for messages)
+    reads: dict[bytes, tuple[int, Key]] = attrs.field(factory=dict)
+
+    def saw(self, key_enc: bytes, version: int, key: Key) -> None:
+        self.reads.setdefault(key_enc, (version, key))  # the first read is what the caller acted on
+
+
+def check_unchanged(conn: sqlite3.Connection, txn: Transaction) -> None:
+    """Raise Contention if any entity ``txn`` read was written (or created,
+    or deleted) since: its row's version is no longer the one read."""
+    for kb, (version, key) in txn.reads.items():
+        row = conn.execute("SELECT version FROM entities WHERE key_bytes = ?", (kb,)).fetchone()
+        if (row[0] if row else 0) != version:
+            raise Contention(f"{key} changed since this transaction read it", attempts=1)
+
+
+def _scatter(sequence: int) -> int:
+    """Spread sequential numbers over a wide range (bit reversal, a bijection),
+    so that allocated ids, like Datastore's, do not collide with small ids
+    that callers pick by hand."""
+    return int(f"{sequence:052b}"[::-1], 2)
+
+
+def allocate(conn: sqlite3.Connection, count: int) -> list[int]:
+    if not count:
+        return []
+    end = conn.execute("UPDATE meta SET value = value + ? WHERE name = 'next_id' RETURNING value", (count,)).fetchall()[0][0]
+    if end >= 2**52:
+        raise GatewayError("the id allocator is exhausted")
+    return [_scatter(n) for n in range(end - count, end)]
+
+
+def upsert(conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now: float) -> tuple[Key, tuple[Any, ...]]:
+    """Write one entity (after its property mask and transforms) and its index
+    rows; return the key and the transform results."""
+    entity = mutation.entity
+    if mutation.property_mask is None:
+        properties = dict(entity.properties)
+        unindexed = set(entity.unindexed) & set(properties)
+    else:
+        row = conn.execute("SELECT data FROM entities WHERE key_bytes = ?", (key_bytes(key),)).fetchone()
+        old = load_entity(row[0]) if row else RawEntity(key)
+        properties, unindexed = dict(old.properties), set(old.unindexed)
+        for name in mutation.property_mask:
+            unindexed.discard(name)
+            if name in entity.properties:
+                properties[name] = entity.properties[name]
+                if name in entity.unindexed:
+                    unindexed.add(name)
+            else:
+                properties.pop(name, None)  # in the mask but not the entity: Datastore removes it
+    transform_results = []
+    for transform in mutation.transforms:
+        current = properties.get(transform.name, 0)
+        if not is_int(current):
+            raise BadValueError(f"cannot increment {transform.name!r} of {key}: stored value {current!r} is not an integer")
+        total = current + transform.amount
+        if not INT64_MIN <= total <= INT64_MAX:
+            raise BadValueError(f"incrementing {transform.name!r} of {key} to {total} overflows 64 bits")
+        properties[transform.name] = total
+        (unindexed.add if transform.name in entity.unindexed else unindexed.discard)(transform.name)
+        transform_results.append(total)
+    stored = RawEntity(key, properties, frozenset(unindexed & set(properties)))
+    kb = key_bytes(key)
+    conn.execute(
+        "INSERT OR REPLACE INTO entities (key_bytes, ns, kind, version, written_at, data) VALUES (?, ?, ?, ?, ?, ?)",
+        (kb, key.namespace, key.kind, seq, now, dump_entity(stored)),
+    )
+    conn.execute("DELETE FROM props WHERE key_bytes = ?", (kb,))
+    conn.executemany(
+        "INSERT OR IGNORE INTO props (ns, kind, name, value, key_bytes) VALUES (?, ?, ?, ?, ?)",
+        [(key.namespace, key.kind, name, enc, kb) for name, enc, _ in index_entries(stored)],
+    )
+    return key, tuple(transform_results)

@@ -118,7 +118,7 @@ class Emulator:
         the port. On SIGTERM the Datastore emulator saves an on-disk store."""
         process, self.process = self.process, None
         with _running_lock:
-            _running.pop(id(self), None)
+            _running[:] = [running for running in _running if running is not self]
         if process is not None:
             _kill_group(process)
         if self._data_dir:
@@ -127,7 +127,9 @@ class Emulator:
 
 
 _running_lock = threading.Lock()
-_running: dict[int, Emulator] = {}
+#: Emulators started and not yet stopped, stopped at exit (a list: Emulator
+#: compares by value, and two runs must never be confused).
+_running: list[Emulator] = []
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
@@ -172,7 +174,7 @@ def _group_gone(pgid: int, wait: float) -> bool:
 def stop_all_emulators() -> None:
     """The atexit safety net: no emulator outlives the interpreter that started it."""
     with _running_lock:
-        emulators = list(_running.values())
+        emulators = list(_running)
     for emulator in emulators:
         with contextlib.suppress(Exception):
             emulator.stop()
@@ -267,7 +269,7 @@ def launch_emulator(
         raise EmulatorError(f"cannot run {gcloud!r} to start the {kind} emulator: {exc}") from exc
     emulator = Emulator(kind, host, project, log_path, process, folder if owned else None)
     with _running_lock:
-        _running[id(emulator)] = emulator
+        _running.append(emulator)
     started = time.monotonic()
     try:
         while not _ready(host):

@@ -117,8 +117,9 @@ class Layout:
         return self._stored_int(config, self.config_property, low=1)
 
     def _stored_int(self, raw: RawEntity, name: str, *, low: int | None) -> Any:
-        where = f"{raw.key}.{name}"
-        value = read_integer(raw.properties.get(name), where)
+        value = raw.properties.get(name)
+        if isinstance(value, str):
+            value = read_integer(value, f"{raw.key}.{name}")
         if value is None:
             return 0 if low is None else None
         if not is_int(value) or (low is not None and value < low):

@@ -45,7 +45,7 @@ from gds_counter.counter.cache import CountCache, shared_cache
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.strategy import Shard, Strategy, get_strategy
 from gds_counter.errors import BadValueError, Contention, GDSError, TotalUnavailable, Unavailable
-from gds_counter.gateway import shared_gateway
+from gds_counter.gateway import resolve_gateway
 from gds_counter.gateway.base import Gateway, commit_in_transaction, run_query_all
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Mutation, Upsert
@@ -134,7 +134,7 @@ class ShardedCounter:
                 )
             self._gateway, self.namespace = store.gateway, store.namespace
         else:
-            self._gateway = gateway if isinstance(gateway, Gateway) else shared_gateway(gateway)
+            self._gateway = resolve_gateway(gateway)
             self.namespace = self._gateway.namespace
         self._cache: CountCache | None = shared_cache(self._gateway) if cache is True else (cache or None)
         # Check the key names now, so a bad name fails before any write: up

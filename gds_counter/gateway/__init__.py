@@ -8,10 +8,10 @@ import threading
 from urllib.parse import parse_qs, urlsplit
 
 from gds_counter.errors import BadValueError
-from gds_counter.gateway.base import Gateway
+from gds_counter.gateway.base import Gateway, is_gateway
 from gds_counter.gateway.stats import Stats
 
-__all__ = ["Gateway", "Stats", "open_gateway", "shared_gateway", "DEFAULT_URL"]
+__all__ = ["Gateway", "Stats", "open_gateway", "resolve_gateway", "shared_gateway", "DEFAULT_URL"]
 
 log = logging.getLogger(__name__)
 
@@ -96,3 +96,13 @@ def shared_gateway(url: str | None = None) -> Gateway:
         if gateway is None:
             gateway = _shared[config] = open_gateway(url)
         return gateway
+
+
+def resolve_gateway(gateway: Gateway | str | None) -> Gateway:
+    """What ``gateway=`` arguments accept: a gateway, or a URL (None: the
+    default) for ``shared_gateway``."""
+    if gateway is None or isinstance(gateway, str):
+        return shared_gateway(gateway)
+    if not is_gateway(gateway):
+        raise BadValueError(f"expected a gateway or a GDS URL, got {type(gateway).__name__} {gateway!r}")
+    return gateway

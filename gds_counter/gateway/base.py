@@ -19,12 +19,14 @@ from __future__ import annotations
 import abc
 import collections
 import contextlib
+import inspect
 import logging
 import threading
 import uuid
 from typing import Any, Callable, Generic, Iterator, Protocol, Sequence, TypeVar, runtime_checkable
 
 import attrs
+from typing_extensions import TypeIs
 
 from gds_counter._checks import check_int
 from gds_counter.errors import BadKeyError, BadValueError, GatewayError, GDSError, Unavailable
@@ -50,6 +52,7 @@ __all__ = [
     "TransactionState",
     "check_mutation",
     "commit_in_transaction",
+    "is_gateway",
     "iterate_batches",
     "require_complete",
     "run_query_all",
@@ -113,6 +116,16 @@ class Gateway(Protocol):
     def allocate_ids(self, keys: Sequence[Key]) -> list[Key]: ...
 
     def close(self) -> None: ...
+
+
+_MEMBERS = tuple(name for name in dir(Gateway) if not name.startswith("_")) + ("stats", "namespace")
+
+
+def is_gateway(candidate: object) -> TypeIs[Gateway]:
+    """``isinstance(candidate, Gateway)`` without reading any member: before
+    Python 3.12 the protocol check evaluates every property, and evaluating
+    ``capabilities`` probes the server."""
+    return all(inspect.getattr_static(candidate, name, None) is not None for name in _MEMBERS)
 
 
 @attrs.define

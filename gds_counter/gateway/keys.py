@@ -67,7 +67,7 @@ def namespace_name(namespace: str | None) -> str:
     return namespace or ""
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class PathElement:
     """One (kind, id or name) step of a key path. Both id and name are None
     only in the last element of an incomplete key, whose id the server allocates."""
@@ -94,7 +94,7 @@ def _path(elements: Iterable[PathElement]) -> tuple[PathElement, ...]:
     return tuple(elements)
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Key:
     """An immutable, hashable Datastore key: a path of (kind, id|name) steps
     plus a namespace (``""`` is the default namespace).

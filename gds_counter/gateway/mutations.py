@@ -34,7 +34,7 @@ class Upsert:
     stored property); ``transforms`` run after the write, in the same
     mutation, atomically. A server that ignores masks and transforms (the
     legacy Datastore emulator) would replace the whole entity instead, so
-    callers must check ``Gateway.supports_transforms`` before sending them."""
+    callers must check ``Gateway.capabilities`` before sending them."""
 
     entity: RawEntity
     property_mask: tuple[str, ...] | None = None

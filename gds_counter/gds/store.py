@@ -30,7 +30,7 @@ from gds_counter.errors import (
     SchemaError,
     TransformsIgnored,
 )
-from gds_counter.gateway import shared_gateway
+from gds_counter.gateway import resolve_gateway
 from gds_counter.gateway.base import Gateway, iterate_batches
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Increment, Mutation, Upsert
@@ -85,7 +85,6 @@ class _TransactionState(threading.local):
     def __init__(self) -> None:
         self.token: bytes | None = None
         self.block_mutations: list[Mutation] | None = None
-        self.read_only = False
 
 
 class Store:
@@ -98,7 +97,7 @@ class Store:
         retry: RetryPolicy = DEFAULT_RETRY,
     ) -> None:
         self._schema = _resolve_schema(kind_or_schema)
-        self._gateway: Gateway = gateway if isinstance(gateway, Gateway) else shared_gateway(gateway)
+        self._gateway = resolve_gateway(gateway)
         self._namespace = self._gateway.namespace if namespace is None else namespace
         self._retry = retry
         self._tx = _TransactionState()
@@ -333,7 +332,6 @@ class Store:
         if self._tx.token is not None or self._tx.block_mutations is not None:
             raise GatewayError("a transaction is already open on this store in this thread")
         self._tx.token = self._gateway.begin_transaction(read_only=read_only)
-        self._tx.read_only = read_only
         return self
 
     def _take_token(self) -> bytes | None:

@@ -64,8 +64,8 @@ from collections import Counter
 from typing import Any, Iterator, Mapping, Sequence, cast
 
 from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, GDSError, Unavailable
+from gds_counter.gateway.base import Gateway, is_gateway
 from gds_counter.gateway.capabilities import Capabilities
-from gds_counter.gateway.base import Gateway
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import CommitResult, Mutation
 from gds_counter.gateway.query import Query, QueryResult
@@ -227,7 +227,7 @@ class FaultyGateway:
         injector: FaultInjector | None = None,
         script: Mapping[str, Sequence[str | None]] | None = None,
     ) -> None:
-        if not isinstance(inner, Gateway):
+        if not is_gateway(inner):
             raise BadValueError(f"FaultyGateway wraps a Gateway, got {type(inner).__name__} {inner!r}")
         if injector is not None and (rates is not None or script is not None):
             raise BadValueError("give fault rates (and a script) or an injector, not both")

@@ -176,3 +176,12 @@ def test_a_php_counter_writes_the_same_whichever_layout_probed_the_gateway_first
     assert after_ndb == after_php
     rpcs, flags = after_php
     assert flags == {frozenset({"count"})}  # the PHP layout's flags, exactly
+
+
+def test_building_stores_and_counters_asks_the_server_nothing(firestore_gateway):
+    from gds_counter import Store
+
+    Store("Book", firestore_gateway)
+    CounterShardDS("Counter Test", 1, gateway=firestore_gateway)
+    GeneralCounter("hits", gateway=firestore_gateway)
+    assert firestore_gateway.stats["probe_rpcs"] == 0 and firestore_gateway.stats["rpcs"] == 0

@@ -266,22 +266,29 @@ def test_storage_that_stays_unavailable_raises_unavailable_and_counts_nothing(me
 
 
 @pytest.mark.parametrize("strategy", ["increment", "auto"])
-def test_a_failed_read_after_the_first_server_increment_does_not_recount_it(memory, strategy):
-    """The first server-side increment on a gateway commits, then reads the
-    shard back to learn how the server stores it. If that read fails, the
-    increment is still counted once: not retried (a double count), not
-    reported as failed."""
-    for fault in (ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED):
-        inner = open_gateway("memory://")
-        # lookups: the shard in the checking transaction, then the
-        # read-back, which fails
-        gw = FaultyGateway(inner, script={"lookup": [None, fault]})
-        counter = counter_on(gw, strategy)
-        counter.add(7)
-        assert counter.get_count() == 7, fault
-        assert gw.injector.counts() == {fault: 1}
-        assert inner.stats["counter.retries"] == 0
-        inner.close()
+def test_a_capability_probe_that_fails_is_asked_again_and_the_amount_counted_once(firestore_gateway, strategy):
+    """The gateway learns what its server does with one probe, on a throwaway
+    entity, the first time a counter needs to know. If the storage is not
+    reached then, nothing is known and nothing was counted: the counter
+    retries the increment as for any Unavailable, the next attempt probes
+    again, and the amount is counted exactly once."""
+    gw = firestore_gateway
+    real_commit = gw._commit
+    failed: list[Any] = []
+
+    def first_probe_write_unreached(mutations, txn):
+        if not failed:
+            failed.append(mutations)
+            raise Unavailable("storage not reached (injected)")
+        return real_commit(mutations, txn)
+
+    gw._commit = first_probe_write_unreached  # type: ignore[method-assign]
+    counter = CounterShardDS("Counter Test", 1, gateway=gw, strategy=strategy, retry=PATIENT)
+    counter.add(7)
+    assert [m.entity.key.kind for m in failed[0]] == ["GdsCounterProbe"]  # it hit the probe, not a shard
+    assert counter.get_count() == 7
+    assert gw.stats["counter.retries"] == 1
+    assert gw.capabilities.applies_transforms is True
 
 
 # --- below the Datastore gateway's retries, on the emulators ----------------------------

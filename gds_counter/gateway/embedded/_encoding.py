@@ -27,6 +27,7 @@ sort orders and cursors compare with plain byte comparison.
 from __future__ import annotations
 
 import base64
+import functools
 import datetime as _dt
 import json
 import math
@@ -66,6 +67,7 @@ def _micros(moment: _dt.datetime) -> int:
     return (moment - EPOCH) // _ONE_MICRO
 
 
+@functools.lru_cache(maxsize=16_384)  # keys are immutable; hot keys (counter shards) are encoded on every read
 def key_bytes(key: Key) -> bytes:
     """A key's sortable encoding: namespace, then path elements (kind, then
     ids before names, ids numerically, names bytewise). A key's encoding minus
@@ -194,8 +196,9 @@ def _entity_to_json(entity: RawEntity) -> dict[str, Any]:
     }
 
 
-def _entity_from_json(data: dict[str, Any]) -> RawEntity:
-    key = _key_from_json(data["k"]) if data["k"] is not None else None
+def _entity_from_json(data: dict[str, Any], key: Key | None = None) -> RawEntity:
+    if key is None and data["k"] is not None:
+        key = _key_from_json(data["k"])
     return RawEntity(key, {name: _from_json(v) for name, v in data["p"].items()}, frozenset(data["u"]))
 
 
@@ -204,8 +207,11 @@ def dump_entity(entity: RawEntity) -> str:
     return json.dumps(_entity_to_json(entity), separators=(",", ":"))
 
 
-def load_entity(text: str) -> RawEntity:
-    return _entity_from_json(json.loads(text))
+def load_entity(text: str, key: Key | None = None) -> RawEntity:
+    """The entity stored as ``text``; ``key``, when the caller already holds
+    the very key it was found under (a lookup), is used instead of parsing
+    and validating the stored one again."""
+    return _entity_from_json(json.loads(text), key)
 
 
 # --- cursors ----------------------------------------------------------------

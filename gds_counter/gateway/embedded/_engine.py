@@ -135,16 +135,16 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         encoded = [key_bytes(key) for key in keys]
         found: dict[bytes, tuple[int, str]] = {}
         if encoded:
-            marks = ", ".join("?" * len(set(encoded)))
+            marks = ", ".join("?" * len(encoded))  # distinct: BaseGateway.lookup removed repeats
             with self._db() as conn:
-                rows = conn.execute(f"SELECT key_bytes, version, data FROM entities WHERE key_bytes IN ({marks})", tuple(set(encoded)))
+                rows = conn.execute(f"SELECT key_bytes, version, data FROM entities WHERE key_bytes IN ({marks})", encoded)
                 found = {kb: (version, data) for kb, version, data in rows}
         out: list[RawEntity | None] = []
         for key, kb in zip(keys, encoded):
             version, data = found.get(kb, (0, None))
             if txn is not None:
                 txn.saw(kb, version, key)
-            out.append(load_entity(data) if data is not None else None)
+            out.append(load_entity(data, key) if data is not None else None)
         self._record("lookup", reads=len(keys))  # Datastore bills a missing key as a read
         return out
 

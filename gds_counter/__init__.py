@@ -29,7 +29,7 @@ from gds_counter.counter import (  # noqa: E402
     get_counts,
 )
 from gds_counter.gateway import open_gateway  # noqa: E402
-from gds_counter.gds import Entity, Geopoint, Key, RetryPolicy, Schema, Store  # noqa: E402
+from gds_counter.gds import Entity, Geopoint, Key, PropertyType, RetryPolicy, Schema, Store  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -53,6 +53,7 @@ __all__ = [
     "Geopoint",
     "GQLError",
     "Key",
+    "PropertyType",
     "RetryPolicy",
     "Schema",
     "SchemaError",

@@ -326,9 +326,22 @@ class Store:
 
     # --- transactions --------------------------------------------------------
 
-    def begin_transaction(self, read_only: bool = False) -> "Store":
+    def begin_transaction(self, cross_group: bool = False, *, read_only: bool = False) -> "Store":
         """php-gds semantics: reads until the next write use this transaction,
-        and the next upsert or delete commits it (and uses it up)."""
+        and the next upsert or delete commits it (and uses it up).
+
+        ``cross_group`` is php-gds's ``beginTransaction($bol_cross_group)``
+        flag, accepted so ported calls keep their shape; it has no effect
+        (php-gds's own gRPC gateway ignores it too, and its REST gateway
+        refuses True). Firestore in Datastore mode, which Cloud Datastore
+        now runs on, has no entity-group limits to lift; the embedded engine
+        has none either. (The legacy Datastore emulator still limits a
+        transaction to 25 entity groups, flag or not.) ``read_only`` is
+        keyword-only, so a ported ``begin_transaction(True)`` never means
+        read-only by accident.
+        """
+        if not isinstance(cross_group, bool):
+            raise BadValueError(f"cross_group must be True or False, got {type(cross_group).__name__} {cross_group!r}")
         if self._tx.token is not None or self._tx.block_mutations is not None:
             raise GatewayError("a transaction is already open on this store in this thread")
         self._tx.token = self._gateway.begin_transaction(read_only=read_only)
@@ -342,10 +355,12 @@ class Store:
         return self._tx.token
 
     @contextlib.contextmanager
-    def transaction(self, read_only: bool = False) -> Iterator["Store"]:
+    def transaction(self, *, read_only: bool = False) -> Iterator["Store"]:
         """Reads inside see one snapshot; writes are buffered and committed
         together on exit (raising ``Contention`` if another writer changed
-        what was read). Any exception rolls back and is re-raised."""
+        what was read). Any exception rolls back and is re-raised.
+        ``read_only`` (keyword-only) rolls back on exit instead of committing.
+        There are no entity groups to declare (see ``begin_transaction``)."""
         self.begin_transaction(read_only=read_only)
         token = self._tx.token
         assert token is not None

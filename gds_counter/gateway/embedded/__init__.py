@@ -13,8 +13,11 @@ The engine is split by idea, each module explaining its own part:
   them match with Datastore's filter semantics, and their order.
 * ``_storage``: the SQLite tables, and the writes of one commit (masks,
   transforms, index rows, versions, id allocation).
-* ``_engine``: ``EmbeddedGateway`` itself: connections, transactions, query
-  batches, commits.
+* ``_connections``: the connection pool: opening a file without writing to
+  it, lending connections to calls, no connection across ``fork()``, the
+  file checked before each commit, SQLite errors as ours, naming the path.
+* ``_engine``: ``EmbeddedGateway`` itself: transactions, query batches,
+  commits.
 """
 
 from gds_counter.gateway.embedded._engine import BATCH_SIZE, BUSY_TIMEOUT_S, CAPABILITIES, EmbeddedGateway

@@ -1,29 +1,28 @@
 """``EmbeddedGateway``: the gateway hooks over SQLite connections.
 
 This module owns what is about running the engine rather than about data:
-one connection per thread on a file (one shared connection, behind a lock,
-for an in-memory database, which lives in its connection), SQLite errors
-turned into ``Contention``/``GatewayError``, optimistic transactions that
-record what they read and are checked at commit, query batches that follow
-the planner's rows, and the stats every RPC records.
+optimistic transactions that record what they read and are checked at
+commit, query batches that follow the planner's rows, and the stats every
+RPC records. Connections (a bounded pool, safe across ``fork()``, errors
+turned into ``Contention``/``GatewayError`` naming the file) are
+``_connections``'.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sqlite3
-import threading
 import time
-from typing import Any, Generator, Iterator
+from typing import Any, ContextManager, Generator
 
-from gds_counter.errors import BadValueError, Contention, GatewayError
+from gds_counter.errors import BadValueError, Contention
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
+from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool
 from gds_counter.gateway.embedded._encoding import decode_cursor, encode_cursor, key_bytes, load_entity
 from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter
-from gds_counter.gateway.embedded._storage import SCHEMA, Transaction, allocate, check_unchanged, upsert
+from gds_counter.gateway.embedded._storage import Transaction, allocate, check_unchanged, upsert
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Mutation, Upsert
 from gds_counter.gateway.query import Query, QueryResult
@@ -42,18 +41,20 @@ CAPABILITIES = Capabilities(applies_transforms=True, indexes_transformed=False, 
 #: Datastore), large enough that following them is cheap.
 BATCH_SIZE = 300
 
-#: How long a writer waits for another process's write lock before giving up
-#: with Contention. Commits are short, so a long wait means real overload.
-BUSY_TIMEOUT_S = 30.0
+__all__ = ["BATCH_SIZE", "BUSY_TIMEOUT_S", "CAPABILITIES", "EmbeddedGateway"]
 
 
 class EmbeddedGateway(BaseGateway[Transaction]):
     """Cloud Datastore semantics on SQLite; see the package docstring.
 
     ``path`` None keeps the data in memory for the life of the gateway (one
-    connection shared by every thread behind a lock, since an in-memory
-    database lives in its connection). A file is shared by threads (one
-    connection each) and processes (WAL, ``BEGIN IMMEDIATE`` commits).
+    connection lent to one call at a time, since an in-memory database lives
+    in its connection). A file is shared by threads (a bounded pool of
+    connections) and processes (WAL, ``BEGIN IMMEDIATE`` commits), also
+    across ``fork()``. Its path is made absolute here, once. ``read_only``
+    opens the file read-only (SQLite's ``mode=ro``): reads work, writes
+    raise ``GatewayError``. Any failure to open is a ``GDSError`` naming the
+    path.
 
     ``entity_writes_per_second`` turns on a teaching model of Datastore's
     sustained write limit on one entity (about one per second): a commit that
@@ -61,64 +62,32 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     Contention. It is a model for demos, not a measurement of Datastore.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None, namespace: str = "", *, entity_writes_per_second: float | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None,
+        namespace: str = "",
+        *,
+        entity_writes_per_second: float | None = None,
+        read_only: bool = False,
+    ) -> None:
         if entity_writes_per_second is not None and entity_writes_per_second <= 0:
             raise BadValueError(f"entity_writes_per_second must be positive, got {entity_writes_per_second!r}")
         super().__init__(namespace, capabilities=CAPABILITIES)
-        self.path = os.fspath(path) if path is not None else None
+        if path is not None and os.fspath(path) == ":memory:":
+            path = None  # SQLite's name for memory: one database, not one per connection
+        # Absolute once, here: a later os.chdir must not move new connections to another file.
+        self.path = os.path.abspath(os.fspath(path)) if path is not None else None
         self._min_write_gap = 1.0 / entity_writes_per_second if entity_writes_per_second else 0.0
-        self._lock = threading.RLock()  # guards the shared memory connection and the bookkeeping below
-        self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
-        self._closed = False
-        self._memory = self._open() if self.path is None else None
-        if self.path is not None:
-            self._thread_connection()  # create the schema now, so errors show at open
+        self._pool = ConnectionPool(self.path, read_only=read_only)  # opens the file now, so errors show at open
 
     # -- connections -------------------------------------------------------
 
-    def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
-            self.path or ":memory:", timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-        )
-        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        if self.path is not None:
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = FULL")  # a commit that returned survives a power cut
-        conn.executescript(SCHEMA)  # idempotent, so concurrent openers of one file agree
-        with self._lock:
-            self._connections.append(conn)
-        return conn
-
-    def _thread_connection(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._local.conn = self._open()
-        return conn
-
-    @contextlib.contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        """A connection for this thread, with SQLite errors turned into ours."""
-        if self._closed:
-            raise GatewayError("the embedded gateway is closed")
-        guard = self._lock if self._memory is not None else contextlib.nullcontext()
-        with guard:
-            conn = self._memory or self._thread_connection()
-            try:
-                yield conn
-            except sqlite3.OperationalError as exc:
-                if "locked" in str(exc) or "busy" in str(exc):
-                    raise Contention(f"database {self.path!r} stayed locked by other writers: {exc}") from exc
-                raise GatewayError(f"SQLite failed on {self.path or 'memory'}: {exc}") from exc
-            except sqlite3.Error as exc:
-                raise GatewayError(f"SQLite failed on {self.path or 'memory'}: {exc}") from exc
+    def _db(self) -> ContextManager[Connection]:
+        """A connection for one call, with SQLite errors turned into ours."""
+        return self._pool.connection()
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            for conn in self._connections:
-                conn.close()
-            self._connections.clear()
+        self._pool.close()
 
     # -- transactions --------------------------------------------------------
 
@@ -266,6 +235,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
                         key = key.completed(next(new_ids)) if key.is_partial else key
                         self._check_write_rate(conn, key, now)
                         results.append(upsert(conn, mutation, key, seq, now))
+                self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
                 conn.execute("COMMIT")
             finally:
                 if conn.in_transaction:

@@ -57,6 +57,33 @@ CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('commit_seq', 0), ('next_id', 1);
 """
 
+#: The tables and indexes ``SCHEMA`` creates, and the ``meta`` rows it inserts.
+_SCHEMA_OBJECTS = frozenset({"entities", "entities_by_kind", "props", "props_by_key", "meta"})
+_META_ROWS = ("commit_seq", "next_id")
+
+
+def schema_ready(conn: sqlite3.Connection) -> bool:
+    """Whether the file already holds every table, index and ``meta`` row:
+    a read only, so a read-only file, or a reader that arrives while a writer
+    holds the lock, can open the database without writing anything."""
+    marks = ", ".join("?" * len(_SCHEMA_OBJECTS))
+    found = conn.execute(f"SELECT count(*) FROM sqlite_master WHERE name IN ({marks})", sorted(_SCHEMA_OBJECTS)).fetchone()[0]
+    if found != len(_SCHEMA_OBJECTS):
+        return False
+    rows = conn.execute("SELECT count(*) FROM meta WHERE name IN (?, ?)", _META_ROWS).fetchone()[0]
+    return bool(rows == len(_META_ROWS))
+
+
+def create_schema(conn: sqlite3.Connection) -> None:
+    """Create whatever of ``SCHEMA`` is missing, in one write transaction, so
+    a crash never leaves the tables without their ``meta`` rows. Idempotent:
+    concurrent openers of one file agree."""
+    try:
+        conn.executescript("BEGIN IMMEDIATE;\n" + SCHEMA + "COMMIT;\n")
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
 
 @attrs.define
 class Transaction(TransactionState):

@@ -1,0 +1,426 @@
+"""The embedded engine's connections: how each is opened, lent to a call and
+ended, and how SQLite's failures become gds_counter errors naming the file.
+
+Each rule comes from a failure seen in practice (see the README's
+Reliability section):
+
+* **One path.** The gateway makes its path absolute once, when it is built,
+  so a later ``os.chdir`` cannot send new connections to another file.
+* **A bounded pool, not a connection per thread.** A call borrows a
+  connection and gives it back, so a thousand short-lived threads use no
+  more connections (two file descriptors each) than ever run at once, and
+  never more than ``POOL_SIZE``: a call that finds them all lent waits.
+* **No connection crosses a fork.** SQLite keeps its POSIX lock bookkeeping
+  in process memory. A child inherits that bookkeeping but not the locks, so
+  its connections, old or new, hold no lock the parent can see: a parent
+  that then closes its gateway (or exits) believes it is the last user,
+  checkpoints and deletes the ``-wal`` file while the child still commits
+  into it. So, through ``os.register_at_fork``, every pool waits for the
+  calls in progress and closes its connections in the parent just before
+  ``fork()`` (never in the child, where closing one could release the
+  parent's locks); parent and child each open new ones on first use. A child
+  forked while a call was in progress, or by a fork that ran no Python hooks
+  while connections were open, is refused with ``GatewayError`` rather than
+  allowed to write, and the connections it inherited are never closed.
+* **Open by reading first.** The schema is created only when it is missing
+  (in one transaction) and WAL switched on only when it is not on already,
+  so a read-only file, or a reader that arrives while a writer holds the
+  lock, opens without writing; all of it inside the error translation.
+* **Every failure is a GDSError that names the path**, with the reason where
+  it can be told: a directory, a missing or non-directory parent, not a
+  database, deleted while open.
+* **A commit checks its file.** Before ``COMMIT`` the path must still name
+  the file the gateway opened, and the ``-wal`` file must still be the one
+  the connection writes into; otherwise the commit is rolled back and
+  raised, instead of being acknowledged into a file no one will read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Iterator
+
+from gds_counter.errors import Contention, GatewayError, GDSError
+from gds_counter.gateway.embedded._storage import create_schema, schema_ready
+
+log = logging.getLogger("gds_counter.gateway.embedded")
+
+#: How long a writer waits for another process's write lock before giving up
+#: with Contention. Commits are short, so a long wait means real overload.
+BUSY_TIMEOUT_S = 30.0
+
+#: Connections one file gateway keeps at most (each holds two descriptors).
+POOL_SIZE = 32
+
+#: How long ``fork()`` waits for calls in progress to finish (each is bounded
+#: by the busy timeout) before it gives the child a gateway that refuses work.
+FORK_DRAIN_S = 2 * BUSY_TIMEOUT_S + 5
+
+FileId = tuple[int, int]
+
+
+class Connection(sqlite3.Connection):
+    """A SQLite connection that knows which process opened it and which
+    ``-wal`` file it writes into."""
+
+    pid: int
+    wal: FileId | None
+
+
+def file_id(path: str) -> FileId | None:
+    """(device, inode) of ``path``, or None when nothing is there."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def translate(exc: sqlite3.Error, where: str) -> GDSError:
+    """A SQLite error raised by a call, as the gds_counter error to raise."""
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+        return Contention(f"database {where!r} stayed locked by other writers: {exc}")
+    return GatewayError(f"SQLite failed on {where}: {exc}")
+
+
+def _why_unopenable(path: str, known: FileId | None) -> str:
+    """What the file system says about a path SQLite could not open."""
+    parent = os.path.dirname(path)
+    if os.path.isdir(path):
+        return "it is a directory"
+    if os.path.lexists(parent) and not os.path.isdir(parent):
+        return f"{parent} is not a directory"
+    if not os.path.lexists(parent):
+        return f"the directory {parent} does not exist"
+    if known is not None and not os.path.lexists(path):
+        return "it was deleted while the gateway had it open"
+    if os.path.lexists(path) and not os.access(path, os.R_OK):
+        return "permission denied"
+    missing = [p for p in (path + "-wal", path + "-shm") if not os.path.lexists(p)]
+    if os.path.lexists(path) and missing and not os.access(parent, os.W_OK | os.X_OK):
+        return f"SQLite must create {' and '.join(missing)} to read it, and {parent} is not writable"
+    if not os.path.lexists(path) and not os.access(parent, os.W_OK | os.X_OK):
+        return f"permission denied to create it in {parent}"
+    return ""
+
+
+class ConnectionPool:
+    """The connections of one embedded gateway; see the module docstring.
+
+    ``path`` None is an in-memory database, which lives in its one
+    connection: the pool then lends that connection to one call at a time
+    and keeps it across a fork (the child gets its own copy of the memory).
+    """
+
+    def __init__(self, path: str | None, *, read_only: bool = False, size: int = POOL_SIZE) -> None:
+        self.path = path
+        self.read_only = read_only
+        self.where = path or "memory"
+        self._size = 1 if path is None else size
+        self._cond = threading.Condition(threading.Lock())
+        self._idle: list[Connection] = []
+        self._lent: dict[Connection, int] = {}  # connection -> the thread using it
+        self._count = 0  # connections that exist for this process: idle, lent, being opened
+        self._opening = 0  # connections being opened now, outside the lock
+        self._pid = os.getpid()
+        self._closed = False
+        self._forking = False
+        self._fork_trouble: str | None = None  # why a child of the fork in progress must not write
+        self._refused: str | None = None  # why this process must not use the file at all
+        self._file: FileId | None = None  # the file the gateway opened, once it is open
+        first = self._connect(create=True)
+        self._idle.append(first)
+        self._count = 1
+        _POOLS.add(self)
+
+    # -- opening -----------------------------------------------------------
+
+    def _connect(self, *, create: bool) -> Connection:
+        """A new connection, ready to use, or a GDSError naming the path."""
+        if self.path is None:
+            target, uri = ":memory:", False
+        else:
+            mode = "ro" if self.read_only else ("rwc" if create else "rw")
+            target, uri = f"{Path(self.path).as_uri()}?mode={mode}", True
+        try:
+            conn = sqlite3.connect(
+                target, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False,
+                uri=uri, factory=Connection,
+            )
+        except sqlite3.Error as exc:
+            raise self._open_error(exc) from exc
+        assert isinstance(conn, Connection)
+        conn.pid, conn.wal = os.getpid(), None
+        try:
+            self._prepare(conn)
+        except BaseException as exc:
+            conn.close()  # our own, just opened in this process
+            if isinstance(exc, sqlite3.Error):
+                raise self._open_error(exc) from exc
+            raise
+        return conn
+
+    def _prepare(self, conn: Connection) -> None:
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        wal = False
+        if self.path is not None:
+            wal = conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            if not wal and not self.read_only:
+                wal = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal"
+            conn.execute("PRAGMA synchronous = FULL")  # a commit that returned survives a power cut
+        if not schema_ready(conn):
+            if self.read_only:
+                raise GatewayError(f"{self.where} has no gds_counter tables, and it is opened read-only")
+            create_schema(conn)
+        if self.path is None:
+            return
+        found = file_id(self.path)
+        if self._file is None:
+            self._file = found
+        elif found != self._file:
+            raise GatewayError(self._file_gone(found, "no connection was opened to it"))
+        if wal:
+            conn.wal = file_id(self.path + "-wal")  # open now: the reads above started it
+
+    def _open_error(self, exc: sqlite3.Error) -> GDSError:
+        text = str(exc)
+        if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+            return Contention(f"database {self.where!r} stayed locked by other writers while opening it: {exc}")
+        if self.path is None:
+            return GatewayError(f"cannot open an in-memory SQLite database: {exc}")
+        if "not a database" in text or "malformed" in text:
+            return GatewayError(f"{self.path} is not a usable SQLite database ({exc}); is it the right file?")
+        why = _why_unopenable(self.path, self._file)
+        return GatewayError(f"cannot open the SQLite database {self.path}{': ' + why if why else ''} ({exc})")
+
+    def _file_gone(self, found: FileId | None, what: str) -> str:
+        if found is None:
+            return f"{self.path} was deleted while the gateway had it open; {what}"
+        return f"{self.path} was replaced by another file while the gateway had it open; {what}"
+
+    # -- lending -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """A connection for one call, with SQLite errors turned into ours."""
+        conn = self._acquire()
+        try:
+            yield conn
+        except sqlite3.Error as exc:
+            raise translate(exc, self.where) from exc
+        finally:
+            self._release(conn)
+
+    def _acquire(self) -> Connection:
+        me = threading.get_ident()
+        conn: Connection | None = None
+        with self._cond:
+            while True:
+                self._check_usable()
+                if self._forking:
+                    self._cond.wait()
+                elif self._idle:
+                    conn = self._idle.pop()
+                    break
+                elif self._count < self._size:
+                    self._count += 1
+                    self._opening += 1  # a fork waits for this too: it runs inside SQLite
+                    break
+                else:
+                    self._cond.wait()
+            if conn is not None:
+                self._lent[conn] = me
+                return conn
+        try:
+            conn = self._connect(create=False)
+        except BaseException:
+            with self._cond:
+                self._count -= 1
+                self._opening -= 1
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self._opening -= 1
+            self._lent[conn] = me
+            self._cond.notify_all()
+        return conn
+
+    def _check_usable(self) -> None:
+        """Raise when this process may not use the pool (called under the lock)."""
+        if self._closed:
+            raise GatewayError(f"the embedded gateway on {self.where} is closed")
+        pid = os.getpid()
+        if pid != self._pid:
+            # A fork that ran no Python at-fork hooks (os.fork always runs them).
+            if self.path is None:
+                for conn in self._idle:
+                    conn.pid = pid  # the child's own copy of the memory
+            elif self._count:
+                self._refused = (
+                    f"this process (pid {pid}) inherited open connections to {self.path} from process "
+                    f"{self._pid} through a fork that ran no Python at-fork hooks; SQLite cannot be used "
+                    "safely on both sides of such a fork: open the database in a process started without it"
+                )
+                _ABANDONED.extend(self._idle)
+                self._idle.clear()
+            self._pid = pid
+        if self._refused:
+            raise GatewayError(self._refused)
+
+    def _release(self, conn: Connection) -> None:
+        end = False
+        with self._cond:
+            self._lent.pop(conn, None)
+            if conn.pid != os.getpid():
+                _ABANDONED.append(conn)  # a parent's connection: never closed here
+            elif conn.in_transaction and not self._rolled_back(conn) and self.path is not None:
+                self._count -= 1
+                end = True
+            elif self._closed:
+                self._count -= 1
+                end = True
+            else:
+                self._idle.append(conn)
+            self._cond.notify_all()
+        if end:
+            _close(conn)
+
+    @staticmethod
+    def _rolled_back(conn: Connection) -> bool:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        return not conn.in_transaction
+
+    # -- checks --------------------------------------------------------------
+
+    def check_file(self, conn: Connection) -> None:
+        """Raise GatewayError unless a commit on ``conn`` would land in the
+        file the path names; called inside the write transaction, just
+        before ``COMMIT``."""
+        if self.path is None:
+            return
+        found = file_id(self.path)
+        if found != self._file:
+            raise GatewayError(self._file_gone(found, "this commit was not written, as no one could ever read it"))
+        if conn.wal is not None and file_id(self.path + "-wal") != conn.wal:
+            raise GatewayError(
+                f"{self.path}-wal, the write-ahead log this connection commits into, was deleted or replaced by "
+                "another connection (was the database opened across a fork?); this commit was not written"
+            )
+
+    # -- ending --------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+            self._cond.notify_all()
+        _POOLS.discard(self)
+        for conn in idle:
+            _close(conn)
+
+    # -- fork ----------------------------------------------------------------
+
+    def _before_fork(self) -> None:
+        """In the parent, just before fork(): wait for calls in progress,
+        close every connection, and keep the lock until the fork is done."""
+        self._cond.acquire()
+        self._fork_trouble = None
+        if self._closed or os.getpid() != self._pid:
+            return
+        if threading.get_ident() in self._lent.values():
+            self._fork_trouble = "the process forked in the middle of a call on it"
+        else:
+            self._forking = True
+            deadline = time.monotonic() + FORK_DRAIN_S
+            while (self._lent or self._opening) and (left := deadline - time.monotonic()) > 0:
+                self._cond.wait(left)
+            if self._lent or self._opening:
+                self._fork_trouble = f"the process forked while another thread had been in a call on it for {FORK_DRAIN_S:.0f} s"
+        if self.path is not None:
+            for conn in self._idle:
+                _close(conn)
+            self._count -= len(self._idle)
+            self._idle.clear()
+
+    def _after_fork_in_parent(self) -> None:
+        self._forking = False
+        self._fork_trouble = None
+        self._cond.notify_all()
+        self._cond.release()
+
+    def _after_fork_in_child(self) -> None:
+        trouble, lent = self._fork_trouble, list(self._lent)
+        # The parent's other threads do not exist here: a fresh lock, nothing lent.
+        self._cond = threading.Condition(threading.Lock())
+        self._lent = {}
+        self._opening = 0
+        self._forking = False
+        self._fork_trouble = None
+        if self._closed or os.getpid() == self._pid:
+            return
+        _ABANDONED.extend(lent)  # the parent's, in use at the fork: never closed here
+        self._pid = os.getpid()
+        if self.path is None:
+            for conn in self._idle:
+                conn.pid = self._pid  # the child's own copy of the memory
+        else:
+            self._count = 0  # the idle ones were closed before the fork
+        if trouble is not None:
+            self._refused = (
+                f"{self.where} cannot be used in this process (pid {self._pid}): {trouble}, so its SQLite "
+                "state was copied mid-call; open the database in a process started without such a fork"
+            )
+
+
+def _close(conn: Connection) -> None:
+    """Close a connection this process opened; keep (never close) one it
+    inherited, since closing it could release the parent's locks."""
+    if conn.pid != os.getpid():
+        _ABANDONED.append(conn)
+        return
+    try:
+        conn.close()
+    except sqlite3.Error as exc:  # closing cannot lose a commit that returned
+        log.warning("closing a SQLite connection failed: %s", exc)
+
+
+#: Every open pool, so a fork can close their connections first.
+_POOLS: weakref.WeakSet[ConnectionPool] = weakref.WeakSet()
+#: The pools held across the fork in progress.
+_HELD: list[ConnectionPool] = []
+#: Connections a child inherited: referenced for ever so they are never closed.
+_ABANDONED: list[sqlite3.Connection] = []
+
+
+def _before_fork() -> None:
+    _HELD[:] = list(_POOLS)
+    for pool in _HELD:
+        pool._before_fork()
+
+
+def _after_fork_in_parent() -> None:
+    for pool in _HELD:
+        pool._after_fork_in_parent()
+    _HELD.clear()
+
+
+def _after_fork_in_child() -> None:
+    for pool in _HELD:
+        pool._after_fork_in_child()
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)

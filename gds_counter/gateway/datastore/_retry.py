@@ -17,8 +17,12 @@ UNAVAILABLE            retried                     retried if the commit is     
                                                    made; else not retried
 RESOURCE_EXHAUSTED     retried                     retried: a quota rejection is not   ``GatewayError``
                                                    applied, so it is safe
-INTERNAL               retried                     NOT retried: may have been applied  ``CommitUnknown`` (commit)
-DEADLINE_EXCEEDED      retried                     NOT retried: may have been applied  ``CommitUnknown`` (commit)
+INTERNAL               retried                     NOT retried: may have been applied  ``CommitUnknown`` (commit),
+                                                                                       ``GatewayError`` (others)
+DEADLINE_EXCEEDED      retried                     NOT retried: may have been applied  ``CommitUnknown`` (commit),
+                                                                                       ``Unavailable`` (others: a
+                                                                                       read that timed out applied
+                                                                                       nothing, so callers retry it)
 UNKNOWN, CANCELLED     not retried                 NOT retried: may have been applied  ``CommitUnknown`` (commit),
                                                                                        ``GatewayError`` (others)
 ABORTED, or a message  not retried here: the       not retried here: the caller must   ``Contention(attempts=1)``
@@ -33,7 +37,10 @@ anything else          not retried                 not retried                  
 Retries use ``google.api_core.retry.Retry`` (exponential backoff with
 jitter); the whole call, retries included, is bounded by ``timeout`` seconds
 so nothing hangs. A commit is never retried when its outcome is unknown,
-because a blind retry of an increment could count it twice.
+because a blind retry of an increment could count it twice. When that
+deadline passes, the last attempt's status decides as above; a deadline with
+no attempt's error to go by (a bare ``RetryError``, or a ``TimeoutError``)
+counts as DEADLINE_EXCEEDED.
 """
 
 from __future__ import annotations
@@ -109,6 +116,12 @@ def _outcome_unknown(exc: BaseException) -> bool:
     )
 
 
+#: Errors that say a call ran out of time: google.api_core's ``GatewayTimeout``
+#: (``DeadlineExceeded`` is one), and the retries' own deadline when no
+#: attempt's error says more (a ``RetryError`` without a cause).
+_TIMEOUTS = (gexc.GatewayTimeout, gexc.RetryError, TimeoutError)
+
+
 def translate_error(
     exc: BaseException, *, call: str, earlier_attempts: Sequence[BaseException] = ()
 ) -> GDSError:
@@ -132,6 +145,10 @@ def translate_error(
             return CommitUnknown(f"commit outcome unknown (it may or may not have been applied): {text}")
     if isinstance(exc, gexc.ServiceUnavailable):
         return Unavailable(f"{call}: Datastore unavailable: {text}")
+    if call in _IDEMPOTENT_CALLS and isinstance(exc, _TIMEOUTS):
+        # Nothing a read (or begin, rollback, allocate_ids) did needs undoing:
+        # Unavailable, so the counter and the Store retry it.
+        return Unavailable(f"{call}: Datastore did not answer in time ({type(exc).__name__}): {text}")
     if isinstance(exc, gexc.InvalidArgument):
         return BadValueError(f"{call}: rejected by Datastore: {text}")
     return GatewayError(f"{call} failed: {type(exc).__name__}: {text}")

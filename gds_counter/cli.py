@@ -2,31 +2,90 @@
 
 Storage is chosen as everywhere else (``--url``, else ``GDS_URL``, else the
 emulator named by ``DATASTORE_EMULATOR_HOST``, else the embedded SQLite file
-in the working directory), so ``gds-counter increment "Counter Test" 1``
+``./gds_counter.sqlite3``), so ``gds-counter increment "Counter Test" 1``
 then ``gds-counter count "Counter Test" 1`` work with no setup.
+``sqlite:///x.db`` is ``x.db`` in the working directory; four slashes,
+``sqlite:////tmp/x.db``, give an absolute path. ``-v`` logs which storage
+was chosen.
 
+Output: data on stdout (``--json`` for scripts), everything else on stderr.
 Exit codes: 0 done; 1 the operation failed at run time (contention, storage
 errors), with the message on stderr and no traceback (``-v`` adds it);
-2 bad usage or bad input, as argparse does.
+2 bad usage or bad input (a malformed URL, a reserved name, a refused
+confirmation), reported before anything is written; 141 (128 + SIGPIPE,
+what a shell reports for a command killed by a closed pipe) when the reader
+of stdout went away, as in ``gds-counter list | head -1``, with no message.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import math
+import os
 import sys
-from typing import Callable, Sequence, TextIO
+from typing import Any, Callable, Sequence, TextIO
 
 from gds_counter import __version__, demo
-from gds_counter.counter import STRATEGIES, CounterShardDS
-from gds_counter.errors import BadValueError, GDSError
+from gds_counter.counter import PHP_ARTICLE, STRATEGIES, CounterShardDS, make_target
+from gds_counter.errors import BadValueError, GDSError, Unavailable
 from gds_counter.gateway import Gateway, open_gateway
+from gds_counter.gateway.base import MAX_KEYS_PER_LOOKUP, run_query_all
+from gds_counter.gateway.query import Query
 
 log = logging.getLogger(__name__)
 
-#: Subcommand name -> handler(args, gateway, out) returning an exit code.
-#: Later subcommands (``demo``, ``bench``) register here the same way.
-Handler = Callable[[argparse.Namespace, Gateway, TextIO], int]
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+#: 128 + SIGPIPE: the status a shell shows for a command killed by a closed pipe.
+EXIT_BROKEN_PIPE = 141
+#: ``increase-shards`` past this many shards asks first (``--yes`` skips it).
+CONFIRM_SHARDS_OVER = 100
+
+
+class Context:
+    """What a subcommand gets: its arguments, the streams, and the storage
+    (opened on first use, so commands that need none open none)."""
+
+    def __init__(self, args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> None:
+        self.args, self.out, self.err, self.stdin = args, out, err, stdin
+        self._gateway: Gateway | None = None
+
+    @property
+    def opened(self) -> Gateway | None:
+        return self._gateway
+
+    def gateway(self) -> Gateway:
+        if self._gateway is None:
+            self._gateway = open_gateway(self.args.url, timeout=self.args.timeout)
+            url = self.args.url or os.environ.get("GDS_URL")
+            if url and url.lower().startswith("memory:"):
+                log.warning("%s keeps data in this process only: it is gone when gds-counter exits", url)
+        return self._gateway
+
+    def counter(self) -> CounterShardDS:
+        return CounterShardDS(self.args.target_type, self.args.target_id, gateway=self.gateway(),
+                              strategy=getattr(self.args, "strategy", "auto"))
+
+    def emit(self, data: Any, text: str) -> None:
+        """``data`` as one JSON document with ``--json``, else ``text``."""
+        print(json.dumps(data) if getattr(self.args, "json", False) else text, file=self.out)
+
+    def confirm(self, question: str, *, refused: str) -> bool:
+        """``--yes``, or ask on a terminal; elsewhere refuse (BadValueError, exit 2)."""
+        if self.args.yes:
+            return True
+        if not self.stdin.isatty():
+            raise BadValueError(f"{refused}; pass --yes to confirm (stdin is not a terminal, so nobody can be asked)")
+        print(f"{question} [y/N] ", end="", file=self.err, flush=True)
+        if self.stdin.readline().strip().lower() in ("y", "yes"):
+            return True
+        print("not confirmed: nothing was changed", file=self.err)
+        return False
+
+
+#: Subcommand name -> handler(context) returning an exit code.
+Handler = Callable[[Context], int]
 COMMANDS: dict[str, Handler] = {}
 
 
@@ -38,132 +97,281 @@ def command(name: str) -> Callable[[Handler], Handler]:
     return register
 
 
-def _counter(args: argparse.Namespace, gateway: Gateway) -> CounterShardDS:
-    return CounterShardDS(
-        args.target_type,
-        args.target_id,
-        gateway=gateway,
-        strategy=getattr(args, "strategy", "auto"),
-    )
+def _check_names(args: argparse.Namespace) -> None:
+    """Refuse a target no storage would take (empty, reserved ``__x__``,
+    too long) before any storage is opened or created."""
+    if hasattr(args, "target_type"):
+        target = make_target(args.target_type, args.target_id)
+        PHP_ARTICLE.config_key(target)
+        PHP_ARTICLE.shard_key(target, PHP_ARTICLE.default_shards)
+
+
+def _changed(ctx: Context, amount: int) -> int:
+    counter = ctx.counter()
+    total = counter.increment(amount)
+    ctx.emit({"target": counter.target, "amount": amount, "count": total}, str(total))
+    return EXIT_OK
 
 
 @command("increment")
-def _increment(args: argparse.Namespace, gateway: Gateway, out: TextIO) -> int:
-    print(_counter(args, gateway).increment(args.n), file=out)
-    return 0
+def _increment(ctx: Context) -> int:
+    return _changed(ctx, ctx.args.n)
+
+
+@command("decrement")
+def _decrement(ctx: Context) -> int:
+    return _changed(ctx, -ctx.args.n)
 
 
 @command("count")
-def _count(args: argparse.Namespace, gateway: Gateway, out: TextIO) -> int:
-    print(_counter(args, gateway).get_count(method=args.method), file=out)
-    return 0
+def _count(ctx: Context) -> int:
+    counter = ctx.counter()
+    method = ctx.args.method
+    total = counter.get_count() if method is None else counter.get_count(method=method)
+    ctx.emit({"target": counter.target, "count": total}, str(total))
+    return EXIT_OK
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]], *, text_last: bool = False) -> str:
+    """Right-aligned columns; with ``text_last`` the last column is free text
+    (a target may hold spaces), left as it is."""
+    lines = [list(map(str, row)) for row in [header, *rows]]
+    columns = len(header) - 1 if text_last else len(header)
+    widths = [max(len(line[i]) for line in lines) for i in range(columns)]
+    return "\n".join(
+        "  ".join([*(cell.rjust(width) for cell, width in zip(line, widths)), *line[columns:]]) for line in lines
+    )
 
 
 @command("shards")
-def _shards(args: argparse.Namespace, gateway: Gateway, out: TextIO) -> int:
-    rows = _counter(args, gateway).shards()
-    width = max(len("count"), *(len(str(count)) for _, count in rows), len(str(sum(c for _, c in rows))))
-    print(f"{'shard':>5}  {'count':>{width}}", file=out)
-    for shard, count in rows:
-        print(f"{shard:>5}  {count:>{width}}", file=out)
-    print(f"{'total':>5}  {sum(count for _, count in rows):>{width}}", file=out)
-    return 0
+def _shards(ctx: Context) -> int:
+    counter = ctx.counter()
+    rows = counter.shards()
+    total = sum(count for _, count in rows)
+    data = {"target": counter.target, "count": total,
+            "shards": [{"shard": shard, "count": count} for shard, count in rows]}
+    ctx.emit(data, _table(("shard", "count"), [*rows, ("total", total)]))
+    return EXIT_OK
+
+
+@command("list")
+def _list(ctx: Context) -> int:
+    """Every PHP-layout counter in the storage: its shard entities grouped by
+    ``target``. Reads every shard entity once (Datastore bills each read)."""
+    gateway = ctx.gateway()
+    layout, target_property = PHP_ARTICLE, "target"
+    found: dict[str, list[int]] = {}
+    for raw in run_query_all(gateway, Query(layout.shard_kind, namespace=gateway.namespace)):
+        target = raw.properties.get(target_property)
+        if not isinstance(target, str):
+            log.warning("skipped %s: it has no string %r property", raw.key, target_property)
+            continue
+        entry = found.setdefault(target, [0, 0])
+        entry[0] += 1
+        entry[1] += layout.count_of(raw)
+    rows = [(count, shards, target) for target, (shards, count) in sorted(found.items())]
+    data = [{"target": target, "count": count, "shards": shards} for count, shards, target in rows]
+    ctx.emit(data, _table(("count", "shards", "target"), rows, text_last=True))
+    return EXIT_OK
 
 
 @command("increase-shards")
-def _increase_shards(args: argparse.Namespace, gateway: Gateway, out: TextIO) -> int:
-    print(_counter(args, gateway).increase_shards(args.num_shards), file=out)
-    return 0
+def _increase_shards(ctx: Context) -> int:
+    counter = ctx.counter()
+    wanted = ctx.args.num_shards
+    if wanted > CONFIRM_SHARDS_OVER:
+        reads = wanted + 1
+        rpcs = math.ceil(reads / MAX_KEYS_PER_LOOKUP)
+        cost = (f"every get_count() of {counter.target!r} will then read {reads} entities ({wanted} shards and "
+                f"the config entity) in {rpcs} lookup RPC{'s' if rpcs > 1 else ''}, and shards never decrease")
+        if not ctx.confirm(f"Spread {counter.target!r} over {wanted} shards? {cost}.",
+                           refused=f"refusing increase-shards to {wanted} (over {CONFIRM_SHARDS_OVER}): {cost}"):
+            return EXIT_FAILURE
+    shards = counter.increase_shards(wanted)
+    ctx.emit({"target": counter.target, "shards": shards}, str(shards))
+    return EXIT_OK
 
 
 @command("reset")
-def _reset(args: argparse.Namespace, gateway: Gateway, out: TextIO) -> int:
-    counter = _counter(args, gateway)
+def _reset(ctx: Context) -> int:
+    counter = ctx.counter()
+    if not ctx.confirm(f"Set every shard of {counter.target!r} to 0?",
+                       refused=f"refusing to reset {counter.target!r}: it sets every shard to 0 and cannot be undone"):
+        return EXIT_FAILURE
     counter.reset()
-    print(f"reset {counter.target!r}", file=out)
-    return 0
+    ctx.emit({"target": counter.target, "count": 0}, f"reset {counter.target!r}")
+    return EXIT_OK
 
 
-command("demo")(demo.cli_handler)
+@command("demo")
+def _demo(ctx: Context) -> int:
+    if ctx.args.url:
+        log.warning("demo ignores --url %s: it counts in a temporary database of its own", ctx.args.url)
+    return demo.cli_handler(ctx.args, ctx.out)
+
+
+# --- arguments ------------------------------------------------------------------------
 
 
 def _whole_number(text: str) -> int:
     try:
-        value = int(text, 10)
+        return int(text, 10)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def _url(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the URL is empty (leave --url out for the default storage)")
+    return text
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
+
+
+URL_HELP = (
+    "storage: sqlite:///x.db (x.db in the working directory), sqlite:////abs/x.db (four slashes: "
+    "an absolute path), memory:// (gone when the command exits) or datastore://PROJECT?namespace=NS "
+    "(default: $GDS_URL, else the emulator in $DATASTORE_EMULATOR_HOST, else ./gds_counter.sqlite3)"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gds-counter",
         description="Sharded counters shared with the PHP article's CounterShardDS.",
+        epilog="Exit status: 0 done, 1 failed at run time, 2 bad usage or input, 141 stdout closed early.",
     )
     parser.add_argument("--version", action="version", version=f"gds-counter {__version__}")
-    parser.add_argument(
-        "--url",
-        help="storage: sqlite:///file.db, memory:// or datastore://PROJECT "
-        "(default: $GDS_URL, else the emulator in $DATASTORE_EMULATOR_HOST, else ./gds_counter.sqlite3)",
-    )
-    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv for debug)")
+    parser.add_argument("--url", type=_url, help=URL_HELP)
+    parser.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+                        help="give up on a Datastore call (retries included) after this long (default 30)")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log more: -v the storage chosen and steps, -vv debug (also after the command)")
+    # -v after the subcommand too; counted separately, then added up.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", dest="verbose_after", action="count", default=0, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def counter_command(name: str, help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("target_type", metavar="TYPE", help='what is counted, e.g. "Counter Test"')
-        p.add_argument("target_id", metavar="ID", help="which one, e.g. 1")
+    def add(name: str, help: str, *, target: bool = True, json_output: bool = True) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help, parents=[common])
+        if target:
+            p.add_argument("target_type", metavar="TYPE", help='what is counted, e.g. "Counter Test"')
+            p.add_argument("target_id", metavar="ID", help="which one, e.g. 1")
+        if json_output:
+            p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
         return p
 
-    p = counter_command("increment", "add to a counter and print its new total")
-    p.add_argument("-n", type=_whole_number, default=1, metavar="N", help="amount to add (default 1)")
-    p.add_argument("--strategy", choices=sorted(STRATEGIES), default="auto", help="how to write (default auto)")
-    p = counter_command("count", "print a counter's total")
-    p.add_argument("--method", choices=("lookup", "query"), default="lookup",
-                   help="lookup: one batch read of every shard (default); query: the article's GQL query")
-    counter_command("shards", "print each shard's count")
-    p = counter_command("increase-shards", "spread a counter over more shards (never fewer)")
+    for name, verb in (("increment", "add to"), ("decrement", "subtract from")):
+        p = add(name, f"{verb} a counter and print its new total")
+        p.add_argument("-n", type=_whole_number, default=1, metavar="N", help="amount (default 1)")
+        p.add_argument("--strategy", choices=sorted(STRATEGIES), default="auto", help="how to write (default auto)")
+    p = add("count", "print a counter's total")
+    p.add_argument("--method", choices=("lookup", "query"),
+                   help="lookup: one batch read of the shard keys and the config entity; query: the article's "
+                   "GQL query on target (default: the library's get_count() default)")
+    add("shards", "print each shard's count")
+    add("list", "print every counter in the storage with its total (reads every shard)", target=False)
+    p = add("increase-shards", "spread a counter over more shards (never fewer)")
     p.add_argument("num_shards", metavar="N", type=_whole_number, help="new number of shards")
-    counter_command("reset", "set every shard of a counter to zero")
-    demo.add_parser(sub)
+    p.add_argument("--yes", action="store_true",
+                   help=f"do not ask before going over {CONFIRM_SHARDS_OVER} shards (needed when not on a terminal)")
+    p = add("reset", "set every shard of a counter to zero")
+    p.add_argument("--yes", action="store_true", help="do not ask first (needed when not on a terminal)")
+    demo.add_parser(sub, parents=[common])
     return parser
 
 
-def _configure_logging(verbosity: int) -> None:
-    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(level)
+class _Logging:
+    """Send gds_counter's log records to the command's stderr while it runs."""
+
+    def __init__(self, verbosity: int, err: TextIO) -> None:
+        level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+        fmt = "%(levelname)s %(name)s: %(message)s" if verbosity > 1 else "%(levelname)s: %(message)s"
+        self.handler = logging.StreamHandler(err)
+        self.handler.setFormatter(logging.Formatter(fmt))
+        self.logger = logging.getLogger("gds_counter")
+        self.saved = self.logger.level
+        self.logger.setLevel(level)
+        self.logger.addHandler(self.handler)
+
+    def close(self) -> None:
+        self.logger.removeHandler(self.handler)
+        self.logger.setLevel(self.saved)
 
 
-def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+def _storage_label(gateway: Gateway | None, url: str | None) -> str:
+    if gateway is None:
+        return url or os.environ.get("GDS_URL") or "from the environment"
+    if getattr(gateway, "emulator_host", None):
+        return f"the Datastore emulator at {getattr(gateway, 'emulator_host')}"
+    if hasattr(gateway, "project"):
+        return f"Cloud Datastore project {getattr(gateway, 'project')!r}"
+    path = getattr(gateway, "path", None)
+    return f"the SQLite file {path}" if path else "an in-memory database"
+
+
+def _run(ctx: Context) -> int:
+    args = ctx.args
+    where = f"gds-counter {args.command}"
+    try:
+        _check_names(args)
+        return COMMANDS[args.command](ctx)
+    except BrokenPipeError:
+        raise
+    except BadValueError as exc:
+        print(f"{where}: error: {exc}", file=ctx.err)
+        return EXIT_USAGE
+    except GDSError as exc:
+        log.debug("failed", exc_info=True)
+        hint = ""
+        if isinstance(exc, Unavailable):
+            hint = f" (storage: {_storage_label(ctx.opened, args.url)}; --timeout sets how long to try)"
+        print(f"{where}: error: {type(exc).__name__}: {exc}{hint}", file=ctx.err)
+        return EXIT_FAILURE
+    except Exception as exc:  # noqa: BLE001 - a CLI reports, it does not dump tracebacks
+        log.info("unexpected failure", exc_info=True)
+        opening = "" if ctx.opened is not None else f" (opening storage {_storage_label(None, args.url)})"
+        hint = "" if args.verbose else " (run with -v for details)"
+        print(f"{where}: error{opening}: {type(exc).__name__}: {exc}{hint}", file=ctx.err)
+        return EXIT_FAILURE
+    finally:
+        if ctx.opened is not None:
+            ctx.opened.close()
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None,
+         stdin: TextIO | None = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error (2)
-        return exc.code if isinstance(exc.code, int) else 2
-    _configure_logging(args.verbose)
-    gateway: Gateway | None = None
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    args.verbose += getattr(args, "verbose_after", 0)
+    logs = _Logging(args.verbose, err)
     try:
-        gateway = open_gateway(args.url)
-        return COMMANDS[args.command](args, gateway, out)
-    except BadValueError as exc:
-        print(f"gds-counter {args.command}: error: {exc}", file=err)
-        return 2
-    except GDSError as exc:
-        log.debug("failed", exc_info=True)
-        print(f"gds-counter {args.command}: error: {type(exc).__name__}: {exc}", file=err)
-        return 1
-    except Exception as exc:  # noqa: BLE001 - a CLI reports, it does not dump tracebacks
-        log.info("unexpected failure", exc_info=True)
-        where = "" if gateway is not None else f" (opening storage {args.url or 'from the environment'})"
-        hint = "" if args.verbose else " (run with -v for details)"
-        print(f"gds-counter {args.command}: error{where}: {type(exc).__name__}: {exc}{hint}", file=err)
-        return 1
+        code = _run(Context(args, out, err, stdin or sys.stdin))
+        out.flush()  # a closed pipe shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly. Point stdout at
+        # devnull so the interpreter's final flush does not fail again.
+        if out is sys.stdout:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     finally:
-        if gateway is not None:
-            gateway.close()
+        logs.close()
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,14 +19,16 @@ tooling (``gds_counter.testing``).
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
+import math
 import os
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import attrs
 
@@ -65,7 +67,8 @@ def new_figure(width: float = 8.0, height: float = 4.5) -> tuple[Any, Callable[[
     figure = Figure(figsize=(width, height), layout="constrained")
 
     def save(path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # No mkdir: a mistyped folder must fail, not appear (callers check
+        # the folder first, e.g. ``check_plot_path``).
         FigureCanvasAgg(figure).print_png(str(path))
 
     return figure, save
@@ -74,12 +77,25 @@ def new_figure(width: float = 8.0, height: float = 4.5) -> tuple[Any, Callable[[
 # --- the demo ---------------------------------------------------------------------------
 
 
+def _positive(what: str, *, whole: bool = False) -> Callable[[Any, Any, Any], None]:
+    def check(_instance: Any, _attribute: Any, value: Any) -> None:
+        kind = int if whole else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value) or value <= 0:
+            raise BadValueError(f"the demo's {what} must be a positive {'whole ' if whole else ''}number, "
+                                f"got {value!r}")
+
+    return check
+
+
 @attrs.frozen
 class Settings:
-    writers: int = 8
-    seconds: float = 4.0
-    rate: float = MODEL_WRITES_PER_SECOND
-    shards: int = DEMO_SHARDS
+    """Writer threads, seconds per load step, the model's writes per second
+    per entity, and the shards of step 2; each must be positive."""
+
+    writers: int = attrs.field(default=8, validator=_positive("writers", whole=True))
+    seconds: float = attrs.field(default=4.0, validator=_positive("seconds"))
+    rate: float = attrs.field(default=MODEL_WRITES_PER_SECOND, validator=_positive("rate"))
+    shards: int = attrs.field(default=DEMO_SHARDS, validator=_positive("shards", whole=True))
 
     @classmethod
     def quick(cls) -> "Settings":
@@ -98,6 +114,8 @@ class Step:
     rpcs: int
     reads: int
     writes: int
+    #: Conflicting attempts the counter retried (each on a fresh random shard).
+    retries: int = 0
 
     @property
     def counted_ok(self) -> bool:
@@ -109,6 +127,11 @@ class Step:
 
 @attrs.define
 class DemoResult:
+    settings: Settings = attrs.field(factory=Settings)
+    #: Where it counted, as the first line of the narrative says.
+    storage: str = ""
+    #: The write-rate model's writes per second per entity; None on an emulator.
+    model_rate: float | None = None
     steps: list[Step] = attrs.field(factory=list)
     reads: list[tuple[str, int, int]] = attrs.field(factory=list)  # (what, rpcs, entity reads)
     plot: Path | None = None
@@ -165,7 +188,8 @@ def _load_step(storage: _Storage, settings: Settings, title: str, shards: int, s
         final = counter.get_count()
     finally:
         gateway.close()
-    return Step(title, shards, strategy, load, final, stats["rpcs"], stats["entity_reads"], stats["entity_writes"])
+    return Step(title, shards, strategy, load, final, stats["rpcs"], stats["entity_reads"], stats["entity_writes"],
+                stats.get("counter.retries", 0))
 
 
 def _report_step(write: Write, step: Step) -> None:
@@ -173,6 +197,7 @@ def _report_step(write: Write, step: Step) -> None:
     failures = ", ".join(f"{n} {name}" for name, n in load.errors.most_common()) or "none"
     write(f"   increments counted: {load.ok} in {load.elapsed:.1f} s = {load.rate:.1f}/s")
     write(f"   increments refused (raised to the caller, never counted): {load.failed} ({failures})")
+    write(f"   conflicting attempts retried with backoff: {step.retries}")
     write(
         f"   per counted increment: {step.per_increment(step.rpcs):.2f} RPCs, "
         f"{step.per_increment(step.reads):.2f} entity reads, {step.per_increment(step.writes):.2f} entity writes"
@@ -190,6 +215,7 @@ def _read_costs(storage: _Storage, shards: int) -> list[tuple[str, int, int]]:
                                  strategy="transactional", cache=CountCache(ttl=60))
         for _ in range(shards):  # roughly one write per shard; pace them for the model
             _retrying(counter.add)
+        plain = CounterShardDS("Workshop", "reads", num_shards=shards, gateway=gateway)  # no cache
         many = [CounterShardDS("Workshop", f"page-{i}", gateway=gateway) for i in range(30)]
 
         def measure(what: str, read: Callable[[], Any]) -> None:
@@ -198,10 +224,11 @@ def _read_costs(storage: _Storage, shards: int) -> list[tuple[str, int, int]]:
             snap = gateway.stats.snapshot()
             rows.append((what, snap["rpcs"], snap["entity_reads"]))
 
-        measure("get_count(): one batch lookup of every shard key + the config key", lambda: _uncached(counter))
-        measure("get_count() again within the cache's TTL", counter.get_count)
-        measure("the PHP article's GQL query (SELECT * ... WHERE target = @target)",
-                lambda: counter.get_count(method="query"))
+        measure("lookup: one batch get of every shard key + the config key", lambda: _uncached(counter))
+        measure("query: the PHP article's GQL (SELECT * ... WHERE target = @target)",
+                lambda: plain.get_count(method="query"))
+        counter.get_count()  # fill the cache
+        measure("cached: get_count() again within the cache's 60 s", counter.get_count)
         measure("get_counts() of 30 counters (a page of like buttons)", lambda: get_counts(many, use_cache=False))
     finally:
         gateway.close()
@@ -223,21 +250,48 @@ def _retrying(op: Callable[[], Any], tries: int = 50) -> None:
     op()
 
 
+def check_plot_path(plot: str | os.PathLike[str]) -> Path:
+    """The plot's path, refused (``BadValueError``, naming the absolute path)
+    when it names a directory or a folder that does not exist: the demo
+    creates no directories, so a typo cannot leave new ones behind."""
+    path = Path(os.path.abspath(plot))
+    if path.is_dir():
+        raise BadValueError(f"plot path {os.fspath(plot)!r} is the directory {path}; name a .png file")
+    if not path.parent.is_dir():
+        raise BadValueError(
+            f"plot path {os.fspath(plot)!r}: the directory {path.parent} does not exist (the demo creates none)"
+        )
+    return path
+
+
 def _plot(result: DemoResult, path: Path) -> None:
-    made = new_figure(9, 4)
+    made = new_figure(10, 4.8)
     if isinstance(made, str):
         result.plot_message = made
         return
     figure, save = made
     left, right = figure.subplots(1, 2)
-    labels = [f"{s.shards} shard{'s' if s.shards > 1 else ''}\n{s.strategy}" for s in result.steps]
-    left.bar(labels, [s.load.rate for s in result.steps], color=["#c0392b", "#2980b9", "#27ae60"][: len(labels)])
+    steps = result.steps
+    labels = [f"{s.shards} shard{'s' if s.shards > 1 else ''}\n{s.strategy}" for s in steps]
+    bars = left.bar(labels, [s.load.rate for s in steps], color=["#c0392b", "#2980b9", "#27ae60"][: len(steps)])
+    left.bar_label(bars, fmt="%.1f/s", padding=2)
+    if result.model_rate is not None:
+        left.axhline(result.model_rate, color="#333333", linestyle="--", linewidth=1,
+                     label=f"modelled limit of one entity: {result.model_rate:g} writes/s")
+        left.legend(loc="upper left", fontsize="small")
     left.set_ylabel("increments counted per second")
-    left.set_title("Writing")
-    right.bar(labels, [s.per_increment(s.rpcs) for s in result.steps], color="#7f8c8d")
+    left.set_title("Writing: increments counted per second")
+    left.margins(y=0.15)
+    bars = right.bar(labels, [s.per_increment(s.rpcs) for s in steps], color="#7f8c8d")
+    right.bar_label(bars, fmt="%.2f", padding=2)
     right.set_ylabel("RPCs per counted increment")
-    right.set_title("Cost")
-    figure.suptitle("gds-counter demo")
+    right.set_title("Cost: RPCs per counted increment")
+    right.margins(y=0.15)
+    settings = result.settings
+    figure.suptitle(
+        f"gds-counter demo: one counter under {settings.writers} writer threads, {settings.seconds:g} s per step\n"
+        f"on {result.storage}"
+    )
     save(path)
     result.plot = path
 
@@ -254,12 +308,17 @@ def run_demo(
 
     ``emulator`` None counts in a temporary SQLite file with the write-rate
     model; "datastore" or "firestore" starts that official emulator instead.
-    ``plot`` None skips the picture. Returns the measurements; raises
-    nothing for contention (refused increments are part of the lesson).
+    ``plot`` None skips the picture; a plot path whose folder does not exist
+    is refused (``BadValueError``) before anything runs. Returns the
+    measurements; raises nothing for contention (refused increments are part
+    of the lesson).
     """
+    plot_path = check_plot_path(plot) if plot is not None else None
     settings = settings or (Settings.quick() if quick else Settings())
-    result = DemoResult()
+    result = DemoResult(settings=settings)
     with _storage(emulator, settings.rate) as storage:
+        result.storage = storage.label
+        result.model_rate = settings.rate if storage.emulator is None else None
         write(f"gds-counter demo on {storage.label}")
         write(f"{settings.writers} writer threads, {settings.seconds:g} s per step.")
         write("")
@@ -272,30 +331,37 @@ def run_demo(
             )
             write("")
 
-        write("1. One entity. Every writer updates the same counter entity, in a transaction.")
-        write("   Writers collide; each collision is retried with backoff on a fresh shard (here: the same one).")
-        step = _load_step(storage, settings, "one entity", 1, "transactional")
-        result.steps.append(step)
-        _report_step(write, step)
+        write("1. One entity. Every writer updates the same counter entity, in a transaction;")
+        write("   a collision is retried with backoff, and with one shard every retry hits that entity again.")
+        one = _load_step(storage, settings, "one entity", 1, "transactional")
+        result.steps.append(one)
+        _report_step(write, one)
         write("")
 
-        write(f"2. The same load on {settings.shards} shards. Each increment picks a random shard;")
-        write("   the total is the sum of the shards, so the counter takes about 20x the writes.")
-        step = _load_step(storage, settings, "sharded", settings.shards, "transactional")
-        result.steps.append(step)
-        _report_step(write, step)
+        write(f"2. The same load on {settings.shards} shards. Each increment, and each retry, picks a")
+        write("   random shard; the total is the sum of the shards.")
+        sharded = _load_step(storage, settings, "sharded", settings.shards, "transactional")
+        result.steps.append(sharded)
+        _report_step(write, sharded)
+        if one.load.rate > 0:
+            write(f"   {sharded.load.rate / one.load.rate:.1f}x the increments per second of step 1.")
         write("")
 
         write("3. The server-side increment: one commit with an increment transform, no read and")
-        write("   no transaction. The per-entity limit still applies (it limits writes), so refusals")
-        write("   remain; what shrinks is the cost of each counted increment.")
+        write("   no transaction.")
         gateway = storage.open()
         applies = gateway.capabilities.applies_transforms
         gateway.close()
         if applies:
-            step = _load_step(storage, settings, "server-side increment", settings.shards, "increment")
-            result.steps.append(step)
-            _report_step(write, step)
+            server = _load_step(storage, settings, "server-side increment", settings.shards, "increment")
+            result.steps.append(server)
+            _report_step(write, server)
+            if server.load.failed:
+                write(f"   {server.load.failed} were refused even without a read: each is still a write to a shard.")
+            else:
+                write("   None was refused in this run.")
+            write(f"   {server.per_increment(server.rpcs):.2f} RPCs per counted increment, against "
+                  f"{sharded.per_increment(sharded.rpcs):.2f} with transactions in step 2.")
         else:
             write("   skipped: this emulator (the legacy Datastore one) silently ignores increment")
             write("   transforms, so the counter uses transactions there (strategy 'auto').")
@@ -313,10 +379,10 @@ def run_demo(
     for step in result.steps:
         mark = "ok" if step.counted_ok else "LOST OR DOUBLED"
         write(f"   {step.title:<22} final count {step.final_count:>6} = counted {step.load.ok:>6}  {mark}")
-    if plot is not None:
-        _plot(result, Path(plot))
+    if plot_path is not None:
+        _plot(result, plot_path)
         if result.plot is not None:
-            write(f"Plot saved to {result.plot.resolve()}")
+            write(f"Plot saved to {result.plot}")
         else:
             write(f"No plot: {result.plot_message}")
     return result
@@ -325,10 +391,27 @@ def run_demo(
 # --- the ``gds-counter demo`` subcommand (registered by gds_counter.cli) ------------------
 
 
-def add_parser(sub: Any) -> None:
+def _option(convert: Callable[[str], Any], what: str) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text, refusing anything not positive and finite."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
+
+
+def add_parser(sub: Any, parents: Sequence[Any] = ()) -> None:
     """Add ``demo`` to the CLI's subparsers."""
     p = sub.add_parser(
         "demo",
+        parents=list(parents),
         help="the workshop in one command: contention, shards, server-side increments, read costs",
         description="Run the workshop's four steps on a temporary SQLite file (no cloud account), "
         "or on an official emulator, and draw a plot. Ignores --url.",
@@ -337,28 +420,21 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--emulator", choices=("datastore", "firestore"),
                    help="count on this official emulator instead of the embedded model (needs gcloud)")
     p.add_argument("--plot", default="gds_counter_demo.png", metavar="PNG",
-                   help="where to save the plot (default ./gds_counter_demo.png)")
+                   help="where to save the plot, in an existing folder (default ./gds_counter_demo.png)")
     p.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="draw no plot")
-    p.add_argument("--writers", type=int, help="writer threads (default 8)")
-    p.add_argument("--seconds", type=float, help="seconds per load step (default 4; --quick 1.5)")
-    p.add_argument("--rate", type=float, default=MODEL_WRITES_PER_SECOND,
+    p.add_argument("--writers", type=_option(lambda t: int(t, 10), "a whole number of writers, at least 1"),
+                   help="writer threads (default 8)")
+    p.add_argument("--seconds", type=_option(float, "a positive number of seconds"),
+                   help="seconds per load step (default 4; --quick 1.5)")
+    p.add_argument("--rate", type=_option(float, "a positive number of writes per second"),
                    help=f"the model's writes per second per entity (default {MODEL_WRITES_PER_SECOND:g})")
-    # The demo makes its own storage; this keeps the CLI from opening (and
-    # creating) the default SQLite file in the working directory.
-    p.set_defaults(url="memory://")
 
 
-def cli_handler(args: Any, gateway: Gateway, out: Any) -> int:
+def cli_handler(args: Any, out: Any) -> int:
     """``gds-counter demo``: exit 0 when every final count matched."""
     base = Settings.quick() if args.quick else Settings()
-    settings = attrs.evolve(
-        base,
-        writers=args.writers or base.writers,
-        seconds=args.seconds or base.seconds,
-        rate=args.rate,
-    )
-    if settings.writers < 1 or settings.seconds <= 0 or settings.rate <= 0:
-        raise BadValueError(f"writers, seconds and rate must be positive, got {settings}")
+    given = {name: getattr(args, name) for name in ("writers", "seconds", "rate") if getattr(args, name) is not None}
+    settings = attrs.evolve(base, **given)
 
     def write(line: str) -> None:
         print(line, file=out, flush=True)

@@ -22,7 +22,7 @@ def url(tmp_path) -> str:
 
 def run(*argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out=out, err=err)
+    code = main(list(argv), out=out, err=err, stdin=io.StringIO())  # stdin: not a terminal
     return code, out.getvalue(), err.getvalue()
 
 
@@ -38,7 +38,7 @@ def test_increment_count_shards_reset(url):
     assert [int(line.split()[0]) for line in lines[1:-1]] == list(range(1, 21))
     assert sum(int(line.split()[1]) for line in lines[1:-1]) == 5
     assert lines[-1].split() == ["total", "5"]
-    assert run("--url", url, "reset", "Counter Test", "1")[0] == 0
+    assert run("--url", url, "reset", "Counter Test", "1", "--yes")[0] == 0
     assert run("--url", url, "count", "Counter Test", "1") == (0, "0\n", "")
 
 
@@ -73,9 +73,18 @@ def test_usage_and_bad_input_exit_2(url, argv, capsys):
 
 
 def test_runtime_errors_exit_1_without_traceback(tmp_path):
-    code, out, err = run("--url", f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}", "count", "a", "1")
+    # A file that is not a database: storage failed at run time, naming the file.
+    (tmp_path / "junk.db").write_bytes(b"this is not a SQLite database" * 100)
+    code, out, err = run("--url", f"sqlite:///{tmp_path / 'junk.db'}", "count", "a", "1")
     assert code == 1 and out == ""
-    assert "error" in err and "Traceback" not in err
+    assert "error" in err and str(tmp_path / "junk.db") in err and "Traceback" not in err
+
+
+def test_a_missing_directory_is_bad_input_naming_the_absolute_path(tmp_path):
+    code, out, err = run("--url", f"sqlite:///{tmp_path / 'no' / 'such' / 'dir.db'}", "count", "a", "1")
+    assert code == 2 and out == ""
+    assert f"its directory {tmp_path / 'no' / 'such'} does not exist" in err and "Traceback" not in err
+    assert not (tmp_path / "no").exists()
 
 
 def test_corrupt_data_exits_1(tmp_path):

@@ -69,8 +69,104 @@ def test_run_demo_reports_results_and_skips_the_plot_without_matplotlib(tmp_path
     assert result.plot is None
     assert "No plot: matplotlib is not installed" in lines
     assert not (tmp_path / "x.png").exists()
-    [lookup, cached, query, page] = result.reads
-    assert (lookup[1], cached[1], query[1], page[1]) == (1, 0, 1, 1)  # RPCs
+    [lookup, query, cached, page] = result.reads
+    assert (lookup[1], query[1], cached[1], page[1]) == (1, 1, 0, 1)  # RPCs
+    assert lookup[2] == 21 and cached[2] == 0  # 20 shards + the config entity; a cached read is free
+
+
+def test_step_text_reports_what_was_measured(tmp_path):
+    lines: list[str] = []
+    result = run_demo(lines.append, plot=None, settings=demo_module().Settings(writers=4, seconds=0.5))
+    text = "\n".join(lines)
+    assert "here: the same one" not in text and "so refusals" not in text
+    one, sharded, server = result.steps
+    assert f"conflicting attempts retried with backoff: {one.retries}" in text
+    assert f"{sharded.load.rate / one.load.rate:.1f}x the increments per second of step 1." in text
+    refused = (f"{server.load.failed} were refused even without a read" if server.load.failed
+               else "None was refused in this run.")
+    assert refused in text
+    assert (f"{server.per_increment(server.rpcs):.2f} RPCs per counted increment, against "
+            f"{sharded.per_increment(sharded.rpcs):.2f} with transactions in step 2.") in text
+
+
+def demo_module():
+    import gds_counter.demo as demo
+
+    return demo
+
+
+def test_the_plot_shows_the_model_limit_the_values_and_says_what_it_shows(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    demo = demo_module()
+    figures = []
+    real = demo.new_figure
+
+    def keep(*size):
+        made = real(*size)
+        figures.append(made[0])
+        return made
+
+    monkeypatch.setattr(demo, "new_figure", keep)
+    settings = demo.Settings(writers=4, seconds=0.5, rate=5)
+    result = run_demo(lambda line: None, plot=tmp_path / "p.png", settings=settings)
+    assert (tmp_path / "p.png").stat().st_size > 0
+    [figure] = figures
+    writing, cost = figure.axes
+    limit = [line for line in writing.get_lines() if list(line.get_ydata()) == [5, 5]]
+    assert len(limit) == 1 and "modelled limit of one entity: 5 writes/s" in limit[0].get_label()
+    labels = [text.get_text() for text in writing.texts]
+    assert labels == [f"{step.load.rate:.1f}/s" for step in result.steps]
+    assert [text.get_text() for text in cost.texts] == [f"{s.per_increment(s.rpcs):.2f}" for s in result.steps]
+    title = figure._suptitle.get_text()
+    assert "4 writer threads" in title and "0.5 s per step" in title and "MODEL (5 writes/s" in title
+    assert "increments counted per second" in writing.get_title()
+    assert "RPCs per counted increment" in cost.get_title()
+
+
+@pytest.mark.parametrize(
+    "option",
+    [["--writers", "0"], ["--writers", "-2"], ["--writers", "1.5"], ["--seconds", "0"], ["--seconds", "nan"],
+     ["--rate", "0"], ["--rate", "inf"], ["--rate", "x"]],
+)
+def test_bad_demo_options_exit_2_naming_the_value(option, capsys):
+    from gds_counter.cli import main
+
+    out = io.StringIO()
+    assert main(["demo", "--no-plot", *option], out=out) == 2
+    err = capsys.readouterr().err
+    assert out.getvalue() == ""  # refused before the demo started
+    assert f"argument {option[0]}" in err and repr(option[1]) in err
+    assert "Settings(" not in err
+
+
+def test_bad_settings_in_code_are_refused_clearly():
+    demo = demo_module()
+    for field, value in (("writers", 0), ("seconds", 0.0), ("rate", -1.0), ("writers", 2.5), ("shards", 0)):
+        with pytest.raises(BadValueError, match=f"demo's {field} must be a positive"):
+            demo.Settings(**{field: value})
+
+
+def test_a_plot_in_a_missing_directory_is_refused_before_the_demo_runs(tmp_path):
+    from gds_counter.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    target = tmp_path / "nonexistent" / "dir" / "x.png"
+    assert main(["demo", "--quick", "--plot", str(target)], out=out, err=err) == 2
+    assert out.getvalue() == ""
+    assert f"the directory {target.parent} does not exist" in err.getvalue()
+    assert not (tmp_path / "nonexistent").exists()
+    assert main(["demo", "--quick", "--plot", str(tmp_path)], out=out, err=err) == 2
+    assert "is the directory" in err.getvalue()
+
+
+def test_git_ignores_what_the_demo_and_the_cli_leave_behind():
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    names = ["gds_counter_demo.png", "gds_counter.sqlite3", "gds_counter.sqlite3-wal", "gds_counter.sqlite3-shm",
+             "x.db-wal", "x.db-shm", "x.db-journal"]
+    done = subprocess.run(["git", "check-ignore", *names], cwd=root, capture_output=True, text=True)
+    assert done.stdout.split() == names
 
 
 def test_the_product_never_imports_test_tooling():

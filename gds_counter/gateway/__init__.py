@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
+import re
+import sqlite3
 import threading
-from urllib.parse import parse_qs, urlsplit
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
-from gds_counter.errors import BadValueError
+from gds_counter.errors import BadValueError, GatewayError
 from gds_counter.gateway.base import Gateway, is_gateway
 from gds_counter.gateway.stats import Stats
 
-__all__ = ["Gateway", "Stats", "open_gateway", "resolve_gateway", "shared_gateway", "DEFAULT_URL"]
+__all__ = ["Gateway", "Stats", "open_gateway", "resolve_gateway", "shared_gateway", "sqlite_path", "DEFAULT_URL"]
 
 log = logging.getLogger(__name__)
 
@@ -20,57 +24,174 @@ log = logging.getLogger(__name__)
 #: `gds-counter count` see the same counter with no setup.
 DEFAULT_URL = "sqlite:///gds_counter.sqlite3"
 
+#: What a GDS URL may look like, for error messages.
+URL_FORMS = (
+    "sqlite:///relative/path.db (relative to the working directory), "
+    "sqlite:////absolute/path.db (four slashes), memory:// or "
+    "datastore://PROJECT?namespace=NS&database=DB"
+)
 
-def open_gateway(url: str | None = None) -> Gateway:
+#: Query parameters each scheme takes; anything else is a typo, refused.
+_PARAMS = {"sqlite": ("namespace",), "memory": ("namespace",), "datastore": ("namespace", "database")}
+#: Datastore's rules: namespaces and project ids as the server accepts them.
+_NAMESPACE = re.compile(r"[0-9A-Za-z._-]{0,100}")
+_PROJECT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
+_DATABASE = re.compile(r"[a-z0-9()-]{1,63}")
+
+
+def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gateway:
     """Open the gateway named by ``url``, ``GDS_URL``, the emulator, or the default.
 
     Order, first match wins:
 
     1. ``url`` argument, then the ``GDS_URL`` environment variable:
-       ``sqlite:///path.db``, ``memory://``, ``datastore://PROJECT?namespace=NS&database=DB``.
+       ``sqlite:///relative/path.db`` (relative to the working directory),
+       ``sqlite:////absolute/path.db``, ``memory://``,
+       ``datastore://PROJECT?namespace=NS&database=DB``.
     2. ``DATASTORE_EMULATOR_HOST`` set: the Datastore gateway on that emulator.
-    3. The embedded SQLite default (``DEFAULT_URL``).
+    3. The embedded SQLite default (``DEFAULT_URL``, in the working directory).
+
+    A malformed URL, an unknown query parameter, a reserved namespace, or a
+    SQLite file whose directory does not exist raises ``BadValueError``
+    naming it (the SQLite path made absolute) before anything is created.
+    ``timeout`` (seconds) bounds each Datastore call, retries included; the
+    embedded engine has no network and ignores it.
 
     Production Cloud Datastore is only reached through an explicit
-    ``datastore://`` URL, never by accident.
+    ``datastore://`` URL, never by accident. The storage chosen is logged at
+    INFO; falling back to the local default while ``GOOGLE_CLOUD_PROJECT`` is
+    set (as on App Engine) is logged as a warning.
     """
+    if timeout is not None and not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise BadValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    source = "the url argument" if url else "GDS_URL"
     chosen = url or os.environ.get("GDS_URL")
     if not chosen:
         emulator = os.environ.get("DATASTORE_EMULATOR_HOST")
         if emulator:
             from gds_counter.gateway.datastore import DatastoreGateway
 
-            log.info("using the Datastore emulator at %s (DATASTORE_EMULATOR_HOST)", emulator)
-            return DatastoreGateway(project=os.environ.get("DATASTORE_PROJECT_ID") or "gds-counter-local")
-        chosen = DEFAULT_URL
+            project = os.environ.get("DATASTORE_PROJECT_ID") or "gds-counter-local"
+            log.info("storage: the Datastore emulator at %s, project %r (from DATASTORE_EMULATOR_HOST)",
+                     emulator, project)
+            return DatastoreGateway(project=project, **_timeout(timeout))
+        chosen, source = DEFAULT_URL, "the default"
+        cloud = os.environ.get("GOOGLE_CLOUD_PROJECT")
+        if cloud:
+            log.warning(
+                "GOOGLE_CLOUD_PROJECT=%s is set, but no GDS_URL or URL names the storage: counting in the "
+                "local SQLite file %s, NOT in Cloud Datastore (use datastore://%s to count there)",
+                cloud, sqlite_path(DEFAULT_URL), cloud,
+            )
+    scheme, _, rest = chosen.partition(":")
+    scheme = scheme.lower()
+    if scheme == "sqlite":
+        path = sqlite_path(chosen)
+        params = _params(chosen, rest.partition("?")[2], scheme)
+        _ignored_timeout(timeout, chosen)
+        log.info("storage: the SQLite file %s (from %s)", path, source)
+        return _open_sqlite(path, params.get("namespace", ""))
     parts = urlsplit(chosen)
-    params = {name: values[-1] for name, values in parse_qs(parts.query).items()}
-    if parts.scheme == "memory":
+    if scheme == "memory":
+        if not rest.startswith("//") or parts.netloc or parts.path or parts.fragment:
+            raise BadValueError(f"GDS URL {chosen!r} is malformed: an in-memory database is memory:// "
+                                "(optionally memory://?namespace=NS), with no host or path")
+        params = _params(chosen, parts.query, scheme)
         from gds_counter.gateway.embedded import EmbeddedGateway
 
+        _ignored_timeout(timeout, chosen)
+        log.info("storage: an in-memory SQLite database, gone when the process exits (from %s)", source)
         return EmbeddedGateway(None, namespace=params.get("namespace", ""))
-    if parts.scheme == "sqlite":
-        from gds_counter.gateway.embedded import EmbeddedGateway
-
-        # sqlite:///rel.db -> "rel.db"; sqlite:////abs/x.db -> "/abs/x.db"
-        path = chosen.split("://", 1)[1].split("?", 1)[0]
-        path = path[1:] if path.startswith("/") else path
-        if not path:
-            raise BadValueError(f"GDS URL {chosen!r} names no file; use sqlite:///path.db or memory://")
-        return EmbeddedGateway(path, namespace=params.get("namespace", ""))
-    if parts.scheme == "datastore":
+    if scheme == "datastore":
+        project = parts.netloc
+        if not rest.startswith("//") or not project:
+            raise BadValueError(f"GDS URL {chosen!r} names no project; use datastore://PROJECT")
+        if not _PROJECT.fullmatch(project) or parts.path not in ("", "/") or parts.fragment:
+            raise BadValueError(f"GDS URL {chosen!r} is malformed: expected datastore://PROJECT?namespace=NS"
+                                f"&database=DB with a project id such as my-project, got project {project!r}")
+        params = _params(chosen, parts.query, scheme)
+        database = params.get("database", "")
+        if database and not _DATABASE.fullmatch(database):
+            raise BadValueError(f"GDS URL {chosen!r}: database {database!r} is not a Firestore database id")
         from gds_counter.gateway.datastore import DatastoreGateway
 
-        if not parts.netloc:
-            raise BadValueError(f"GDS URL {chosen!r} names no project; use datastore://PROJECT")
-        return DatastoreGateway(
-            project=parts.netloc,
-            namespace=params.get("namespace", ""),
-            database=params.get("database", ""),
-        )
-    raise BadValueError(
-        f"unknown GDS URL {chosen!r}: expected sqlite:///path.db, memory:// or datastore://PROJECT"
-    )
+        gateway = DatastoreGateway(project=project, namespace=params.get("namespace", ""), database=database,
+                                   **_timeout(timeout))
+        where = f"the Datastore emulator at {gateway.emulator_host}" if gateway.emulator_host else "Cloud Datastore"
+        log.info("storage: %s, project %r, namespace %r, database %r (from %s)", where, project,
+                 gateway.namespace, database or "(default)", source)
+        return gateway
+    raise BadValueError(f"unknown GDS URL {chosen!r}: expected {URL_FORMS}")
+
+
+def sqlite_path(url: str) -> str:
+    """The absolute file a ``sqlite:`` URL names, checked before opening.
+
+    ``sqlite:///x.db`` is ``x.db`` in the working directory (three slashes,
+    then a relative path); ``sqlite:////tmp/x.db`` is ``/tmp/x.db`` (the
+    fourth slash starts an absolute path). Raises ``BadValueError`` naming
+    the absolute path when the URL is malformed, names a directory, or its
+    directory does not exist.
+    """
+    scheme, _, rest = url.partition(":")
+    if scheme.lower() != "sqlite" or not rest.startswith("///"):
+        raise BadValueError(f"GDS URL {url!r} is not a SQLite URL: use {URL_FORMS}")
+    raw = rest[3:].partition("?")[0]
+    if not raw:
+        raise BadValueError(f"GDS URL {url!r} names no file; use sqlite:///path.db or memory://")
+    if raw == ":memory:":
+        raise BadValueError(f"GDS URL {url!r} would create a file named ':memory:'; use memory:// instead")
+    path = os.path.abspath(raw)
+    if os.path.isdir(path):
+        raise BadValueError(f"GDS URL {url!r} names {path}, which is a directory, not a database file")
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        hint = ""
+        if not os.path.isabs(raw):
+            hint = f" (sqlite:/// then a relative path is relative to the working directory {os.getcwd()}"
+            if os.path.isdir(os.path.dirname("/" + raw)):
+                hint += f"; for the absolute path /{raw} write four slashes: sqlite:////{raw}"
+            hint += ")"
+        raise BadValueError(f"GDS URL {url!r} names the file {path}, but its directory {folder} does not exist{hint}")
+    return path
+
+
+def _open_sqlite(path: str, namespace: str) -> Gateway:
+    from gds_counter.gateway.embedded import EmbeddedGateway
+
+    try:
+        return EmbeddedGateway(path, namespace=namespace)
+    except (OSError, sqlite3.Error) as exc:
+        raise GatewayError(f"cannot open the SQLite file {path}: {exc}") from exc
+
+
+def _params(url: str, query: str, scheme: str) -> dict[str, str]:
+    """The URL's query parameters, refusing malformed or unknown ones (a
+    misspelt ``namspace`` must not silently count in the default namespace)."""
+    try:
+        pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+    except ValueError:
+        raise BadValueError(f"GDS URL {url!r} has a malformed query {query!r}; expected name=value&...") from None
+    allowed = _PARAMS[scheme]
+    unknown = sorted({name for name, _ in pairs if name not in allowed})
+    if unknown:
+        raise BadValueError(f"GDS URL {url!r}: unknown parameter {', '.join(unknown)}; "
+                            f"a {scheme} URL takes {', '.join(allowed)}")
+    params = dict(pairs)
+    namespace = params.get("namespace", "")
+    if not _NAMESPACE.fullmatch(namespace) or (namespace.startswith("__") and namespace.endswith("__")):
+        raise BadValueError(f"GDS URL {url!r}: namespace {namespace!r} is not allowed (up to 100 of A-Z a-z "
+                            "0-9 . _ -, and not of the reserved form __x__)")
+    return params
+
+
+def _timeout(timeout: float | None) -> dict[str, Any]:
+    return {} if timeout is None else {"timeout": float(timeout)}
+
+
+def _ignored_timeout(timeout: float | None, url: str) -> None:
+    if timeout is not None:
+        log.info("timeout %gs ignored: %s is local storage with no network calls", timeout, url)
 
 
 _shared: dict[tuple[int, str | None, str | None, str | None], Gateway] = {}
@@ -83,7 +204,9 @@ def shared_gateway(url: str | None = None) -> Gateway:
     ``CounterShardDS("Counter Test", 1).increment()`` builds a Store each
     time; opening a fresh SQLite connection or gRPC channel for each would
     cost more than the increment. The process id is part of the cache key so
-    a forked child never shares its parent's connection.
+    a forked child never shares its parent's connection. A relative SQLite
+    path is resolved against the working directory when the gateway is
+    first opened.
     """
     config = (
         os.getpid(),

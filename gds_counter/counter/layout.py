@@ -69,6 +69,17 @@ class Layout:
     def shard_name(self, target: str, shard: int) -> str:
         return self.key_format.format(target=target, shard=shard)
 
+    def shard_number(self, target: str, key: Key) -> int | None:
+        """The shard number in a shard key of ``target``; None if the key
+        name is not one this layout makes for it."""
+        before, _, after = self.key_format.partition("{shard}")
+        prefix, suffix = before.format(target=target), after.format(target=target)
+        name = key.name
+        if name is None or not name.startswith(prefix) or not name.endswith(suffix):
+            return None
+        digits = name[len(prefix) : len(name) - len(suffix)]
+        return int(digits) if digits.isdigit() and digits.isascii() else None
+
     def shard_key(self, target: str, shard: int, namespace: str = "") -> Key:
         return Key.of(self.shard_kind, self.shard_name(target, shard), namespace=namespace)
 

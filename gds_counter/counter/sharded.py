@@ -247,31 +247,64 @@ class ShardedCounter:
 
     # --- reads ------------------------------------------------------------------
 
-    def get_count(self, method: str = "lookup") -> int:
-        """The total. ``"lookup"`` (default): one batch lookup, strongly
-        consistent, served from the cache when one is set. ``"query"``: the
-        PHP article's ``SELECT * FROM ... WHERE target = @target``, summing
-        whatever shards exist (eventually consistent on legacy Datastore)."""
-        if method == "lookup":
-            return get_counts([self])[0]
-        if method == "query":
-            return self._count_by_query()
-        raise BadValueError(f"get_count method must be 'lookup' or 'query', got {method!r}")
+    def get_count(self, method: str = "auto") -> int:
+        """The total, served from the cache when one is set and fresh.
 
-    def _count_by_query(self) -> int:
-        target = self.layout.target_property
-        if target is None:
+        ``"query"``: the PHP article's ``SELECT * FROM <kind> WHERE target =
+        @target``. It sees every shard any writer wrote, PHP writers with any
+        ``NUM_SHARDS`` included, in one RPC per result batch; strongly
+        consistent on Firestore in Datastore mode (every Cloud Datastore
+        database today). ``"lookup"``: one batch lookup of the shard keys this
+        process knows of (at least the layout's default 20) and the config
+        entity; right when every writer records its shard count (this
+        library's writers do; the article's PHP writers do not).
+        ``"auto"`` (default): ``"query"`` for layouts that store a target
+        (the PHP article's), ``"lookup"`` for the others (ndb's, whose
+        writers all follow the config entity)."""
+        return self._total(self._read_method(method), use_cache=True)
+
+    def _read_method(self, method: str) -> str:
+        if method not in ("auto", "query", "lookup"):
+            raise BadValueError(f"get_count method must be 'auto', 'query' or 'lookup', got {method!r}")
+        if method == "auto":
+            return "query" if self.layout.target_property is not None else "lookup"
+        if method == "query" and self.layout.target_property is None:
             raise BadValueError(
                 f"layout {self.layout.name!r} stores no target property, so its shards cannot be "
                 "queried; use get_count() (a key lookup)"
             )
-        query = Query(self.layout.shard_kind, namespace=self.namespace, filter=PropertyFilter(target, "=", self.name))
-        return sum(self.layout.count_of(shard) for shard in run_query_all(self._gateway, query))
+        return method
 
-    def shards(self) -> list[tuple[int, int]]:
+    def _total(self, method: str, *, use_cache: bool) -> int:
+        if method == "lookup":
+            return get_counts([self], use_cache=use_cache)[0]
+        return _through_cache(self, lambda: sum(count for _, count in self._query_shards()), use_cache=use_cache)
+
+    def _query_shards(self) -> list[tuple[Key, int]]:
+        """Every stored shard of this counter, by the article's target query.
+        The total is their sum, as PHP's ``getCount()`` sums whatever its
+        query finds."""
+        assert self.layout.target_property is not None
+        query = Query(
+            self.layout.shard_kind,
+            namespace=self.namespace,
+            filter=PropertyFilter(self.layout.target_property, "=", self.name),
+        )
+        return [(shard.key, self.layout.count_of(shard)) for shard in run_query_all(self._gateway, query) if shard.key]
+
+    def shards(self, method: str = "auto") -> list[tuple[int, int]]:
         """``(shard number, count)`` for every shard a read covers, missing
-        shards as 0, in shard order: where the writes went."""
-        return sorted(_read_shards([self])[0].items())
+        shards as 0, in shard order: where the writes went. ``method`` as
+        for ``get_count``; a query also lists shards beyond this process's
+        shard count (a PHP writer with a larger ``NUM_SHARDS``)."""
+        if self._read_method(method) == "lookup":
+            return sorted(_read_shards([self])[0].items())
+        every = dict.fromkeys(self.layout.shard_numbers(self._read_shards()), 0)
+        for key, count in self._query_shards():
+            number = self.layout.shard_number(self.name, key)
+            if number is not None:  # an entity with this target but another key name is in no shard
+                every[number] = count
+        return sorted(every.items())
 
     # --- writes -------------------------------------------------------------------
 
@@ -286,16 +319,19 @@ class ShardedCounter:
             return
         self._writable()
         self._ensure_recorded()
-        self._commit(amount)
-        if self._cache is not None:
-            self._cache.add(self._cache_key(), amount)
+        if self._cache is None:
+            self._commit(amount)
+            return
+        with self._cache.writing(self._cache_key(), amount):
+            self._commit(amount)
 
     def increment(self, amount: int = 1) -> int:
-        """Add ``amount`` and return the total after it (one batch lookup
-        after the write, instead of the article's query)."""
+        """Add ``amount`` and return the total after it: one read after the
+        write (``get_count``'s), where the article read before it and
+        returned that plus one."""
         self.add(amount)
         try:
-            return get_counts([self], use_cache=False)[0]
+            return self._total(self._read_method("auto"), use_cache=False)
         except GDSError as exc:
             raise TotalUnavailable(
                 f"{self}: the increment by {amount} WAS counted, but reading the new total "
@@ -414,7 +450,7 @@ class ShardedCounter:
                 raise Contention(
                     f"counter {self}: the increment by {amount} was NOT counted; "
                     f"it conflicted on all {attempts} attempts (over {self._num_shards} shards). "
-                    "Retry later, add shards (increase_shards) or use auto_grow.",
+                    f"Retry later, add shards (increase_shards) or use auto_grow. Last: {exc}",
                     attempts=attempts,
                 ) from exc
 
@@ -428,17 +464,36 @@ def get_counts(counters: Iterable[ShardedCounter], *, use_cache: bool = True) ->
         if not isinstance(counter, ShardedCounter):
             raise BadValueError(f"get_counts takes counters, got {type(counter).__name__} {counter!r}")
     totals: list[int | None] = [None] * len(counters)
-    if use_cache:
-        for i, counter in enumerate(counters):
-            if counter._cache is not None:
+    tickets: list[int] = [-1] * len(counters)
+    for i, counter in enumerate(counters):
+        if counter._cache is not None:
+            if use_cache:
                 totals[i] = counter._cache.get(counter._cache_key())
+            tickets[i] = counter._cache.reading(counter._cache_key())
     todo = [i for i, total in enumerate(totals) if total is None]
     for i, counts in zip(todo, _read_shards([counters[i] for i in todo])):
         total = totals[i] = sum(counts.values())
         cache = counters[i]._cache
         if cache is not None:
-            cache.set(counters[i]._cache_key(), total)
+            cache.store(counters[i]._cache_key(), total, tickets[i])
     return [int(total or 0) for total in totals]
+
+
+def _through_cache(counter: ShardedCounter, read: Callable[[], int], *, use_cache: bool) -> int:
+    """``read()`` a counter's total, served from and kept in its cache (a
+    total is kept only if no write of it overlapped the read)."""
+    cache = counter._cache
+    if cache is None:
+        return read()
+    key = counter._cache_key()
+    if use_cache:
+        cached = cache.get(key)
+        if cached is not None:
+            return cached
+    ticket = cache.reading(key)
+    total = read()
+    cache.store(key, total, ticket)
+    return total
 
 
 def _read_shards(counters: Sequence[ShardedCounter]) -> list[dict[int, int]]:

@@ -27,6 +27,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from gds_counter._checks import INT64_MAX, INT64_MIN
 from gds_counter.counter.layout import Layout
 from gds_counter.errors import BadValueError, TransformsIgnored
 from gds_counter.gateway.base import Gateway, commit_in_transaction
@@ -73,7 +74,10 @@ class Transactional:
     def add(self, shard: Shard, amount: int) -> None:
         def write(token: bytes) -> list[Mutation]:
             [stored] = shard.gateway.lookup([shard.key], transaction=token)
-            return [Upsert(shard.entity(shard.layout.count_of(stored) + amount))]
+            count = shard.layout.count_of(stored) + amount
+            if not INT64_MIN <= count <= INT64_MAX:
+                raise BadValueError(f"adding {amount} to {shard} ({shard.key}) would pass 64 bits; nothing was written")
+            return [Upsert(shard.entity(count))]
 
         commit_in_transaction(shard.gateway, write)
 
@@ -104,6 +108,14 @@ class ServerIncrement:
         [result] = gateway.commit([mutation]).mutation_results
         if result.transform_results is None:
             raise TransformsIgnored(f"the server ignored the increment of {shard} by {amount}; nothing was counted")
+        [value] = result.transform_results
+        if value == (INT64_MAX if amount > 0 else INT64_MIN):
+            # Datastore saturates an integer increment at the 64-bit bounds
+            # instead of failing, so the amount may have been cut short.
+            raise BadValueError(
+                f"{shard} ({shard.key}) reached {value} after adding {amount}: the server saturates at the "
+                "64-bit bound, so the amount may not have been counted in full and the shard needs repair"
+            )
 
 
 class Auto:

@@ -15,7 +15,7 @@ from typing import Callable, TypeVar
 import attrs
 from google.api_core.retry import exponential_sleep_generator
 
-from gds_counter.errors import Contention
+from gds_counter.errors import BadValueError, Contention
 
 log = logging.getLogger(__name__)
 
@@ -24,12 +24,23 @@ T = TypeVar("T")
 
 @attrs.frozen
 class RetryPolicy:
-    """How hard to try before raising ``Contention``."""
+    """How hard to try before raising ``Contention``.
+
+    ``deadline``: seconds after the first attempt began past which no new
+    attempt starts (None: only ``attempts`` limits it). A call therefore
+    returns or raises within the deadline plus one attempt's own timeout,
+    even while another writer holds a lock for minutes.
+    """
 
     attempts: int = attrs.field(default=6, validator=attrs.validators.ge(1))
     initial: float = 0.02
     maximum: float = 1.0
     multiplier: float = 2.0
+    deadline: float | None = 30.0
+
+    def __attrs_post_init__(self) -> None:
+        if self.deadline is not None and not self.deadline > 0:
+            raise BadValueError(f"deadline must be a positive number of seconds or None, got {self.deadline!r}")
 
 
 DEFAULT_RETRY = RetryPolicy()
@@ -54,25 +65,26 @@ def retry_contention(
     re-raised as it is when attempts run out.
     """
     delays = exponential_sleep_generator(policy.initial, policy.maximum, policy.multiplier)
+    retried: tuple[type[BaseException], ...] = (Contention, *also_retry)
+    started = time.monotonic()
     for attempt in range(1, policy.attempts + 1):
         try:
             return work()
-        except also_retry as exc:
-            if attempt == policy.attempts:
+        except retried as exc:
+            delay = next(delays)
+            out_of_time = policy.deadline is not None and time.monotonic() - started + delay > policy.deadline
+            if attempt < policy.attempts and not out_of_time:
+                if on_retry is not None:
+                    on_retry(attempt)
+                log.debug("%s failed (attempt %d: %s), retrying in %.3fs", what, attempt, exc, delay)
+                sleep(delay)
+                continue
+            if not isinstance(exc, Contention):
                 raise
-            if on_retry is not None:
-                on_retry(attempt)
-            delay = next(delays)
-            log.debug("%s failed (attempt %d: %s), retrying in %.3fs", what, attempt, exc, delay)
-            sleep(delay)
-        except Contention as exc:
-            if attempt == policy.attempts:
-                raise Contention(
-                    f"{what} still conflicted after {attempt} attempts: {exc}", attempts=attempt
-                ) from exc
-            if on_retry is not None:
-                on_retry(attempt)
-            delay = next(delays)
-            log.debug("%s conflicted (attempt %d), retrying in %.3fs", what, attempt, delay)
-            sleep(delay)
+            why = f"its {policy.deadline:g} s deadline passed" if out_of_time else "attempts ran out"
+            raise Contention(
+                f"{what} still conflicted after {attempt} attempts in {time.monotonic() - started:.1f} s "
+                f"({why}): {exc}",
+                attempts=attempt,
+            ) from exc
     raise AssertionError("unreachable")  # pragma: no cover

@@ -116,7 +116,7 @@ def test_corrupt_config_names_the_config(gateway):
     key = Key.of("IK_CounterShardConfig", "Counter Test_1", namespace=gateway.namespace)
     gateway.commit([Upsert(RawEntity(key, {"num_shards": -4}))])
     with pytest.raises(CorruptDataError, match="Counter Test_1"):
-        CounterShardDS("Counter Test", 1, gateway=gateway).get_count()
+        CounterShardDS("Counter Test", 1, gateway=gateway).get_count(method="lookup")  # the config's reader
 
 
 def test_bad_retry_policy(gateway):

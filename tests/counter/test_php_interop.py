@@ -65,6 +65,33 @@ def test_php_and_python_increments_add_up(any_gateway, strategy):
     assert ours.get_count() == ours.get_count(method="query") == php_get_count(any_gateway, "Counter Test_1") == 60
 
 
+def _php_writes_shards(gateway, target: str, counts: dict[int, int]) -> None:
+    """Shards as the article's PHP ``increment()`` leaves them on php-gds:
+    key name ``{target}_{n}``, ``target`` indexed, ``count`` unindexed, and
+    no config entity anywhere (PHP records its NUM_SHARDS nowhere)."""
+    gateway.commit([
+        Upsert(RawEntity(Key.of(KIND, f"{target}_{n}", namespace=gateway.namespace),
+                         {"target": target, "count": count}, frozenset({"count"})))
+        for n, count in counts.items()
+    ])
+
+
+@pytest.mark.parametrize("any_gateway", GATEWAY_NAMES, indirect=True)
+def test_a_default_reader_sees_every_shard_a_php_writer_with_40_shards_wrote(any_gateway):
+    """The article: NUM_SHARDS "can be increased but never decreased". A PHP
+    app at 40 shards wrote 1..40; the port with default arguments must read
+    it all, and its increment must return the total plus one."""
+    counts = {n: n % 7 + 1 for n in range(1, 41)}
+    _php_writes_shards(any_gateway, "Counter Test_1", counts)
+    counter = CounterShardDS("Counter Test", 1, gateway=any_gateway)
+    any_gateway.stats.reset()
+    assert counter.get_count() == sum(counts.values())
+    assert any_gateway.stats.snapshot()["rpcs"] == 1  # the article's one query
+    assert php_get_count(any_gateway, "Counter Test_1") == sum(counts.values())
+    assert counter.increment() == sum(counts.values()) + 1
+    assert dict(counter.shards())[40] == counts[40]
+
+
 def test_php_sees_shards_that_python_grew(gateway):
     ours = CounterShardDS("Counter Test", 1, gateway=gateway, strategy="transactional")
     ours.increase_shards(60)
@@ -75,6 +102,7 @@ def test_php_sees_shards_that_python_grew(gateway):
     # ...and a Python reader built with the article's 20 shards sees them too
     fresh = CounterShardDS("Counter Test", 1, gateway=gateway)
     assert fresh.get_count() == 200
+    assert fresh.get_count(method="lookup") == 200  # through the config entity Python records
     assert fresh.num_shards == 60
     # PHP keeps writing 1..20, which every reader covers
     for _ in range(10):

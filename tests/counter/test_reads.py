@@ -5,18 +5,28 @@ from __future__ import annotations
 import pytest
 
 from gds_counter.counter import CounterShardDS, GeneralCounter, get_counts
+from gds_counter.errors import BadValueError
 
 
 def test_get_count_is_one_rpc_for_twenty_shards(any_gateway):
     counter = CounterShardDS("Counter Test", 1, gateway=any_gateway)
     for _ in range(30):
         counter.add()
-    any_gateway.stats.reset()
-    assert counter.get_count() == 30
-    stats = any_gateway.stats.snapshot()
-    assert stats["rpcs"] == 1
-    assert stats["rpc.lookup"] == 1
-    assert stats.get("rpc.run_query", 0) == 0
+    for method, rpc in (("auto", "rpc.run_query"), ("query", "rpc.run_query"), ("lookup", "rpc.lookup")):
+        any_gateway.stats.reset()
+        assert counter.get_count(method=method) == 30
+        stats = any_gateway.stats.snapshot()
+        assert stats["rpcs"] == stats[rpc] == 1, method
+
+
+def test_the_ndb_layout_reads_by_lookup_its_writers_follow_the_config(gateway):
+    counter = GeneralCounter("hits", gateway=gateway)
+    counter.add(3)
+    gateway.stats.reset()
+    assert counter.get_count() == 3
+    assert gateway.stats.snapshot()["rpc.lookup"] == gateway.stats.snapshot()["rpcs"] == 1
+    with pytest.raises(BadValueError, match="no target property"):
+        counter.get_count(method="query")
 
 
 def test_increment_returns_the_total_with_one_read_after_the_write(gateway):
@@ -26,7 +36,7 @@ def test_increment_returns_the_total_with_one_read_after_the_write(gateway):
     assert counter.increment() == 2
     assert counter.increment(5) == 7
     stats = gateway.stats.snapshot()
-    assert stats["rpc.commit"] == 2 and stats["rpc.lookup"] == 2 and stats["rpcs"] == 4
+    assert stats["rpc.commit"] == 2 and stats["rpc.run_query"] == 2 and stats["rpcs"] == 4
 
 
 def test_add_reads_nothing(gateway):
@@ -76,10 +86,13 @@ def test_a_reader_learns_grown_shards_once(gateway):
         grower.add()
     reader = CounterShardDS("Counter Test", 1, gateway=gateway)
     gateway.stats.reset()
-    assert reader.get_count() == 120
+    assert reader.get_count(method="lookup") == 120
     assert gateway.stats.snapshot()["rpcs"] == 2  # learned 40 from the config, read the rest
     gateway.stats.reset()
-    assert reader.get_count() == 120
+    assert reader.get_count(method="lookup") == 120
+    assert gateway.stats.snapshot()["rpcs"] == 1
+    gateway.stats.reset()
+    assert reader.get_count() == 120  # the query needs no config: one RPC from the start
     assert gateway.stats.snapshot()["rpcs"] == 1
 
 

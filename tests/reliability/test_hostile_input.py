@@ -456,14 +456,15 @@ def test_oversized_batches_are_split_into_legal_rpcs(request, emulator_name, tal
     tally.add("hostile input: oversized batches", hostile_inputs=4)
 
 
-def test_the_embedded_gateway_refuses_a_lookup_over_1000_keys(tally):
-    """Unlike the Datastore gateway, it does not split: a clear error, not a partial answer."""
+def test_the_embedded_gateway_splits_a_lookup_over_1000_keys_like_every_gateway(tally):
+    """One rule for every backend (BaseGateway): a lookup of more than 1,000
+    keys goes in legal batches and answers every key, in order."""
     gw = open_gateway("memory://")
     try:
-        with pytest.raises(BadValueError, match="1001 keys is over the 1000-key limit"):
-            gw.lookup([Key.of("K", i) for i in range(1, 1002)])
         gw.commit([Upsert(RawEntity(Key.of("K", i), {})) for i in range(1, 1202)])  # split, each atomic
-        assert len([e for e in gw.lookup([Key.of("K", i) for i in range(1, 1001)]) if e]) == 1000
+        found = gw.lookup([Key.of("K", i) for i in range(1, 1301)])
+        assert [e is not None for e in found] == [True] * 1201 + [False] * 99
+        assert gw.stats["rpc.lookup"] == 2  # 1,000 keys, then 300
     finally:
         gw.close()
     tally.add("hostile input: oversized batches", hostile_inputs=2)

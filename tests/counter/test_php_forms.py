@@ -107,3 +107,36 @@ def test_property_type_is_exported_at_the_top_level():
     assert "PropertyType" in gds_counter.__all__
     schema = gds_counter.Schema("Book").add_property("pages", gds_counter.PropertyType.INTEGER, False)
     assert not schema.is_indexed("pages")
+
+
+# --- the migration guide names every public PHP name -----------------------------------
+
+#: Every public method of php-gds 6.1's Store, Entity and Schema (read from
+#: src/GDS/*.php), Store's protected buildSchema (the subclassing pattern),
+#: Schema's type constants, and every name of the article's two classes.
+PHP_NAMES = {
+    "Store": ["new Store(", "buildSchema()", "upsert(", "delete(", "fetchById(", "fetchByIds(", "fetchByName(",
+              "fetchByNames(", "query(", "fetchOne(", "fetchAll(", "fetchPage(", "fetchEntityGroup(", "getCursor()",
+              "setCursor(", "createEntity(", "setEntityClass(", "beginTransaction("],
+    "Entity": ["new Entity()", "__set", "__get", "__isset", "getData()", "getKind()", "setKind(", "getKeyId()",
+               "setKeyId(", "getKeyName()", "setKeyName(", "setAncestry(", "getAncestry()", "getSchema()",
+               "setSchema("],
+    "Schema": ["new Schema(", "addProperty(", "addString(", "addInteger(", "addDatetime(", "addFloat(",
+               "addBoolean(", "addGeopoint(", "addStringList(", "getKind()", "getProperties()", "setEntityClass(",
+               "createEntity()", "PROPERTY_STRING", "PROPERTY_INTEGER", "PROPERTY_DATETIME", "PROPERTY_DOUBLE",
+               "PROPERTY_FLOAT", "PROPERTY_BLOB", "PROPERTY_GEOPOINT", "PROPERTY_BOOLEAN", "PROPERTY_STRING_LIST",
+               "PROPERTY_INTEGER_LIST", "PROPERTY_ENTITY", "PROPERTY_KEY", "PROPERTY_DETECT"],
+    "CounterShardEntity": ["KIND_PFX", "new CounterShardEntity(", "CounterShardEntity::kind()",
+                           "CounterShardEntity::schema()"],
+    "CounterShardDS": ["NUM_SHARDS", "new CounterShardDS(", "$target", "$data", "getCount()", "increment()"],
+}
+
+
+def test_the_migration_guide_has_a_row_for_every_php_name():
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "migrating-from-php.md").read_text()
+    rows = [line for line in guide.splitlines() if line.startswith("| ")]
+    missing = [f"{cls}: {name}" for cls, names in PHP_NAMES.items() for name in names
+               if not any(name in row.split(" | ")[0] for row in rows)]
+    assert missing == []

@@ -226,16 +226,6 @@ def _url(text: str) -> str:
     return text
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
-
-
 URL_HELP = (
     "storage: sqlite:///x.db (x.db in the working directory), sqlite:////abs/x.db (four slashes: "
     "an absolute path), memory:// (gone when the command exits) or datastore://PROJECT?namespace=NS "
@@ -251,7 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"gds-counter {__version__}")
     parser.add_argument("--url", type=_url, help=URL_HELP)
-    parser.add_argument("--timeout", type=_seconds, metavar="SECONDS",
+    seconds = demo.positive_option(float, "a positive number of seconds")
+    parser.add_argument("--timeout", type=seconds, metavar="SECONDS",
                         help="give up on a Datastore call (retries included) after this long (default 30)")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="log more: -v the storage chosen and steps, -vv debug (also after the command)")

@@ -391,8 +391,9 @@ def run_demo(
 # --- the ``gds-counter demo`` subcommand (registered by gds_counter.cli) ------------------
 
 
-def _option(convert: Callable[[str], Any], what: str) -> Callable[[str], Any]:
-    """An argparse type: ``convert`` the text, refusing anything not positive and finite."""
+def positive_option(convert: Callable[[str], Any], what: str) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text, refusing anything not positive
+    and finite with "expected <what>, got '<text>'" (the CLI uses it too)."""
 
     def parse(text: str) -> Any:
         try:
@@ -422,11 +423,11 @@ def add_parser(sub: Any, parents: Sequence[Any] = ()) -> None:
     p.add_argument("--plot", default="gds_counter_demo.png", metavar="PNG",
                    help="where to save the plot, in an existing folder (default ./gds_counter_demo.png)")
     p.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="draw no plot")
-    p.add_argument("--writers", type=_option(lambda t: int(t, 10), "a whole number of writers, at least 1"),
+    p.add_argument("--writers", type=positive_option(lambda t: int(t, 10), "a whole number of writers, at least 1"),
                    help="writer threads (default 8)")
-    p.add_argument("--seconds", type=_option(float, "a positive number of seconds"),
+    p.add_argument("--seconds", type=positive_option(float, "a positive number of seconds"),
                    help="seconds per load step (default 4; --quick 1.5)")
-    p.add_argument("--rate", type=_option(float, "a positive number of writes per second"),
+    p.add_argument("--rate", type=positive_option(float, "a positive number of writes per second"),
                    help=f"the model's writes per second per entity (default {MODEL_WRITES_PER_SECOND:g})")
 
 

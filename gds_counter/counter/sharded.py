@@ -34,13 +34,13 @@ What this engine adds to the articles it ports:
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from typing import Callable, Hashable, Iterable, Sequence
 
 import attrs
 
 from gds_counter._checks import INT64_MAX, check_int
+from gds_counter.counter._affinity import holding_shard
 from gds_counter.counter.cache import CountCache, shared_cache
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.strategy import Shard, Strategy, get_strategy
@@ -188,7 +188,7 @@ class ShardedCounter:
     def _shard(self, number: int) -> Shard:
         return Shard(self._gateway, self.layout, self.name, number, self.namespace)
 
-    def _cache_key(self) -> Hashable:
+    def _identity(self) -> Hashable:
         return (self.namespace, self.layout.shard_kind, self.name)
 
     def __repr__(self) -> str:
@@ -295,10 +295,13 @@ class ShardedCounter:
     def shards(self, method: str = "auto") -> list[tuple[int, int]]:
         """``(shard number, count)`` for every shard a read covers, missing
         shards as 0, in shard order: where the writes went. ``method`` as
-        for ``get_count``; a query also lists shards beyond this process's
-        shard count (a PHP writer with a larger ``NUM_SHARDS``)."""
+        for ``get_count``; a query also lists shards beyond the recorded
+        shard count (a PHP writer with a larger ``NUM_SHARDS``), and reads
+        the config entity too (two RPCs)."""
         if self._read_method(method) == "lookup":
             return sorted(_read_shards([self])[0].items())
+        # A breakdown also lists recorded shards nobody has written yet.
+        self._learn(self.layout.config_of(self._gateway.lookup([self._config_key])[0]))
         every = dict.fromkeys(self.layout.shard_numbers(self._read_shards()), 0)
         for key, count in self._query_shards():
             number = self.layout.shard_number(self.name, key)
@@ -322,7 +325,7 @@ class ShardedCounter:
         if self._cache is None:
             self._commit(amount)
             return
-        with self._cache.writing(self._cache_key(), amount):
+        with self._cache.writing(self._identity(), amount):
             self._commit(amount)
 
     def increment(self, amount: int = 1) -> int:
@@ -362,7 +365,7 @@ class ShardedCounter:
 
             retry_contention(attempt, self._retry, what=f"resetting {self}")
         if self._cache is not None:
-            self._cache.invalidate(self._cache_key())
+            self._cache.invalidate(self._identity())
         log.info("reset %s (%d shards)", self, len(numbers))
 
     def increase_shards(self, num_shards: int) -> int:
@@ -420,7 +423,8 @@ class ShardedCounter:
         what = f"increment of counter {self} by {amount}"
 
         def attempt() -> None:
-            self._strategy.add(self._shard(random.choice(self.layout.shard_numbers(self._num_shards))), amount)
+            with holding_shard(self._gateway, self._identity(), self.layout.shard_numbers(self._num_shards)) as number:
+                self._strategy.add(self._shard(number), amount)
 
         grow = self._auto_grow
         growing = grow is not None
@@ -468,14 +472,14 @@ def get_counts(counters: Iterable[ShardedCounter], *, use_cache: bool = True) ->
     for i, counter in enumerate(counters):
         if counter._cache is not None:
             if use_cache:
-                totals[i] = counter._cache.get(counter._cache_key())
-            tickets[i] = counter._cache.reading(counter._cache_key())
+                totals[i] = counter._cache.get(counter._identity())
+            tickets[i] = counter._cache.reading(counter._identity())
     todo = [i for i, total in enumerate(totals) if total is None]
     for i, counts in zip(todo, _read_shards([counters[i] for i in todo])):
         total = totals[i] = sum(counts.values())
         cache = counters[i]._cache
         if cache is not None:
-            cache.store(counters[i]._cache_key(), total, tickets[i])
+            cache.store(counters[i]._identity(), total, tickets[i])
     return [int(total or 0) for total in totals]
 
 
@@ -485,7 +489,7 @@ def _through_cache(counter: ShardedCounter, read: Callable[[], int], *, use_cach
     cache = counter._cache
     if cache is None:
         return read()
-    key = counter._cache_key()
+    key = counter._identity()
     if use_cache:
         cached = cache.get(key)
         if cached is not None:

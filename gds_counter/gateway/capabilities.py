@@ -22,9 +22,9 @@ class Capabilities:
         not send them where this is False.
     ``indexes_transformed``
         A property written by a transform ends up indexed even when it was
-        sent unindexed (seen on the Firestore emulator). Layouts that keep
-        ``count`` unindexed (the PHP article's) then have to choose between
-        the server-side increment and their exact index flags.
+        sent unindexed (seen on the Firestore emulator). A PHP-layout shard's
+        ``count`` then ends up indexed after a server-side increment, until
+        PHP next rewrites the shard; values are unaffected.
     ``not_equal_in_or``
         ``!=``, ``IN``, ``NOT IN`` and ``OR`` filters run.
     ``aggregation``
@@ -35,8 +35,3 @@ class Capabilities:
     indexes_transformed: bool
     not_equal_in_or: bool = True
     aggregation: bool = False
-
-    def transforms_keep(self, unindexed: bool) -> bool:
-        """True when a server-side increment stores a property with the index
-        flag asked for (``unindexed`` True: excluded from indexes)."""
-        return self.applies_transforms and not (unindexed and self.indexes_transformed)

@@ -94,3 +94,48 @@ def test_emulators(emulator, strategy, request):
     emu = request.getfixturevalue(f"{emulator}_emulator")
     url = f"datastore://{emu.project}?namespace={reader.namespace}"
     _run(url, emu.env, strategy, reader)
+
+
+def test_writers_of_one_process_never_take_a_shard_another_of_them_holds(gateway):
+    """Shard affinity: with fewer writers than shards, no two threads of one
+    process ever write the same shard at once, even through separate
+    counter objects (one per request) for the same counter."""
+    import threading
+    import time
+
+    from gds_counter.counter import Shard
+    from gds_counter.counter.strategy import STRATEGIES
+
+    lock = threading.Lock()
+    in_use: set[int] = set()
+    clashes: list[int] = []
+    writes: list[int] = []
+
+    class Watching:
+        name = "watching"
+
+        def add(self, shard: Shard, amount: int) -> None:
+            with lock:
+                if shard.number in in_use:
+                    clashes.append(shard.number)
+                in_use.add(shard.number)
+            try:
+                time.sleep(0.002)  # hold it a while, as a slow commit would
+                STRATEGIES["transactional"].add(shard, amount)
+            finally:
+                with lock:
+                    in_use.discard(shard.number)
+                    writes.append(shard.number)
+
+    def writer() -> None:
+        for _ in range(25):
+            CounterShardDS("Counter Test", 1, gateway=gateway, strategy=Watching()).add()
+
+    threads = [threading.Thread(target=writer) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert clashes == []
+    assert len(writes) == 200 and len(set(writes)) > 8  # spread over the shards, not pinned
+    assert CounterShardDS("Counter Test", 1, gateway=gateway).get_count() == 200

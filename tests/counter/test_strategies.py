@@ -142,13 +142,28 @@ def test_firestore_applies_increments_without_reading(firestore_gateway):
     assert counter.get_count() == 6
 
 
-def test_auto_keeps_the_php_count_unindexed_on_firestore(firestore_gateway):
-    counter = CounterShardDS("Counter Test", 1, gateway=firestore_gateway)
-    for _ in range(30):
-        counter.add()
-    shards = [raw for raw in firestore_gateway.lookup([counter.layout.shard_key(counter.name, n, counter.namespace) for n in range(1, 21)]) if raw]
-    assert shards and all(raw.unindexed == frozenset({"count"}) for raw in shards)
-    assert counter.get_count() == 30
+def test_on_firestore_auto_adds_with_one_commit_and_transactional_keeps_phps_flags(firestore_gateway):
+    """The default writes a PHP-layout shard with one commit and no read; the
+    server then stores ``count`` indexed (what the capability probe saw).
+    ``transactional`` writes php-gds's flags exactly. PHP reads both alike."""
+    assert firestore_gateway.capabilities.indexes_transformed is True
+    fast = CounterShardDS("Fast", 1, gateway=firestore_gateway)
+    exact = CounterShardDS("Exact", 1, gateway=firestore_gateway, strategy="transactional")
+    fast.add(), exact.add()  # learn the config
+    firestore_gateway.stats.reset()
+    for _ in range(10):
+        fast.add()
+    assert firestore_gateway.stats.snapshot()["rpcs"] == firestore_gateway.stats["rpc.commit"] == 10
+    for _ in range(10):
+        exact.add()
+
+    def flags(counter):
+        keys = [counter.layout.shard_key(counter.name, n, counter.namespace) for n in range(1, 21)]
+        return {raw.unindexed for raw in firestore_gateway.lookup(keys) if raw}
+
+    assert flags(fast) == {frozenset()}
+    assert flags(exact) == {frozenset({"count"})}
+    assert fast.get_count() == exact.get_count() == 11
 
 
 def _php_writes(emulator, warm_up) -> tuple[dict[str, int], set[frozenset[str]]]:
@@ -176,7 +191,7 @@ def test_a_php_counter_writes_the_same_whichever_layout_probed_the_gateway_first
     after_php = _php_writes(firestore_emulator, lambda gw: CounterShardDS("Warm", 1, gateway=gw).add())
     assert after_ndb == after_php
     rpcs, flags = after_php
-    assert flags == {frozenset({"count"})}  # the PHP layout's flags, exactly
+    assert rpcs["rpcs"] == rpcs["rpc.commit"] == 5  # one commit per add, whichever probed first
 
 
 def test_building_stores_and_counters_asks_the_server_nothing(firestore_gateway):

@@ -18,10 +18,38 @@ from gds_counter._checks import INT64_MAX, INT64_MIN, utf8_size
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.keys import RESERVED_NAME, Key
 
-__all__ = ["EPOCH", "MAX_INDEXED_STRING_BYTES", "Geopoint", "RawEntity", "Value", "check_value", "validate_entity"]
+__all__ = [
+    "EPOCH",
+    "MAX_ENTITY_BYTES",
+    "MAX_INDEXED_STRING_BYTES",
+    "MAX_INDEXED_VALUES",
+    "MAX_PROPERTY_NAME_BYTES",
+    "MAX_VALUE_BYTES",
+    "Geopoint",
+    "RawEntity",
+    "Value",
+    "check_value",
+    "entity_size",
+    "validate_entity",
+]
 
 #: Datastore's limit on an indexed string or blob, in bytes.
 MAX_INDEXED_STRING_BYTES = 1500
+
+#: Datastore's limit on a property name, in UTF-8 bytes.
+MAX_PROPERTY_NAME_BYTES = 1500
+
+#: Datastore's limit on an entity's size (1 MiB less 4 bytes).
+MAX_ENTITY_BYTES = 1_048_572
+
+#: The longest string or blob value, in bytes: the Firestore emulator in
+#: Datastore mode refuses a longer one ("longer than 1048487 bytes").
+MAX_VALUE_BYTES = 1_048_487
+
+#: Indexed values (list elements each) one entity may carry: the Firestore
+#: emulator in Datastore mode accepts 5,000 and refuses 5,001 ("Too many
+#: indexed properties"), measured with lists of integers.
+MAX_INDEXED_VALUES = 5000
 
 #: The zero of Datastore timestamps (and of their integer-microsecond form).
 EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
@@ -81,6 +109,8 @@ def check_value(name: str, value: Any, indexed: bool) -> None:
         return
     if isinstance(value, str):
         size = utf8_size(value, f"property {name!r}: string")
+        if size > MAX_VALUE_BYTES:
+            raise BadValueError(f"property {name!r}: string of {size} bytes is over the {MAX_VALUE_BYTES}-byte value limit")
         if indexed:
             if size > MAX_INDEXED_STRING_BYTES:
                 raise BadValueError(
@@ -89,6 +119,8 @@ def check_value(name: str, value: Any, indexed: bool) -> None:
                 )
         return
     if isinstance(value, bytes):
+        if len(value) > MAX_VALUE_BYTES:
+            raise BadValueError(f"property {name!r}: blob of {len(value)} bytes is over the {MAX_VALUE_BYTES}-byte value limit")
         if indexed and len(value) > MAX_INDEXED_STRING_BYTES:
             raise BadValueError(
                 f"property {name!r}: indexed blob of {len(value)} bytes is over the "
@@ -106,11 +138,66 @@ def check_value(name: str, value: Any, indexed: bool) -> None:
 
 
 def validate_entity(entity: RawEntity) -> None:
-    """Check every property of an entity against Datastore's rules."""
+    """Check every property of an entity against Datastore's rules, and the
+    entity against its limits on size and indexed values."""
     for name, value in entity.properties.items():
         if not isinstance(name, str) or not name:
             raise BadValueError(f"property name must be a non-empty string, got {name!r}")
         if RESERVED_NAME.match(name):
             raise BadValueError(f"property name {name!r} is reserved (names of the form __x__)")
+        if utf8_size(name, "property name") > MAX_PROPERTY_NAME_BYTES:
+            raise BadValueError(f"property name {name[:40]!r}... is over the {MAX_PROPERTY_NAME_BYTES}-byte limit")
         check_value(name, value, name not in entity.unindexed)
+    where = f"entity {entity.key}" if entity.key is not None else "embedded entity"
+    indexed = sum(_indexed_values(value) for name, value in entity.properties.items() if name not in entity.unindexed)
+    if indexed > MAX_INDEXED_VALUES:
+        raise BadValueError(
+            f"{where} has {indexed} indexed values, over the {MAX_INDEXED_VALUES} Datastore accepts; "
+            "store the large lists unindexed"
+        )
+    size = entity_size(entity)
+    if size > MAX_ENTITY_BYTES:
+        raise BadValueError(f"{where} is about {size} bytes, over Datastore's {MAX_ENTITY_BYTES}-byte entity limit")
+
+
+def _indexed_values(value: Any) -> int:
+    if isinstance(value, list):
+        return sum(_indexed_values(item) for item in value)
+    if isinstance(value, RawEntity):
+        return sum(_indexed_values(v) for n, v in value.properties.items() if n not in value.unindexed)
+    return 1
+
+
+def entity_size(entity: RawEntity) -> int:
+    """An entity's stored size, counted as Firestore documents its storage
+    sizes (strings and names: UTF-8 bytes + 1; numbers, timestamps: 8;
+    geopoints: 16; keys: their path; 32 bytes of overhead). Datastore's own
+    count differs from this by up to about a hundred bytes near the limit
+    (README: deliberate differences)."""
+    key = _key_size(entity.key) if entity.key is not None else 0
+    return key + 32 + sum(len(name.encode()) + 1 + _value_size(value) for name, value in entity.properties.items())
+
+
+def _key_size(key: Key) -> int:
+    return 16 + sum(len(e.kind.encode()) + 1 + (8 if e.id is not None else len((e.name or "").encode()) + 1) for e in key.path)
+
+
+def _value_size(value: Any) -> int:
+    if value is None or isinstance(value, bool):
+        return 1
+    if isinstance(value, (int, float, _dt.datetime)):
+        return 8
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass")) + 1
+    if isinstance(value, bytes):
+        return len(value)
+    if isinstance(value, Geopoint):
+        return 16
+    if isinstance(value, Key):
+        return _key_size(value)
+    if isinstance(value, list):
+        return sum(_value_size(item) for item in value)
+    if isinstance(value, RawEntity):
+        return entity_size(value)
+    return 0
 

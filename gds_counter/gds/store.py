@@ -266,14 +266,17 @@ class Store:
         return from_raw(batch.entities[0], self._schema) if batch.entities else None
 
     def fetch_all(self, query: str | Query | None = None, bindings: Any = None) -> list[Entity]:
-        """Every result, following all batches (php-gds stopped at the first)."""
+        """Every result, following all batches (php-gds stopped at the
+        first). As in php-gds, only ``fetch_page`` moves the paging cursor."""
         return list(self.iter_all(query, bindings))
 
     def iter_all(self, query: str | Query | None = None, bindings: Any = None) -> Iterator[Entity]:
         """Like fetch_all, but yields as batches arrive, for large result sets."""
         self._use(query, bindings)
-        for batch in iterate_batches(self._gateway, self._query, transaction=self._read_token()):
-            self._cursor = batch.end_cursor
+        yield from self._results(self._query)
+
+    def _results(self, query: Query) -> Iterator[Entity]:
+        for batch in iterate_batches(self._gateway, query, transaction=self._read_token()):
             for raw in batch.entities:
                 yield from_raw(raw, self._schema)
 
@@ -315,14 +318,21 @@ class Store:
         return self
 
     def fetch_entity_group(self, entity: Entity | Key) -> list[Entity]:
-        """The entity and its descendants of this store's kind (as php-gds)."""
+        """The entity and its descendants of this store's kind. As in
+        php-gds, the remembered query is kept (fetch calls after this one
+        run it, not the group query) and the cursor is left where the group
+        query ended."""
         ancestor = entity if isinstance(entity, Key) else entity.__gds_key__()
         query = Query(
             kind=self._schema.kind,
             namespace=ancestor.namespace,
             filter=PropertyFilter("__key__", "HAS_ANCESTOR", ancestor),
         )
-        return self.fetch_all(query)
+        found: list[Entity] = []
+        for batch in iterate_batches(self._gateway, query, transaction=self._read_token()):
+            found.extend(from_raw(raw, self._schema) for raw in batch.entities)
+            self._cursor = batch.end_cursor
+        return found
 
     # --- transactions --------------------------------------------------------
 
@@ -342,8 +352,14 @@ class Store:
         """
         if not isinstance(cross_group, bool):
             raise BadValueError(f"cross_group must be True or False, got {type(cross_group).__name__} {cross_group!r}")
-        if self._tx.token is not None or self._tx.block_mutations is not None:
-            raise GatewayError("a transaction is already open on this store in this thread")
+        if self._tx.block_mutations is not None:
+            raise GatewayError("a transaction block is open on this store in this thread; end it first")
+        pending = self._take_token()
+        if pending is not None:
+            # php-gds replaces a pending transaction; roll the old one back so
+            # a locking server (Firestore) frees its locks at once.
+            log.info("begin_transaction() replaces a pending transaction on %s; rolling it back", self._schema.kind)
+            self._gateway.rollback(pending)
         self._tx.token = self._gateway.begin_transaction(read_only=read_only)
         return self
 

@@ -458,3 +458,39 @@ def test_server_side_increment_keeps_other_properties_or_refuses_untouched(books
         expected_pages = 15
     got = books.fetch_by_name("liked")
     assert (got.title, got.pages, got.isbn) == ("Kept", expected_pages, "x")
+
+
+# --- php-gds Store semantics (src/GDS/Store.php) -------------------------------------------
+
+
+def test_fetch_all_and_fetch_one_leave_the_paging_cursor_alone(shelf):
+    """php-gds: only fetchPage (and fetchEntityGroup) set the last cursor."""
+    shelf.query("SELECT * FROM Book ORDER BY pages")
+    assert len(shelf.fetch_all()) == 12
+    assert shelf.fetch_one().get_key_name() == "b00"
+    assert names(shelf.fetch_page(5)) == ["b00", "b01", "b02", "b03", "b04"]
+    assert names(shelf.fetch_page(5)) == ["b05", "b06", "b07", "b08", "b09"]
+
+
+def test_fetch_entity_group_keeps_the_remembered_query(books, gateway):
+    parent = make_book(books, "shelf-1", title="parent", pages=1)
+    books.upsert(parent)
+    child = books.create_entity({"title": "child", "pages": 2}).set_ancestry(parent)
+    child.set_key_name("c1")
+    books.upsert(child)
+    books.upsert(make_book(books, "other", title="other", pages=3))
+    books.query("SELECT * FROM Book WHERE pages >= @p ORDER BY pages", {"p": 3})
+    assert sorted(names(books.fetch_entity_group(parent))) == ["c1", "shelf-1"]
+    assert names(books.fetch_all()) == ["other"]  # the query of before, not the group's
+
+
+def test_begin_transaction_again_replaces_the_pending_one(books, gateway):
+    books.upsert(make_book(books, "t", title="t", pages=1))
+    books.begin_transaction()
+    books.fetch_by_name("t")
+    books.begin_transaction()  # php-gds replaces it; the old one is rolled back
+    book = books.fetch_by_name("t")
+    book.pages = 2
+    books.upsert(book)  # commits the new transaction
+    assert books.fetch_by_name("t").pages == 2
+    assert gateway.stats["rpc.rollback"] == 1  # the replaced one, so a locking server frees its locks

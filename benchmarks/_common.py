@@ -1,6 +1,7 @@
 """Helpers shared by the benchmarks: storage to run on, the baselines
-(the PHP article's algorithm, the Google article's ndb counter, raw client
-commits), the environment record, tables, JSON and progress bars.
+(the PHP article's algorithm on our Store and on Google's raw client, raw
+puts, raw sqlite3 upserts), Google's client with its RPCs counted, the
+environment record, tables, JSON and progress bars.
 
 The load runner is the product's (``gds_counter.load``, which the workshop
 and the reliability tests use too), the emulators come from
@@ -18,10 +19,10 @@ import os
 import platform
 import random
 import shlex
+import sqlite3
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -31,11 +32,9 @@ import attrs
 
 from gds_counter.counter import CounterShardEntity
 from gds_counter.emulators import EmulatorKind, start_emulator
-from gds_counter.gateway.base import Gateway, run_query_all
-from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import Upsert
-from gds_counter.gateway.query import Query
-from gds_counter.gateway.values import RawEntity
+from gds_counter.gateway.base import Gateway
+from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S
+from gds_counter.gateway.stats import Stats
 from gds_counter.gds.store import Store
 
 HERE = Path(__file__).resolve().parent
@@ -127,164 +126,198 @@ def open_backends(kinds: Sequence[str]) -> Iterator[dict[str, Backend]]:
         yield backends
 
 
-# --- baseline (a): the PHP article's CounterShardDS, ported literally ------------------
+# --- the PHP article's CounterShardDS, ported literally ------------------------------------
+#
+# CounterShardDS.php (the article's seed text), line by line:
+#
+#   getCount():  $this->data->query('SELECT * FROM ' . kind . ' WHERE target = @target',
+#                                    ['target' => $this->target]);
+#                sum of $shard->count over $this->data->fetchAll()
+#   increment(): $shardNum = rand(1, self::NUM_SHARDS);
+#                $curCount = $this->getCount();
+#                $shard = $this->data->fetchByName($this->target . '_' . $shardNum);
+#                if ($shard == null) $shard = new CounterShardEntity([... 'count' => 0]);
+#                $shard->count++;
+#                $this->data->upsert($shard);          // no transaction
+#                return $curCount + 1;
+#
+# Two writers that read the same shard before either writes both store
+# old + 1: one increment is lost. That loss is what the benchmarks report.
+
+PHP_KIND = CounterShardEntity.kind()
 
 
 class PhpArticleCounter:
-    """The PHP article's ``CounterShardDS`` line by line, on our Store.
-
-    ``increment()``: pick a shard 1..NUM_SHARDS at random, ``fetchByName``
-    it, add one (or create it with 1), ``upsert`` it with NO transaction,
-    then ``getCount()`` by the GQL query on ``target``. Two writers that read
-    the same shard before either writes both store old+1: one increment is
-    lost. That loss is what the benchmark measures.
-
-    One instance per thread: a Store remembers its last query.
-    """
+    """The PHP article's ``CounterShardDS`` on our php-gds port (``Store``):
+    the same calls as the PHP code makes on php-gds's Store. One instance per
+    thread: a Store remembers its last query, as php-gds's does."""
 
     def __init__(self, target_type: str, target_id: Any, num_shards: int, gateway: Gateway) -> None:
         self.target = f"{target_type}_{target_id}"
         self.num_shards = num_shards
         self.store = Store(CounterShardEntity, gateway)
 
-    def increment(self) -> int:
-        shard_num = random.randint(1, self.num_shards)
-        shard = self.store.fetch_by_name(f"{self.target}_{shard_num}")
-        if shard is None:
-            shard = self.store.create_entity({"target": self.target, "count": 0})
-            shard.set_key_name(f"{self.target}_{shard_num}")
-        shard.count = int(shard.count) + 1
-        self.store.upsert(shard)
-        return self.get_count()
-
     def get_count(self) -> int:
-        shards = self.store.fetch_all(
-            f"SELECT * FROM {CounterShardEntity.kind()} WHERE target = @target", {"target": self.target}
-        )
+        self.store.query(f"SELECT * FROM {PHP_KIND} WHERE target = @target", {"target": self.target})
+        shards = self.store.fetch_all()
         return sum(int(shard.count) for shard in shards)
 
-
-# --- baseline (b): the Google article's general counter, with google-cloud-ndb ----------
-
-_ndb_models: dict[str, Any] = {}
-_ndb_lock = threading.Lock()
-
-
-def ndb_models() -> dict[str, Any]:
-    """The article's two models, defined once per process (ndb keeps a
-    global kind registry) and only when ndb is used."""
-    with _ndb_lock:
-        if not _ndb_models:
-            from google.cloud import ndb
-
-            class GeneralCounterShardConfig(ndb.Model):
-                num_shards = ndb.IntegerProperty(default=20)
-
-            class GeneralCounterShard(ndb.Model):
-                count = ndb.IntegerProperty(default=0)
-
-            _ndb_models.update(config=GeneralCounterShardConfig, shard=GeneralCounterShard, ndb=ndb)
-        return _ndb_models
+    def increment(self) -> int:
+        shard_num = random.randint(1, self.num_shards)
+        cur_count = self.get_count()
+        shard = self.store.fetch_by_name(f"{self.target}_{shard_num}")
+        if shard is None:
+            shard = CounterShardEntity({"target": self.target, "shardNum": shard_num, "count": 0})
+        shard.count = int(shard.count) + 1
+        self.store.upsert(shard)
+        return cur_count + 1
 
 
-class NdbGeneralCounter:
-    """The Google article's Python sharded counter on google-cloud-ndb, as a
-    Python user would write it today: ``get_or_insert`` the config, then a
-    ``@ndb.transactional`` read-modify-write of one random shard; the total
-    is a ``get_multi`` of every shard key. The article's memcache calls are
-    left out (there is no memcache here); nothing else is changed."""
+class PhpArticleClient:
+    """The same algorithm written with google-cloud-datastore's own
+    ``Client`` (the raw client: no mapper, no gateway of ours), as a Python
+    developer would port the PHP file: the target query, a lookup by key
+    name, and a blind non-transactional ``put`` of the shard as php-gds
+    writes it (``target`` indexed, ``count`` excluded from indexes). A
+    Client is thread-safe; one instance per thread is still cheap."""
 
-    def __init__(self, spec: BackendSpec) -> None:
-        from google.auth.credentials import AnonymousCredentials
-
-        models = ndb_models()
-        self.ndb = models["ndb"]
-        self.config_model = models["config"]
-        self.shard_model = models["shard"]
-        with spec.client_environment():
-            self.client = self.ndb.Client(project=spec.project, credentials=AnonymousCredentials(),
-                                          namespace=spec.namespace)
-
-    def _context(self) -> Any:
-        # A context per call, as a web app has one per request; caches off
-        # (the article cached only totals, in memcache).
-        return self.client.context(cache_policy=False, global_cache_policy=False)
-
-    def _shard_key(self, name: str, index: int) -> Any:
-        return self.ndb.Key(self.shard_model, f"shard-{name}-{index}")
-
-    def set_num_shards(self, name: str, num_shards: int) -> None:
-        with self._context():
-            self.config_model(id=name, num_shards=num_shards).put()
-
-    def increment(self, name: str) -> None:
-        with self._context():
-            config = self.config_model.get_or_insert(name)
-            self._add_one(name, config.num_shards)
-
-    def _add_one(self, name: str, num_shards: int) -> None:
-        @self.ndb.transactional()
-        def add() -> None:
-            key = self._shard_key(name, random.randint(0, num_shards - 1))
-            shard = key.get() or self.shard_model(key=key)
-            shard.count += 1
-            shard.put()
-
-        add()
-
-    def get_count(self, name: str) -> int:
-        with self._context():
-            config = self.config_model.get_or_insert(name)
-            keys = [self._shard_key(name, index) for index in range(config.num_shards)]
-            return sum(shard.count for shard in self.ndb.get_multi(keys) if shard is not None)
-
-
-# --- baseline (c): the raw ceiling -------------------------------------------------------
-
-RAW_KIND = "RawCeiling"
-
-
-def raw_writer(spec: BackendSpec, gateway: Gateway, *, google_client: bool) -> Callable[[], Callable[[], None]]:
-    """Writers that each commit one new entity per call, with no read and no
-    transaction: as many plain commits as the server takes, which no counter
-    can beat. ``google_client``: through google-cloud-datastore's own
-    ``Client.put`` (emulators only); else one ``gateway.commit`` per call
-    (on the emulators that is the same library's GAPIC layer with raw
-    protobufs, the lightest client there is)."""
-    if google_client:
+    def __init__(self, client: Any, target_type: str, target_id: Any, num_shards: int) -> None:
         from google.cloud import datastore
 
-        with spec.client_environment():  # the client refuses credentials under an emulator
-            client = datastore.Client(project=spec.project, namespace=spec.namespace)
+        self.datastore = datastore
+        self.client = client
+        self.target = f"{target_type}_{target_id}"
+        self.num_shards = num_shards
 
-        def make() -> Callable[[], None]:
-            prefix, serial = uuid.uuid4().hex[:8], itertools.count()
+    def get_count(self) -> int:
+        query = self.client.query(kind=PHP_KIND)
+        query.add_filter(filter=self.datastore.query.PropertyFilter("target", "=", self.target))
+        return sum(int(shard["count"]) for shard in query.fetch())
 
-            def put() -> None:
-                entity = datastore.Entity(client.key(RAW_KIND, f"{prefix}-{next(serial)}"),
-                                          exclude_from_indexes=("count",))
-                entity["count"] = 1
-                client.put(entity)
-
-            return put
-
-        return make
-
-    def make_local() -> Callable[[], None]:
-        prefix, serial = uuid.uuid4().hex[:8], itertools.count()
-
-        def put() -> None:
-            key = Key.of(RAW_KIND, f"{prefix}-{next(serial)}", namespace=spec.namespace)
-            gateway.commit([Upsert(RawEntity(key, {"count": 1}, {"count"}))])
-
-        return put
-
-    return make_local
+    def increment(self) -> int:
+        shard_num = random.randint(1, self.num_shards)
+        cur_count = self.get_count()
+        key = self.client.key(PHP_KIND, f"{self.target}_{shard_num}")
+        shard = self.client.get(key)
+        if shard is None:
+            shard = self.datastore.Entity(key, exclude_from_indexes=("count",))
+            shard.update({"target": self.target, "count": 0})
+        shard["count"] += 1
+        self.client.put(shard)
+        return cur_count + 1
 
 
-def raw_count(gateway: Gateway, namespace: str) -> int:
-    """How many raw-ceiling entities landed (keys-only query)."""
-    return sum(1 for _ in run_query_all(gateway, Query(kind=RAW_KIND, namespace=namespace, keys_only=True)))
+# --- Google's client, with its RPCs counted -------------------------------------------------
+
+
+class _CountingApi:
+    """google-cloud-datastore's GAPIC layer, counting each RPC in a
+    ``Stats`` the way our gateway counts its own (``rpcs``, ``entity_reads``
+    per key looked up or entity a query returned, ``entity_writes`` per
+    mutation), so the raw client's figures sit beside ours."""
+
+    def __init__(self, api: Any, stats: Stats) -> None:
+        self._api = api
+        self._stats = stats
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._api, name)
+        if name not in ("lookup", "run_query", "run_aggregation_query", "commit", "begin_transaction",
+                        "rollback", "allocate_ids", "reserve_ids"):
+            return method
+
+        def call(*args: Any, request: Any = None, **kwargs: Any) -> Any:
+            response = method(*args, request=request, **kwargs)
+            reads = writes = 0
+            if name == "lookup":
+                reads = len(_field(request, "keys"))
+            elif name == "run_query":
+                reads = len(response.batch.entity_results)
+            elif name == "commit":
+                writes = len(_field(request, "mutations"))
+            self._stats.record(name, reads=reads, writes=writes)
+            return response
+
+        return call
+
+
+def _field(request: Any, name: str) -> Any:
+    return request[name] if isinstance(request, dict) else getattr(request, name)
+
+
+def google_client(spec: BackendSpec, stats: Stats | None = None) -> Any:
+    """google-cloud-datastore's ``Client`` on an emulator, in the spec's
+    namespace; with ``stats``, every RPC it sends is counted there."""
+    from google.cloud import datastore
+
+    with spec.client_environment():  # the client refuses credentials under an emulator
+        client = datastore.Client(project=spec.project, namespace=spec.namespace)
+    if stats is not None:
+        client._datastore_api_internal = _CountingApi(client._datastore_api, stats)
+    return client
+
+
+# --- the ceilings ---------------------------------------------------------------------------
+
+RAW_KIND = "RawPut"
+
+
+def raw_put(client: Any, writer: int, entities: int) -> Callable[[], None]:
+    """One writer's op for the raw ceiling: ``Client.put`` of one entity of
+    ``entities`` per commit, shaped like a PHP shard (``target`` indexed,
+    ``count`` not), no read, no transaction. Writer ``i`` always writes
+    entity ``i mod entities``, so writers of one process never share an
+    entity: as many plain commits as the server takes, which no counter can
+    beat."""
+    from google.cloud import datastore
+
+    key = client.key(RAW_KIND, f"Raw_1_{writer % entities + 1}")
+    serial = itertools.count(1)
+
+    def put() -> None:
+        entity = datastore.Entity(key, exclude_from_indexes=("count",))
+        entity.update({"target": "Raw_1", "count": next(serial)})
+        client.put(entity)
+
+    return put
+
+
+#: The raw SQLite ceiling's table: one row per shard.
+SQLITE_TABLE = "shard"
+
+
+def sqlite_connect(path: str) -> sqlite3.Connection:
+    """A plain sqlite3 connection with the embedded engine's file settings:
+    WAL, ``synchronous = FULL`` (a commit that returned survives a power
+    cut), the same busy timeout, autocommit."""
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+    conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    conn.execute(f"CREATE TABLE IF NOT EXISTS {SQLITE_TABLE} (name TEXT PRIMARY KEY, count INTEGER NOT NULL)")
+    return conn
+
+
+def sqlite_upsert(conn: sqlite3.Connection, shards: int) -> Callable[[], None]:
+    """One writer's op for the embedded ceiling: on its own connection, one
+    autocommitted ``INSERT ... ON CONFLICT DO UPDATE SET count = count + 1``
+    of a random shard row: the least SQLite work that counts an increment."""
+    sql = (f"INSERT INTO {SQLITE_TABLE} (name, count) VALUES (?, 1) "
+           "ON CONFLICT (name) DO UPDATE SET count = count + 1")
+    names = [f"Raw_1_{n}" for n in range(1, shards + 1)]
+
+    def upsert() -> None:
+        conn.execute(sql, (random.choice(names),))
+
+    return upsert
+
+
+def sqlite_total(path: str) -> int:
+    conn = sqlite_connect(path)
+    try:
+        return int(conn.execute(f"SELECT coalesce(sum(count), 0) FROM {SQLITE_TABLE}").fetchone()[0])
+    finally:
+        conn.close()
 
 
 # --- records -------------------------------------------------------------------------------

@@ -1,435 +1,748 @@
-"""Sharded counters under contention: our strategies against the articles.
+"""The performance issue's goals, measured side by side in one run.
 
-    python benchmarks/contention.py [--quick] [--backend sqlite,firestore]
-        [--shards 1,5,20,100] [--strategy transactional,increment,auto,auto-grow,general]
-        [--writers 16] [--processes 1] [--duration 5 | --count N]
+    python benchmarks/contention.py [--quick] [--duration S] [--repeats N] [--warmup S]
+        [--shards 20] [--writers 16] [--processes 4] [--out DIR] [--publish]
+        [--compare FILE | --no-compare]
 
-W writers increment one counter for a fixed time (or count). Each run
-reports increments/s, aborts and retries, RPCs and entity reads/writes per
-increment (from ``gateway.stats``), p50/p99 latency, and checks that the
-final count equals the increments reported successful.
+Seven series, each run with 16 writer threads in 1 process AND with 4
+processes x 4 threads (writer processes are started once, with ``spawn``;
+each opens its own gateway or client):
 
-Series (ours):
-  transactional, increment, auto, auto-grow   CounterShardDS (PHP layout) with that strategy
-  general                                     GeneralCounter (ndb layout), default strategy
-Baselines, in the same run:
-  php-article   the PHP article's increment, ported literally (lookup + non-transactional
-                upsert + count query): its LOST increments are reported
-  ndb           the Google article's general counter with google-cloud-ndb (emulators only)
-  raw           the ceiling: google-cloud-datastore's Client.put of a new entity per call
-                (emulators only)
-  raw-gapic     the same commits through the gateway (GAPIC, raw protobufs; SQLite: plain commits)
-  The ratios use the faster of the two as the ceiling.
+  increment      CounterShardDS("Contention", 1, 20).increment(), defaults   Firestore emulator
+  add            CounterShardDS("Contention", 1, 20).add(), defaults         Firestore emulator
+  transactional  CounterShardDS(..., strategy="transactional").increment()   Firestore emulator
+  php-article    the PHP article's increment() ported literally to           Firestore emulator
+                 google-cloud-datastore's Client: the target query
+                 (getCount), a lookup by key name, a blind
+                 non-transactional put; it loses increments (reported)
+  raw-put        Client.put of one entity of 20 per commit (writer i       Firestore emulator
+                 writes entity i mod 20): the ceiling
+  embedded       CounterShardDS("Contention", 1, 20).increment(), defaults   SQLite file
+  sqlite-upsert  raw sqlite3 "INSERT ... ON CONFLICT DO UPDATE SET count =   SQLite file
+                 count + 1", a connection per thread, the embedded engine's
+                 file settings (WAL, synchronous=FULL, busy timeout)
 
-Writers call ``counter.add()`` (no read back), the hot path of a counter.
-Results: benchmarks/results/contention.json and contention.png.
+Goals (each must hold in both layouts):
+  1  increment / php-article >= 1.0, with nothing lost and no error raised to callers
+  2  add / raw-put >= 0.9
+  3  transactional / php-article >= 1.0
+  4  embedded / sqlite-upsert >= 0.5
+  5  no guarantee weakened: every increment of ours counted exactly once or
+     raised (stored total = acknowledged), every total increment() returned
+     includes every increment its process had acknowledged before the call
+     (strong consistency; checked on every call), the lookup and the query
+     agree on the final total, and our reader counts every shard the PHP
+     writers wrote (equal to the PHP reader's total)
+
+How: the emulator starts, every Firestore series runs ``--warmup`` seconds
+in both layouts (the emulator's JIT warms up; not reported), then
+``--repeats`` rounds. A round runs every series for ``--duration`` seconds
+in both layouts; alternate rounds run the layouts and the series in reverse
+order, so slow drift hits numerators and denominators alike. A ratio is
+taken within a round; a goal's figure is the median over rounds, with the
+min-max spread. Each part counts increments/s, RPCs and entity reads/writes
+(``gateway.stats``; Google's client is counted the same way), errors, and
+lost increments (acknowledged minus stored). One warm-up call per process
+comes before the clock; it is counted in the stored total, not in the rate.
+
+``--compare`` (by default the previous ``contention.json`` in the results
+folder, when it was run with the same settings) prints how far each goal
+ratio moved from that run: the check that the figures are reproducible.
+Results: ``benchmarks/results/contention.json`` and ``.png`` (``--publish``
+also writes ``docs/benchmarks/contention.json``, ``.txt`` and ``.png``).
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
-import multiprocessing
+import json
+import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
 
+import attrs
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
-    BACKENDS,
-    EMULATED,
+    REPO,
     RESULTS,
+    Backend,
     BackendSpec,
-    NdbGeneralCounter,
-    PhpArticleCounter,
+    PhpArticleClient,
     command_line,
     environment,
+    fmt,
+    google_client,
     open_backends,
     parse_choices,
-    parse_ints,
     progress,
-    raw_count,
-    raw_writer,
+    raw_put,
+    sqlite_connect,
+    sqlite_total,
+    sqlite_upsert,
     table,
     write_json,
 )
+from _workers import WorkerPool  # noqa: E402
 
-from gds_counter.counter import CounterShardDS, GeneralCounter  # noqa: E402
+from gds_counter.counter import CounterShardDS  # noqa: E402
 from gds_counter.demo import new_figure  # noqa: E402
+from gds_counter.gateway.stats import Stats  # noqa: E402
 from gds_counter.load import LoadResult, run_load  # noqa: E402
 
-OURS = ("transactional", "increment", "auto", "auto-grow", "general")
-BASELINES = ("php-article", "ndb", "raw", "raw-gapic")
-CEILINGS = ("raw", "raw-gapic")
 TARGET = ("Contention", 1)
-GENERAL_NAME = "contention"
+PUBLISHED = REPO / "docs" / "benchmarks"
+#: Two consecutive runs must agree this closely on every goal ratio.
+AGREEMENT = 0.20
 
 
-# --- one run -----------------------------------------------------------------------------
+@attrs.frozen
+class Series:
+    name: str
+    backend: str
+    ours: bool
+    label: str
 
 
-class Workload:
-    """One series on one backend, with the shards it is given. Opened once
-    per writer process; ``make_op`` is called once per writer thread."""
+SERIES = (
+    Series("increment", "firestore", True, "CounterShardDS().increment()"),
+    Series("php-article", "firestore", False, "the PHP article's increment()"),
+    Series("transactional", "firestore", True, 'increment(), strategy="transactional"'),
+    Series("add", "firestore", True, "CounterShardDS().add()"),
+    Series("raw-put", "firestore", False, "raw Client.put, 1 entity of 20"),
+    Series("embedded", "sqlite", True, "CounterShardDS().increment(), SQLite"),
+    Series("sqlite-upsert", "sqlite", False, "raw sqlite3 upsert"),
+)
+BY_NAME = {s.name: s for s in SERIES}
+#: Series whose call returns the total (checked for strong consistency).
+RETURNS_TOTAL = ("increment", "transactional", "embedded")
 
-    def __init__(self, series: str, shards: int | None, spec: BackendSpec) -> None:
-        self.series = series
-        self.shards = shards
-        self.spec = spec
-        self.gateway = spec.open_gateway()
-        self.stats_tracked = series not in ("ndb", "raw")
-        self._ndb: NdbGeneralCounter | None = None
-        self._counter: Any = None
-        if series in OURS:
-            if series == "general":
-                self._counter = GeneralCounter(GENERAL_NAME, num_shards=shards, gateway=self.gateway)
-            else:
-                self._counter = CounterShardDS(*TARGET, num_shards=shards, gateway=self.gateway, strategy=series)
-        elif series == "ndb":
-            self._ndb = NdbGeneralCounter(spec)
-        elif series in CEILINGS:
-            self._raw = raw_writer(spec, self.gateway, google_client=series == "raw")
 
-    def prepare(self) -> None:
-        """Before the clock starts, in the parent process."""
-        if self._ndb is not None:
-            self._ndb.set_num_shards(GENERAL_NAME, self.shards or 20)
+@attrs.frozen
+class Goal:
+    number: int
+    what: str
+    numerator: str
+    denominator: str
+    need: float
+    #: The numerator must also lose nothing and raise nothing.
+    clean: bool = False
 
-    def make_op(self) -> Callable[[], Any]:
-        if self._counter is not None:
-            return self._counter.add
-        if self._ndb is not None:
-            ndb = self._ndb
-            return lambda: ndb.increment(GENERAL_NAME)
-        if self.series == "php-article":
-            return PhpArticleCounter(*TARGET, num_shards=self.shards or 20, gateway=self.gateway).increment
-        return self._raw()
 
-    def final_count(self) -> int:
-        if self._counter is not None:
-            return self._counter.get_count()
-        if self._ndb is not None:
-            return self._ndb.get_count(GENERAL_NAME)
-        if self.series == "php-article":
-            return CounterShardDS(*TARGET, num_shards=self.shards or 20, gateway=self.gateway).get_count()
-        return raw_count(self.gateway, self.spec.namespace)
+GOALS = (
+    Goal(1, "default increment() / PHP article's algorithm", "increment", "php-article", 1.0, clean=True),
+    Goal(2, "default add() / raw puts", "add", "raw-put", 0.9),
+    Goal(3, "transactional increment() / PHP article's algorithm", "transactional", "php-article", 1.0),
+    Goal(4, "embedded increment() / raw sqlite3 upserts", "embedded", "sqlite-upsert", 0.5),
+)
+
+
+# --- one part of a run, in a writer process ------------------------------------------------
+
+
+@attrs.frozen
+class Job:
+    series: str
+    spec: BackendSpec
+    threads: int
+    duration: float
+    shards: int
+    #: Index of this process's first writer among all the run's writers.
+    first_writer: int = 0
+
+
+@attrs.define
+class PartResult:
+    load: LoadResult
+    stats: dict[str, int] | None
+    #: Totals returned by increment() that missed an increment this process
+    #: had acknowledged before the call, and how many totals were checked.
+    stale: int = 0
+    checked: int = 0
+    first_stale: str | None = None
+
+
+class _Totals:
+    """Checks every total an increment() returns against the increments this
+    process had acknowledged before the call: a strongly consistent read
+    can never be below that."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.acked = 0
+        self.stale = 0
+        self.checked = 0
+        self.first_stale: str | None = None
+
+    def wrap(self, increment: Callable[[], int]) -> Callable[[], None]:
+        def op() -> None:
+            before = self.acked
+            total = increment()
+            with self.lock:
+                self.checked += 1
+                if total < before + 1:
+                    self.stale += 1
+                    if self.first_stale is None:
+                        self.first_stale = f"returned {total} after {before} acknowledged increments"
+                self.acked += 1
+
+        return op
+
+
+class Part:
+    """One process's share of one run: storage opened, one op per writer
+    built and one call made, all before the clock starts."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.closers: list[Callable[[], None]] = []
+        self.totals: _Totals | None = None
+        self.stats: Stats | None = None
+        try:
+            self.ops = self._ops(job)
+            self.ops[0]()  # warm-up: channel, capability probe, config entity; off the clock
+            if self.stats is not None:
+                self.stats.reset()
+        except BaseException:
+            self.close()
+            raise
+
+    def _ops(self, job: Job) -> list[Callable[[], Any]]:
+        series, spec, n = job.series, job.spec, job.threads
+        if series in ("php-article", "raw-put"):
+            self.stats = Stats()
+            client = google_client(spec, self.stats)
+            self.closers.append(client.close)
+            if series == "php-article":
+                return [PhpArticleClient(client, *TARGET, job.shards).increment for _ in range(n)]
+            return [raw_put(client, job.first_writer + i, job.shards) for i in range(n)]
+        if series == "sqlite-upsert":
+            conns = [sqlite_connect(spec.location) for _ in range(n)]
+            self.closers.extend(conn.close for conn in conns)
+            return [sqlite_upsert(conn, job.shards) for conn in conns]
+        gateway = spec.open_gateway()
+        self.closers.append(gateway.close)
+        self.stats = gateway.stats
+        strategy = "transactional" if series == "transactional" else "auto"
+        counter = CounterShardDS(*TARGET, job.shards, gateway=gateway, strategy=strategy)
+        if series == "add":
+            return [counter.add] * n
+        self.totals = _Totals()
+        return [self.totals.wrap(counter.increment)] * n
+
+    def run(self) -> PartResult:
+        ops = iter(self.ops)
+        load = run_load(lambda: next(ops), writers=self.job.threads, duration=self.job.duration)
+        load.warmup = 1
+        stats = None if self.stats is None else self.stats.snapshot()
+        totals = self.totals
+        if totals is None:
+            return PartResult(load, stats)
+        return PartResult(load, stats, totals.stale, totals.checked - 1, totals.first_stale)  # not the warm-up
 
     def close(self) -> None:
-        self.gateway.close()
+        while self.closers:
+            self.closers.pop()()
 
 
-def run_group(series: str, shards: int | None, spec: BackendSpec, writers: int,
-              duration: float | None, count: int | None) -> tuple[LoadResult, dict[str, int]]:
-    """One writer process's share of a run (also called in-process).
+def prepare(job: Job) -> Part:
+    return Part(job)
 
-    One warm-up increment comes first, off the clock and out of the stats
-    but counted in the final total: it opens channels and does the
-    once-per-process work (our strategies' transform check, ndb's context)
-    so that the run measures the steady state.
-    """
-    workload = Workload(series, shards, spec)
+
+# --- one run, in the parent ------------------------------------------------------------------
+
+
+@attrs.frozen
+class Layout:
+    processes: int
+    threads: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.processes}x{self.threads}"
+
+
+def _setup(series: str, spec: BackendSpec) -> None:
+    """Create the storage before the writers open it, so no part's clock
+    includes creating tables."""
+    if series == "sqlite-upsert":
+        sqlite_connect(spec.location).close()
+    elif series == "embedded":
+        spec.open_gateway().close()
+
+
+def _stored(series: str, spec: BackendSpec, shards: int) -> dict[str, Any]:
+    """What the storage holds after a run, read by a fresh reader."""
+    if series == "raw-put":
+        return {"stored": None}
+    if series == "sqlite-upsert":
+        return {"stored": sqlite_total(spec.location)}
+    gateway = spec.open_gateway()
     try:
-        workload.make_op()()
-        workload.gateway.stats.reset()
-        load = run_load(workload.make_op, writers=writers, duration=duration, count=count)
-        load.warmup = 1
-        return load, workload.gateway.stats.snapshot()
+        ours = CounterShardDS(*TARGET, shards, gateway=gateway)
+        total = ours.get_count()  # the PHP layout's default read: the article's target query
+        lookup = ours.get_count(method="lookup")
+        if series != "php-article":
+            return {"stored": total, "lookup_total": lookup}
+        client = google_client(spec)
+        try:
+            php = PhpArticleClient(client, *TARGET, shards).get_count()  # the PHP reader's own total
+        finally:
+            client.close()
+        return {"stored": php, "ours_read": total, "lookup_total": lookup}
     finally:
-        workload.close()
+        gateway.close()
 
 
-def _split(total: int, parts: int) -> list[int]:
-    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+def run_cell(pool: WorkerPool, backend: Backend, series: str, layout: Layout, duration: float,
+             shards: int, phase: str, repeat: int | None) -> dict[str, Any]:
+    spec = backend.fresh(series)
+    _setup(series, spec)
+    jobs = [Job(series, spec, layout.threads, duration, shards, first_writer=p * layout.threads)
+            for p in range(layout.processes)]
+    parts: list[PartResult] = pool.run(jobs)
+    load = LoadResult()
+    stats: dict[str, int] | None = {} if all(p.stats is not None for p in parts) else None
+    for part in parts:
+        load.merge(part.load)
+        if stats is not None and part.stats is not None:
+            for name, value in part.stats.items():
+                stats[name] = stats.get(name, 0) + value
+    return _row(series, layout, phase, repeat, load, stats, parts, _stored(series, spec, shards))
 
 
-def run_one(series: str, shards: int | None, spec: BackendSpec, args: argparse.Namespace,
-            pool: concurrent.futures.Executor | None) -> dict[str, Any]:
-    main = Workload(series, shards, spec)
-    try:
-        main.prepare()
-        if pool is None:
-            load, stats = run_group(series, shards, spec, args.writers, args.duration, args.count)
-        else:
-            writers = _split(args.writers, args.processes)
-            counts = _split(args.count, args.processes) if args.count else [None] * args.processes
-            futures = [pool.submit(run_group, series, shards, spec, w, args.duration, c)
-                       for w, c in zip(writers, counts) if w]
-            load, stats = LoadResult(), {}
-            for future in futures:
-                part, part_stats = future.result()
-                load.merge(part)
-                for name, value in part_stats.items():
-                    stats[name] = stats.get(name, 0) + value
-        final = main.final_count()
-    finally:
-        main.close()
-    return _row(series, shards, spec, args, load, stats if main.stats_tracked else None, final)
-
-
-def _row(series: str, shards: int | None, spec: BackendSpec, args: argparse.Namespace,
-         load: LoadResult, stats: dict[str, int] | None, final: int) -> dict[str, Any]:
+def _row(series: str, layout: Layout, phase: str, repeat: int | None, load: LoadResult,
+         stats: dict[str, int] | None, parts: list[PartResult], stored: dict[str, Any]) -> dict[str, Any]:
     ok = load.ok
-    expected = ok + load.warmup
 
     def per(name: str) -> float | None:
-        return None if stats is None or not ok else stats.get(name, 0) / ok
+        return None if stats is None or not ok else round(stats.get(name, 0) / ok, 3)
 
-    retries = aborts = None
-    if stats is not None:
-        retries = stats.get("counter.retries", 0) + stats.get("retries", 0)
-        # every retry followed an aborted attempt, and so did each increment
-        # that ran out of attempts (or that made auto-grow add shards)
-        aborts = retries + load.errors.get("Contention", 0) + stats.get("counter.grown", 0)
-    return {
-        "backend": spec.kind,
+    acked = ok + load.warmup
+    total = stored["stored"]
+    row: dict[str, Any] = {
+        "phase": phase,
+        "repeat": repeat,
         "series": series,
-        "kind": "ours" if series in OURS else "baseline",
-        "shards": shards,
-        "writers": args.writers,
-        "processes": args.processes,
+        "backend": BY_NAME[series].backend,
+        "layout": layout.name,
+        "processes": layout.processes,
+        "threads": layout.threads,
         "elapsed_s": round(load.elapsed, 3),
         "ok": ok,
         "failed": load.failed,
         "errors": dict(load.errors),
         "first_error": load.first_error,
         "per_s": round(load.rate, 2),
-        "aborts": aborts,
-        "retries": retries,
         "rpcs_per_inc": per("rpcs"),
         "reads_per_inc": per("entity_reads"),
         "writes_per_inc": per("entity_writes"),
-        "p50_ms": load.latency_ms(0.50),
-        "p99_ms": load.latency_ms(0.99),
-        "warmup": load.warmup,
-        "final_count": final,
-        "lost": expected - final,
+        "retries": None if stats is None else stats.get("counter.retries", 0) + stats.get("retries", 0),
+        "p50_ms": _ms(load.latency_ms(0.50)),
+        "p99_ms": _ms(load.latency_ms(0.99)),
+        "warmup_calls": load.warmup,
+        "acked": acked,
+        **stored,
+        "lost": None if total is None else acked - total,
         "stats": stats,
     }
+    if series in RETURNS_TOTAL:
+        row["stale_totals"] = sum(p.stale for p in parts)
+        row["totals_checked"] = sum(p.checked for p in parts)
+        row["first_stale"] = next((p.first_stale for p in parts if p.first_stale), None)
+    return row
 
 
-# --- the whole benchmark -------------------------------------------------------------------
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
-def plan(args: argparse.Namespace) -> list[tuple[str, str, int | None]]:
-    runs: list[tuple[str, str, int | None]] = []
-    for backend in args.backend:
-        for shards in args.shards:
-            for series in args.strategy:
-                runs.append((backend, series, shards))
-            runs.append((backend, "php-article", shards))
-            if backend in EMULATED and not args.no_ndb:
-                runs.append((backend, "ndb", shards))
-        if backend in EMULATED:
-            runs.append((backend, "raw", None))
-        runs.append((backend, "raw-gapic", None))
-    return runs
+# --- the whole benchmark -----------------------------------------------------------------------
 
 
-def _find(rows: list[dict[str, Any]], backend: str, series: str, shards: int | None) -> dict[str, Any] | None:
-    return next((r for r in rows if r["backend"] == backend and r["series"] == series and r["shards"] == shards), None)
+def schedule(args: argparse.Namespace) -> list[tuple[str, int | None, Layout, str]]:
+    """(phase, repeat, layout, series) in the order they run."""
+    layouts = [Layout(1, args.writers), Layout(args.processes, args.writers // args.processes)]
+    cells: list[tuple[str, int | None, Layout, str]] = []
+    chosen = [s for s in SERIES if s.name in args.series]
+    if args.warmup:
+        cells += [("warmup", None, layout, s.name) for layout in layouts for s in chosen if s.backend == "firestore"]
+    for repeat in range(args.repeats):
+        forward = repeat % 2 == 0
+        for layout in layouts if forward else layouts[::-1]:
+            for series in chosen if forward else chosen[::-1]:
+                cells.append(("measure", repeat, layout, series.name))
+    return cells
 
 
-def ratios(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Ratios within this run: ours over each baseline, shard count by shard count."""
-    out: list[dict[str, Any]] = []
+def _measured(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if r["phase"] == "measure"]
 
-    def add(backend: str, what: str, shards: Any, num: dict[str, Any] | None, den: dict[str, Any] | None) -> None:
-        if num is None or den is None or not den["per_s"]:
-            return
-        out.append({"backend": backend, "ratio": what, "shards": shards, "ours_per_s": num["per_s"],
-                    "baseline_per_s": den["per_s"], "x": round(num["per_s"] / den["per_s"], 2)})
 
-    for backend in args.backend:
-        ceilings = [r for r in (_find(rows, backend, name, None) for name in CEILINGS) if r is not None]
-        raw = max(ceilings, key=lambda r: r["per_s"]) if ceilings else None
-        for shards in args.shards:
-            for series in ("auto", "general", "increment"):
-                add(backend, f"{series} / php-article", shards, _find(rows, backend, series, shards),
-                    _find(rows, backend, "php-article", shards))
-            for series in ("general", "auto", "transactional"):
-                add(backend, f"{series} / ndb", shards, _find(rows, backend, series, shards),
-                    _find(rows, backend, "ndb", shards))
-            for series in ("increment", "general"):
-                add(backend, f"{series} (no read) / raw ceiling", shards, _find(rows, backend, series, shards), raw)
-        low = min(args.shards)
-        for shards in args.shards:
-            for series in ("general", "auto"):
-                add(backend, f"{series}@{shards} / ndb@{low} (unsharded article)", shards,
-                    _find(rows, backend, series, shards), _find(rows, backend, "ndb", low))
+def _rate(rows: list[dict[str, Any]], series: str, layout: str, repeat: int) -> float | None:
+    for r in rows:
+        if r["series"] == series and r["layout"] == layout and r["repeat"] == repeat:
+            return float(r["per_s"])
+    return None
+
+
+def summarize(rows: list[dict[str, Any]], layouts: list[str]) -> list[dict[str, Any]]:
+    """Per series and layout: the median rate over rounds, its spread, and
+    the totals of what went wrong."""
+    out = []
+    for series in SERIES:
+        for layout in layouts:
+            mine = [r for r in _measured(rows) if r["series"] == series.name and r["layout"] == layout]
+            if not mine:
+                continue
+            rates = [r["per_s"] for r in mine]
+
+            def median_of(key: str) -> float | None:
+                values = [r[key] for r in mine if r.get(key) is not None]
+                return round(statistics.median(values), 3) if values else None
+
+            lost = [r["lost"] for r in mine if r["lost"] is not None]
+            out.append({
+                "series": series.name, "backend": series.backend, "layout": layout, "rounds": len(mine),
+                "per_s": round(statistics.median(rates), 1), "min_per_s": min(rates), "max_per_s": max(rates),
+                "rpcs_per_inc": median_of("rpcs_per_inc"), "reads_per_inc": median_of("reads_per_inc"),
+                "writes_per_inc": median_of("writes_per_inc"), "p50_ms": median_of("p50_ms"),
+                "p99_ms": median_of("p99_ms"),
+                "retries": sum(r["retries"] or 0 for r in mine) if any(r["retries"] is not None for r in mine) else None,
+                "ok": sum(r["ok"] for r in mine), "acked": sum(r["acked"] for r in mine),
+                "failed": sum(r["failed"] for r in mine),
+                "lost": sum(lost) if lost else None,
+                "stale_totals": sum(r.get("stale_totals", 0) for r in mine) if series.name in RETURNS_TOTAL else None,
+            })
     return out
 
 
-def goals(rows: list[dict[str, Any]], args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The issue's goals, checked on this run's Firestore-emulator figures.
-
-    "The article's transactional algorithm" is the Google article's ndb
-    counter (the PHP article's increment has no transaction at all); "ours,
-    default strategy" is measured for both classes: GeneralCounter (ndb
-    layout: "auto" sends server-side increments) and CounterShardDS (PHP
-    layout: "auto" keeps ``count`` unindexed, so on Firestore it uses
-    transactions).
-    """
+def check_goals(rows: list[dict[str, Any]], layouts: list[str], repeats: int) -> list[dict[str, Any]]:
+    measured = _measured(rows)
     out: list[dict[str, Any]] = []
-    backend = "firestore"
-
-    def check(goal: str, who: str, shards: Any, value: float | None, need: float) -> None:
-        out.append({"goal": goal, "series": who, "shards": shards,
-                    "measured": None if value is None else round(value, 2), "need": need,
-                    "met": None if value is None else value >= need})
-
-    def rate(series: str, shards: int) -> float | None:
-        row = _find(rows, backend, series, shards)
-        return None if row is None else row["per_s"]
-
-    def over(a: float | None, b: float | None) -> float | None:
-        return None if a is None or not b else a / b
-
-    # Two ceilings: google-cloud-datastore's own Client.put (what the issue
-    # names), and the same commits through our GAPIC gateway (the lightest
-    # client, so the stricter bar).
-    for name in CEILINGS:
-        ceiling = _find(rows, backend, name, None)
-        for shards in args.shards:
-            for series in ("general", "increment", "auto"):
-                check(f"no-read increment >= 0.9 x {name} ceiling", series, shards,
-                      over(rate(series, shards), ceiling["per_s"] if ceiling else None), 0.9)
-    for series in ("general", "auto"):
-        check(">= 10 x the article's transactional algorithm (ndb) at 20 shards", series, 20,
-              over(rate(series, 20), rate("ndb", 20)), 10.0)
-        for shards in args.shards:
-            check(">= 1 x the ndb anchor at equal shards", series, shards, over(rate(series, shards), rate("ndb", shards)), 1.0)
-    for row in rows:
-        if row["kind"] == "ours":
-            out.append({"goal": "no lost increments", "series": f"{row['backend']} {row['series']}",
-                        "shards": row["shards"], "measured": row["lost"], "need": 0, "met": row["lost"] == 0})
+    for goal in GOALS:
+        for layout in layouts:
+            ratios = []
+            for repeat in range(repeats):
+                num, den = _rate(measured, goal.numerator, layout, repeat), _rate(measured, goal.denominator, layout, repeat)
+                if num is not None and den:
+                    ratios.append(num / den)
+            ratio = statistics.median(ratios) if ratios else None
+            numerator_rows = [r for r in measured if r["series"] == goal.numerator and r["layout"] == layout]
+            lost = sum(r["lost"] or 0 for r in numerator_rows)
+            failed = sum(r["failed"] for r in numerator_rows)
+            met: bool | None = None if ratio is None else ratio >= goal.need  # None: not run (--series)
+            notes = []
+            if goal.clean and (lost or failed):
+                met = False
+                notes.append(f"lost {lost}, errors {failed}")
+            out.append({
+                "goal": goal.number, "what": goal.what, "layout": layout,
+                "numerator": goal.numerator, "denominator": goal.denominator,
+                "ratio": None if ratio is None else round(ratio, 3), "need": goal.need,
+                "met": met, "rounds": [round(x, 3) for x in ratios],
+                "min": round(min(ratios), 3) if ratios else None, "max": round(max(ratios), 3) if ratios else None,
+                "spread": round((max(ratios) - min(ratios)) / ratio, 3) if ratios and ratio else None,
+                "notes": "; ".join(notes),
+            })
+    out.append(_guarantees(measured))
     return out
 
 
-GOAL_COLUMNS = [("goal", "goal", 0), ("series", "series", 0), ("shards", "shards", 0),
-                ("measured", "measured", 2), ("need", "need", 1), ("met", "met", 0)]
+def _guarantees(measured: list[dict[str, Any]]) -> dict[str, Any]:
+    ours = [r for r in measured if BY_NAME[r["series"]].ours]
+    problems: list[str] = []
+    for r in ours:
+        where = f"{r['series']} {r['layout']} round {r['repeat']}"
+        extra = r["stored"] - r["acked"]
+        if extra < 0:
+            problems.append(f"{where}: {-extra} acknowledged increments not stored")
+        if extra > r["failed"]:
+            problems.append(f"{where}: {extra} more stored than acknowledged (only {r['failed']} raised)")
+        if r.get("lookup_total") is not None and r["lookup_total"] != r["stored"]:
+            problems.append(f"{where}: lookup total {r['lookup_total']} != query total {r['stored']}")
+        if r.get("stale_totals"):
+            problems.append(f"{where}: {r['stale_totals']} stale totals ({r['first_stale']})")
+    php = [r for r in measured if r["series"] == "php-article"]
+    for r in php:
+        if r["ours_read"] != r["stored"]:
+            problems.append(f"php-article {r['layout']} round {r['repeat']}: our reader counted {r['ours_read']}, "
+                            f"the PHP reader {r['stored']}")
+    checked = sum(r.get("totals_checked", 0) for r in ours)
+    acked = sum(r["acked"] for r in ours)
+    summary = (f"{acked:,} acknowledged increments of ours: stored total = acknowledged in {len(ours)} of {len(ours)} runs"
+               if not problems else "; ".join(problems[:5]))
+    summary += (f"; {checked:,} returned totals checked, none stale" if checked and not any("stale" in p for p in problems)
+                else "")
+    summary += f"; our reader matched the PHP reader in {sum(r['ours_read'] == r['stored'] for r in php)} of {len(php)} PHP runs"
+    return {"goal": 5, "what": "no guarantee weakened", "layout": "both", "ratio": None, "need": None,
+            "met": not problems, "notes": summary, "problems": problems}
 
-COLUMNS = [
-    ("backend", "backend", 0), ("series", "series", 0), ("shards", "shards", 0), ("per_s", "incr/s", 1),
-    ("ok", "ok", 0), ("failed", "failed", 0), ("aborts", "aborts", 0), ("retries", "retries", 0),
-    ("rpcs_per_inc", "RPC/inc", 2), ("reads_per_inc", "reads/inc", 2), ("writes_per_inc", "writes/inc", 2),
-    ("p50_ms", "p50 ms", 1), ("p99_ms", "p99 ms", 1), ("final_count", "final", 0), ("lost", "lost", 0),
+
+def verdicts(goals: list[dict[str, Any]]) -> dict[int, bool | None]:
+    """Per goal: met in every layout (True), missed in one (False), or not
+    run (None: its series were left out with --series)."""
+    out: dict[int, bool | None] = {}
+    for g in goals:
+        if g["met"] is None:
+            out.setdefault(g["goal"], None)
+        else:
+            out[g["goal"]] = g["met"] and out.get(g["goal"]) is not False
+    return out
+
+
+def _verdict(met: bool | None) -> str:
+    return "not run" if met is None else "met" if met else "MISSED"
+
+
+def agreement(goals: list[dict[str, Any]], previous: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if previous is None:
+        return []
+    before = {(g["goal"], g["layout"]): g.get("ratio") for g in previous.get("goals", [])}
+    out = []
+    for g in goals:
+        old = before.get((g["goal"], g["layout"]))
+        if g["ratio"] is None or not old:
+            continue
+        apart = max(g["ratio"], old) / min(g["ratio"], old) - 1
+        out.append({"goal": g["goal"], "layout": g["layout"], "previous": old, "this": g["ratio"],
+                    "apart": round(apart, 3), "agree": apart <= AGREEMENT})
+    return out
+
+
+def load_previous(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
+    """The run to compare with, and a line saying which (or why none)."""
+    if args.no_compare:
+        return None, "not compared with another run (--no-compare)"
+    path = args.compare or (args.out / "contention.json")
+    if not path.exists():
+        return None, f"no previous run to compare with ({_rel(path)} does not exist)"
+    try:
+        previous = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"could not read {_rel(path)}: {exc}"
+    if previous.get("benchmark") != "contention-goals":
+        return None, f"{_rel(path)} is not a goals run of this benchmark; not compared"
+    mine, theirs = comparable(vars(args)), comparable(previous.get("settings", {}))
+    if mine != theirs and args.compare is None:
+        return None, f"the previous run ({_rel(path)}) used other settings ({theirs}); not compared"
+    when = previous.get("environment", {}).get("when")
+    return previous, f"compared with {_rel(path)} ({when}, {previous.get('command')})"
+
+
+def comparable(settings: dict[str, Any]) -> dict[str, Any]:
+    return {k: settings.get(k) for k in ("duration", "repeats", "warmup", "shards", "writers", "processes", "series")}
+
+
+GOAL_COLUMNS = [("goal", "goal", 0), ("what", "what", 0), ("layout", "procs x threads", 0), ("ratio", "ratio", 2),
+                ("need", "need", 1), ("verdict", "", 0), ("range", "rounds min-max", 0), ("spread", "spread", 0)]
+SERIES_COLUMNS = [
+    ("series", "series", 0), ("backend", "backend", 0), ("layout", "procs x threads", 0), ("per_s", "incr/s", 1),
+    ("range", "min-max", 0), ("rpcs_per_inc", "RPC/inc", 2), ("reads_per_inc", "reads/inc", 2),
+    ("writes_per_inc", "writes/inc", 2), ("retries", "retries", 0), ("failed", "errors", 0), ("lost", "lost", 0),
+    ("stale_totals", "stale", 0), ("p50_ms", "p50 ms", 1), ("p99_ms", "p99 ms", 1),
 ]
-RATIO_COLUMNS = [("backend", "backend", 0), ("ratio", "ratio", 0), ("shards", "shards", 0),
-                 ("ours_per_s", "ours/s", 1), ("baseline_per_s", "baseline/s", 1), ("x", "x", 2)]
+AGREEMENT_COLUMNS = [("goal", "goal", 0), ("layout", "procs x threads", 0), ("previous", "previous", 2),
+                     ("this", "this run", 2), ("apart", "apart", 0), ("verdict", "", 0)]
 
 
-def plot(rows: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> str:
-    made = new_figure(6.5 * len(args.backend), 4.8)
+def report(goals: list[dict[str, Any]], series: list[dict[str, Any]], agreed: list[dict[str, Any]],
+           compared: str, args: argparse.Namespace) -> list[str]:
+    lines = [f"Goals: Firestore emulator (SQLite for goal 4), {args.shards} shards, {args.writers} writers; "
+             f"median of {args.repeats} rounds x {fmt(args.duration)} s per series and layout, "
+             f"after {fmt(args.warmup)} s of warm-up per Firestore series and layout", ""]
+    shown = []
+    for g in goals:
+        if g["goal"] == 5:
+            continue
+        shown.append({**g, "verdict": _verdict(g["met"]),
+                      "range": f"{g['min']:.2f}-{g['max']:.2f}" if g["min"] is not None else "n/a",
+                      "spread": f"{g['spread']:.0%}" if g["spread"] is not None else "n/a",
+                      "what": g["what"] + (f" ({g['notes']})" if g["notes"] else "")})
+    lines.append(table(shown, GOAL_COLUMNS))
+    five = goals[-1]
+    lines += ["", f"Goal 5, no guarantee weakened: {_verdict(five['met'])}: {five['notes']}"]
+    by_goal = verdicts(goals)
+    met = [n for n, ok in by_goal.items() if ok]
+    missed = [str(n) for n, ok in by_goal.items() if ok is False]
+    unrun = [str(n) for n, ok in by_goal.items() if ok is None]
+    lines += ["", f"Goals met: {len(met)} of {len(by_goal)}" + (f"; missed: {', '.join(missed)}" if missed else "")
+              + (f"; not run: {', '.join(unrun)}" if unrun else "")]
+    lines += ["", f"Reproducibility: {compared}"]
+    if agreed:
+        rows = [{**a, "apart": f"{a['apart']:.0%}", "verdict": "agree" if a["agree"] else "DISAGREE"} for a in agreed]
+        lines += [table(rows, AGREEMENT_COLUMNS),
+                  f"every goal ratio within {AGREEMENT:.0%} of the previous run: "
+                  f"{'yes' if all(a['agree'] for a in agreed) else 'NO'} "
+                  f"(largest gap {max(a['apart'] for a in agreed):.0%})"]
+    lines += ["", "Series (medians over rounds; errors, lost and stale are totals over rounds; "
+              "lost = acknowledged - stored; RPCs counted by gateway.stats, Google's client counted alike):"]
+    rows = [{**s, "range": f"{s['min_per_s']:,.0f}-{s['max_per_s']:,.0f}"} for s in series]
+    lines.append(table(rows, SERIES_COLUMNS))
+    php_lost = [s for s in series if s["series"] == "php-article"]
+    if php_lost:
+        lines += ["", "The PHP article's algorithm lost " + ", ".join(
+            f"{s['lost']:,} of {s['acked']:,} acknowledged increments ({s['layout']})" for s in php_lost) + " (its non-transactional read-modify-write)."]
+    return lines
+
+
+def plot(goals: list[dict[str, Any]], series: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> str:
+    made = new_figure(12.5, 4.8)
     if isinstance(made, str):
         return made
     figure, save = made
-    axes = figure.subplots(1, len(args.backend), squeeze=False)[0]
-    for ax, backend in zip(axes, args.backend):
-        for series in (*args.strategy, "php-article", "ndb"):
-            points = sorted((r["shards"], r["per_s"]) for r in rows if r["backend"] == backend and r["series"] == series)
-            if points:
-                style = "--" if series in BASELINES else "-"
-                ax.plot([p[0] for p in points], [p[1] for p in points], style, marker="o", label=series)
-        for name, color in zip(CEILINGS, ("black", "grey")):
-            raw = _find(rows, backend, name, None)
-            if raw is not None:
-                ax.axhline(raw["per_s"], color=color, linestyle=":", label=f"{name} ceiling")
-        ax.set_xscale("log")
-        ax.set_yscale("log")  # the slow series are the story; a linear axis flattens them
-        ax.set_xticks(args.shards, [str(s) for s in args.shards])
-        ax.set_xlabel("shards")
-        ax.set_ylabel("increments counted per second")
-        ax.set_title(f"{backend}: {args.writers} writers")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+    left, right = figure.subplots(1, 2, width_ratios=[1.15, 1])
+    layouts = sorted({g["layout"] for g in goals if g["goal"] != 5}, key=lambda name: int(name.split("x")[0]))
+    ratio_goals = [g for g in GOALS]
+    width = 0.8 / len(layouts)
+    colours = ("tab:blue", "tab:orange")
+    for j, layout in enumerate(layouts):
+        xs, heights, low, high, hatch = [], [], [], [], []
+        for i, goal in enumerate(ratio_goals):
+            [g] = [x for x in goals if x["goal"] == goal.number and x["layout"] == layout]
+            if g["ratio"] is None:
+                continue
+            xs.append(i + (j - (len(layouts) - 1) / 2) * width)
+            heights.append(g["ratio"])
+            low.append(g["ratio"] - g["min"])
+            high.append(g["max"] - g["ratio"])
+            hatch.append(g["met"] is False)
+        bars = left.bar(xs, heights, width * 0.95, yerr=[low, high], capsize=3, color=colours[j % 2],
+                        label=f"{layout.replace('x', ' process(es) x ', 1)} threads")
+        for bar, missed, value in zip(bars, hatch, heights):
+            if missed:
+                bar.set_hatch("//")
+                bar.set_edgecolor("black")
+            left.annotate(f"{value:.2f}", (bar.get_x() + bar.get_width() / 2, value), ha="center", va="bottom",
+                          fontsize="small", xytext=(0, 2), textcoords="offset points")
+    for i, goal in enumerate(ratio_goals):
+        left.hlines(goal.need, i - 0.45, i + 0.45, colors="red", linestyles="--",
+                    label="threshold" if i == 0 else None)
+    left.set_xticks(range(len(ratio_goals)),
+                    [f"{g.number}. {g.numerator}\n/ {g.denominator}\n(need {g.need:g})" for g in ratio_goals],
+                    fontsize="small")
+    left.set_ylabel("ratio (median of rounds; bars: min-max)")
+    left.grid(axis="y", alpha=0.3)
+    left.legend(fontsize="small", loc="upper right")
+    by_goal = verdicts(goals)
+    met = sum(1 for ok in by_goal.values() if ok)
+    left.set_title(f"{met} of {len(by_goal)} goals met (goal 5, guarantees: "
+                   f"{_verdict(by_goal.get(5))}); hatched = missed", fontsize="medium")
+    names = [s.name for s in SERIES]
+    for j, layout in enumerate(layouts):
+        rows = {s["series"]: s for s in series if s["layout"] == layout}
+        ys = [i + (j - (len(layouts) - 1) / 2) * width for i in range(len(names))]
+        values = [rows[n]["per_s"] if n in rows else 0 for n in names]
+        right.barh(ys, values, width * 0.95, color=colours[j % 2], label=layout)
+    right.set_yticks(range(len(names)), [f"{s.name} ({'SQLite' if s.backend == 'sqlite' else 'Firestore'})"
+                                         for s in SERIES], fontsize="small")
+    right.invert_yaxis()
+    right.set_xscale("log")
+    right.set_xlabel("increments (or puts, upserts) per second, median")
+    right.grid(axis="x", alpha=0.3)
+    right.set_title("what the ratios are made of", fontsize="medium")
+    figure.suptitle(f"Sharded counter goals, measured side by side: {args.shards} shards, {args.writers} writers "
+                    f"in 1 process and in {args.processes} processes; median of {args.repeats} rounds x "
+                    f"{fmt(args.duration)} s", fontsize="medium")
     save(path)
-    return f"plot: {path}"
+    return f"plot: {_rel(path)}"
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+QUICK = {"duration": 2.5, "repeats": 5, "warmup": 3.0}
+FULL = {"duration": 6.0, "repeats": 7, "warmup": 6.0}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     parser.add_argument("--quick", action="store_true",
-                        help="a short run for CI: firestore+sqlite, shards 1,20,100, 1 s per run (< 3 min)")
-    parser.add_argument("--backend", help=f"comma-separated, from {','.join(BACKENDS)} (default: all)")
-    parser.add_argument("--shards", help="comma-separated shard counts (default 1,5,20,100)")
-    parser.add_argument("--strategy", help=f"comma-separated, from {','.join(OURS)} (default: all)")
+                        help=f"{QUICK['repeats']} rounds x {QUICK['duration']:g} s, {QUICK['warmup']:g} s warm-up "
+                             f"(under 5 minutes); the default is {FULL['repeats']} x {FULL['duration']:g} s, "
+                             f"{FULL['warmup']:g} s warm-up")
+    parser.add_argument("--duration", type=float, help="seconds per series, layout and round")
+    parser.add_argument("--repeats", type=int, help="rounds (the goal figures are their medians)")
+    parser.add_argument("--warmup", type=float, help="seconds of unreported warm-up per Firestore series and layout")
+    parser.add_argument("--shards", type=int, default=20, help="shards of every counter (default 20)")
     parser.add_argument("--writers", type=int, default=16, help="writer threads in all (default 16)")
-    parser.add_argument("--processes", type=int, default=1, help="spread the writers over this many processes")
-    parser.add_argument("--duration", type=float, help="seconds per run (default 5; --quick 1)")
-    parser.add_argument("--count", type=int, help="increments per run instead of a duration")
-    parser.add_argument("--no-ndb", action="store_true", help="skip the google-cloud-ndb baseline")
+    parser.add_argument("--processes", type=int, default=4, help="processes of the second layout (default 4)")
+    parser.add_argument("--series", help=f"comma-separated, from {','.join(BY_NAME)} (default: all; the "
+                                         "emulator starts only for Firestore series)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results folder (default benchmarks/results)")
+    parser.add_argument("--publish", action="store_true", help="also write docs/benchmarks/contention.{json,txt,png}")
+    parser.add_argument("--compare", type=Path, help="a previous contention.json to compare the goal ratios with "
+                                                     "(default: the one in the results folder, if same settings)")
+    parser.add_argument("--no-compare", action="store_true", help="compare with no previous run")
     args = parser.parse_args(argv)
-    args.backend = parse_choices(args.backend or ("firestore,sqlite" if args.quick else ",".join(BACKENDS)),
-                                 BACKENDS, "backend")
-    args.shards = parse_ints(args.shards or ("1,20,100" if args.quick else "1,5,20,100"))
-    args.strategy = parse_choices(args.strategy or ",".join(OURS), OURS, "strategy")
-    if args.count is not None and args.duration is not None:
-        parser.error("give --duration or --count, not both")
-    if args.count is None and args.duration is None:
-        args.duration = 1.0 if args.quick else 5.0
-    if args.writers < 1 or args.processes < 1 or args.processes > args.writers:
-        parser.error("need writers >= processes >= 1")
+    for name, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if not args.duration > 0 or args.repeats < 1 or args.warmup < 0 or args.shards < 1:
+        parser.error("need duration > 0, repeats >= 1, warmup >= 0, shards >= 1")
+    if args.writers < 1 or args.processes < 1 or args.writers % args.processes:
+        parser.error("need writers >= 1 split evenly over processes >= 1")
+    args.series = parse_choices(args.series or ",".join(BY_NAME), list(BY_NAME), "series")
+    if args.compare is not None and args.no_compare:
+        parser.error("give --compare or --no-compare, not both")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     began = time.monotonic()
+    previous, compared = load_previous(args)
+    cells = schedule(args)
+    layouts = sorted({layout.name for _, _, layout, _ in cells}, key=lambda name: int(name.split("x")[0]))
     rows: list[dict[str, Any]] = []
-    runs = plan(args)
-    pool = None
-    if args.processes > 1:
-        pool = concurrent.futures.ProcessPoolExecutor(args.processes, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        with open_backends(args.backend) as backends:
-            bar = progress(runs, len(runs), "contention")
-            for backend, series, shards in bar:
-                if hasattr(bar, "set_postfix_str"):
-                    bar.set_postfix_str(f"{backend} {series} {shards or ''}")
-                spec = backends[backend].fresh(series)
-                rows.append(run_one(series, shards, spec, args, pool))
-    finally:
-        if pool is not None:
-            pool.shutdown()
-    found = ratios(rows, args)
-    checked = goals(rows, args)
-    print()
-    print(table(rows, COLUMNS))
-    print()
-    print("Ratios (same run, same machine):")
-    print(table(found, RATIO_COLUMNS))
-    print()
-    print("Goals (Firestore emulator figures of this run; lost increments on every backend):")
-    print(table([g for g in checked if g["goal"] != "no lost increments"], GOAL_COLUMNS))
-    ours_lost = [r for r in rows if r["kind"] == "ours" and r["lost"] != 0]
-    article_lost = sum(r["lost"] for r in rows if r["series"] == "php-article")
-    print()
-    print(f"lost increments, our strategies: {sum(r['lost'] for r in ours_lost)} "
-          f"({'none' if not ours_lost else 'IN ' + ', '.join(r['series'] for r in ours_lost)}); "
-          f"the PHP article's algorithm lost {article_lost}")
-    errors = {f"{r['backend']} {r['series']} {r['shards']}": r["first_error"] for r in rows if r["first_error"]}
-    for where, error in errors.items():
-        print(f"first error, {where}: {error}")
+    kinds = sorted({BY_NAME[name].backend for name in args.series})
+    with open_backends(kinds) as backends, WorkerPool(args.processes, prepare) as pool:
+        bar = progress(cells, len(cells), "contention")
+        for phase, repeat, layout, series in bar:
+            if hasattr(bar, "set_postfix_str"):
+                bar.set_postfix_str(f"{phase} {'' if repeat is None else repeat} {layout.name} {series}")
+            duration = args.warmup if phase == "warmup" else args.duration
+            rows.append(run_cell(pool, backends[BY_NAME[series].backend], series, layout, duration, args.shards,
+                                 phase, repeat))
+    goals = check_goals(rows, layouts, args.repeats)
+    series = summarize(rows, layouts)
+    agreed = agreement(goals, previous)
+    lines = report(goals, series, agreed, compared, args)
+    wall = time.monotonic() - began
+    lines += ["", f"command: {command_line()}", f"took {wall:.0f} s"]
+    print("\n".join(lines))
     args.out.mkdir(parents=True, exist_ok=True)
-    png = args.out / "contention.png"
-    print(plot(rows, args, png))
     payload = {
-        "benchmark": "contention",
+        "benchmark": "contention-goals",
         "command": command_line(),
-        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "settings": {k: (_rel(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "environment": environment(),
-        "wall_seconds": round(time.monotonic() - began, 1),
+        "wall_seconds": round(wall, 1),
+        "goals": goals,
+        "agreement": {"with": compared, "limit": AGREEMENT, "ratios": agreed,
+                      "previous": None if previous is None else {
+                          "command": previous.get("command"), "when": previous.get("environment", {}).get("when"),
+                          "git_commit": previous.get("environment", {}).get("git_commit")}},
+        "series": series,
         "runs": rows,
-        "ratios": found,
-        "goals": checked,
     }
-    print(f"json: {write_json(args.out / 'contention.json', payload)}")
-    print(f"took {time.monotonic() - began:.0f} s")
-    return 1 if ours_lost else 0
+    targets = [args.out] + ([PUBLISHED] if args.publish else [])
+    for folder in targets:
+        print(plot(goals, series, args, folder / "contention.png"))
+        print(f"json: {_rel(write_json(folder / 'contention.json', payload))}")
+    if args.publish:
+        (PUBLISHED / "contention.txt").write_text("\n".join(lines) + "\n")
+        print(f"text: {_rel(PUBLISHED / 'contention.txt')}")
+    return 0 if goals[-1]["met"] else 1
 
 
 if __name__ == "__main__":

@@ -21,25 +21,54 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def test_contention_on_sqlite_loses_nothing_of_ours(tmp_path):
-    done = _run("contention.py", "--backend", "sqlite", "--shards", "1,5", "--duration", "0.3",
-                "--writers", "4", "--out", str(tmp_path))
+SQLITE_ONLY = ("--series", "embedded,sqlite-upsert", "--duration", "0.3", "--repeats", "2", "--warmup", "0",
+               "--writers", "4", "--processes", "2")
+
+
+def test_contention_goals_on_sqlite(tmp_path):
+    done = _run("contention.py", *SQLITE_ONLY, "--out", str(tmp_path))
     record = json.loads((tmp_path / "contention.json").read_text())
     assert record["command"].startswith("python benchmarks/contention.py")
     assert {"python", "platform", "cpu_count", "packages", "git_commit"} <= set(record["environment"])
-    ours = [run for run in record["runs"] if run["kind"] == "ours"]
-    assert {run["series"] for run in ours} == {"transactional", "increment", "auto", "auto-grow", "general"}
-    assert all(run["lost"] == 0 and run["final_count"] == run["ok"] + run["warmup"] for run in ours)
-    assert {run["series"] for run in record["runs"] if run["kind"] == "baseline"} == {"php-article", "raw-gapic"}
-    assert "Ratios" in done.stdout and "lost increments, our strategies: 0" in done.stdout
+    runs = record["runs"]
+    # both series, both layouts (1 x 4 and 2 x 2), both rounds
+    assert {(r["series"], r["layout"], r["repeat"]) for r in runs} == {
+        (s, layout, repeat) for s in ("embedded", "sqlite-upsert") for layout in ("1x4", "2x2") for repeat in (0, 1)}
+    for run in runs:
+        assert run["ok"] > 0 and run["failed"] == 0
+        assert run["stored"] == run["acked"] == run["ok"] + run["warmup_calls"] and run["lost"] == 0
+    embedded = [r for r in runs if r["series"] == "embedded"]
+    assert all(r["totals_checked"] == r["ok"] and r["stale_totals"] == 0 for r in embedded)
+    assert all(r["rpcs_per_inc"] == 2 for r in embedded)  # one commit, one target query
+    goals = {(g["goal"], g["layout"]): g for g in record["goals"]}
+    assert goals[(4, "1x4")]["ratio"] > 0 and len(goals[(4, "2x2")]["rounds"]) == 2
+    assert goals[(1, "1x4")]["met"] is None  # its series were not run
+    assert goals[(5, "both")]["met"] is True
+    assert "Goals met:" in done.stdout and "no previous run to compare with" in done.stdout
+    assert (tmp_path / "contention.png").exists() or "matplotlib is not installed" in done.stdout
+
+    # a second run with the same settings reports how far each goal ratio moved
+    again = _run("contention.py", *SQLITE_ONLY, "--out", str(tmp_path))
+    assert "compared with" in again.stdout
+    agreement = json.loads((tmp_path / "contention.json").read_text())["agreement"]
+    assert {(a["goal"], a["layout"]) for a in agreement["ratios"]} == {(4, "1x4"), (4, "2x2")}
 
 
-def test_contention_with_processes(tmp_path):
-    _run("contention.py", "--backend", "sqlite", "--shards", "5", "--strategy", "auto", "--count", "40",
-         "--writers", "4", "--processes", "2", "--out", str(tmp_path))
-    runs = json.loads((tmp_path / "contention.json").read_text())["runs"]
-    [auto] = [run for run in runs if run["series"] == "auto"]
-    assert auto["ok"] + auto["failed"] == 40 and auto["lost"] == 0 and auto["warmup"] == 2
+@pytest.mark.emulator
+def test_contention_every_series_on_the_emulator(tmp_path):
+    _run("contention.py", "--duration", "0.3", "--repeats", "1", "--warmup", "0", "--writers", "2",
+         "--processes", "2", "--no-compare", "--out", str(tmp_path))
+    record = json.loads((tmp_path / "contention.json").read_text())
+    runs = {(r["series"], r["layout"]): r for r in record["runs"]}
+    assert len(runs) == 14
+    for (series, _), run in runs.items():
+        assert run["ok"] > 0
+        if series in ("increment", "add", "transactional", "embedded"):
+            assert run["lost"] == 0
+    assert runs[("php-article", "1x2")]["ours_read"] == runs[("php-article", "1x2")]["stored"]
+    assert runs[("add", "2x1")]["rpcs_per_inc"] == 1 and runs[("raw-put", "2x1")]["rpcs_per_inc"] == 1
+    assert runs[("php-article", "2x1")]["rpcs_per_inc"] == 3  # query, lookup, commit
+    assert [g["goal"] for g in record["goals"]] == [1, 1, 2, 2, 3, 3, 4, 4, 5]
 
 
 def test_reads_on_sqlite(tmp_path):

@@ -1,0 +1,329 @@
+"""Counters on the embedded engine across ``fork()``: nothing acknowledged is lost.
+
+A counter (or gateway) built before ``fork()`` is what gunicorn
+``--preload`` and ``multiprocessing`` (fork start method) hand each worker.
+SQLite's lock bookkeeping lives in process memory: a child that kept using
+the parent's connections held no lock the parent could see, so when the
+parent closed its gateway or exited, SQLite took itself for the last user,
+checkpointed and deleted the ``-wal`` file, and the child went on committing
+into the deleted log (measured before the fix: a child acknowledged 7 adds,
+2 were stored). Here many children count while the parent closes its
+gateway, or exits, and every total is checked exactly: the stored count is
+what the parent and the children were told was counted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import select
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fork_parent import child
+from gds_counter.counter import CounterShardDS
+from gds_counter.errors import GDSError
+from gds_counter.gateway.embedded import EmbeddedGateway
+from gds_counter.gds import RetryPolicy
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork() (POSIX)")
+
+PARENT = Path(__file__).with_name("fork_parent.py")
+CHILDREN = 6
+ADDS = 150
+#: A child still running after this long is stuck (it never is after the fix).
+HANG_S = 240.0
+#: Many quick attempts: six processes on 20 shards conflict now and then.
+PATIENT = RetryPolicy(attempts=50, initial=0.001, maximum=0.02)
+
+
+def stored(db: Path) -> int:
+    gateway = EmbeddedGateway(db)
+    try:
+        return CounterShardDS("fork", 1, gateway=gateway).get_count()
+    finally:
+        gateway.close()
+
+
+def integrity(db: Path) -> str:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("PRAGMA integrity_check").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def reports(text: str) -> tuple[int, int]:
+    """Acknowledged and raised adds, summed over the children's lines."""
+    acknowledged = raised = 0
+    lines = [line.split() for line in text.splitlines() if line.startswith("child ")]
+    assert len(lines) == CHILDREN, text
+    for _, ok, failed in lines:
+        acknowledged += int(ok)
+        raised += int(failed)
+    return acknowledged, raised
+
+
+def read_all(fd: int) -> str:
+    out = b""
+    while chunk := os.read(fd, 4096):
+        out += chunk
+    return out.decode()
+
+
+def wait_or_kill(pid: int, deadline: float) -> int:
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+class Children:
+    """``CHILDREN`` processes forked with ``os.fork()``, each running
+    ``fork_parent.child``: a quarter of their adds, a pause until
+    ``resume_and_wait()``, then the rest."""
+
+    def __init__(self, counter: CounterShardDS) -> None:
+        self._started_r, started_w = os.pipe()
+        self._resume_r, self._resume_w = os.pipe()
+        self._report_r, report_w = os.pipe()
+        self.pids = []
+        for _ in range(CHILDREN):
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child's side
+                for fd in (self._started_r, self._resume_w, self._report_r):
+                    os.close(fd)
+                child(counter, ADDS, started_w, self._resume_r, report_w)
+            self.pids.append(pid)
+        os.close(started_w)
+        os.close(report_w)
+        os.close(self._resume_r)
+
+    def wait_until_started(self) -> None:
+        seen = 0
+        deadline = time.monotonic() + HANG_S
+        while seen < CHILDREN:
+            ready, _, _ = select.select([self._started_r], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, f"only {seen} of {CHILDREN} children started counting in {HANG_S:.0f} s"
+            chunk = os.read(self._started_r, CHILDREN)
+            assert chunk, "a child ended before it started counting"
+            seen += len(chunk)
+
+    def resume_and_wait(self) -> tuple[list[int], str]:
+        """Let the children count the rest; their exit codes and reports.
+        A child still running after ``HANG_S`` is killed (exit code -9): a
+        hang guard, not a speed limit."""
+        os.close(self._resume_w)
+        deadline = time.monotonic() + HANG_S
+        codes = [wait_or_kill(pid, deadline) for pid in self.pids]
+        text = read_all(self._report_r)
+        os.close(self._started_r)
+        os.close(self._report_r)
+        return codes, text
+
+
+def tally_fork(tally: Any, area: str, parent_adds: int, acknowledged: int, raised: int, total: int) -> None:
+    told = parent_adds + acknowledged
+    tally.add(area, operations=told + raised, faults_injected=1,
+              increments_lost=max(0, told - total), double_counts=max(0, total - told))
+
+
+@pytest.mark.parametrize("strategy", ["auto", "transactional"])
+def test_children_of_os_fork_lose_nothing_when_the_parent_closes_its_gateway(tmp_path, strategy, tally):
+    db = tmp_path / "fork.sqlite3"
+    gateway = EmbeddedGateway(db)
+    counter = CounterShardDS("fork", 1, gateway=gateway, strategy=strategy, retry=PATIENT)
+    counter.add(1)  # the parent has used its gateway: connections are open at the fork
+    children = Children(counter)
+    try:
+        children.wait_until_started()
+        counter.add(1)  # the parent counts too, on connections of its own
+        gateway.close()  # ... and closes it in the middle of every child's run
+    finally:
+        codes, text = children.resume_and_wait()
+    assert codes == [0] * CHILDREN, text
+    acknowledged, raised = reports(text)
+    total = stored(db)
+    tally_fork(tally, f"fork: os.fork children, parent closes its gateway ({strategy})", 2, acknowledged, raised, total)
+    assert total == 2 + acknowledged
+    assert acknowledged >= CHILDREN * ADDS * 9 // 10  # conflicts out of 50 attempts are rare
+    assert integrity(db) == "ok"
+
+
+@pytest.mark.parametrize("mode", ["exit", "close"])
+def test_children_lose_nothing_when_the_parent_process_exits(tmp_path, mode, tally):
+    """A real parent process (``fork_parent.py``) forks the children, adds
+    once more and then exits (Python finalises its open gateway), or closes
+    its gateway and exits, while the children are counting."""
+    db = tmp_path / "fork.sqlite3"
+    proc = subprocess.run(
+        [sys.executable, str(PARENT), str(db), str(CHILDREN), str(ADDS), mode],
+        capture_output=True, text=True, timeout=300,
+    )
+    # run() returns once stdout is closed: by the parent and every child.
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("parent 1") == 2, proc.stdout + proc.stderr
+    acknowledged, raised = reports(proc.stdout)
+    total = stored(db)
+    tally_fork(tally, f"fork: os.fork children, parent process {'exits' if mode == 'exit' else 'closes and exits'}",
+               2, acknowledged, raised, total)
+    assert total == 2 + acknowledged, proc.stderr
+    assert acknowledged >= CHILDREN * ADDS * 9 // 10, proc.stderr
+    assert integrity(db) == "ok"
+
+
+def _mp_worker(counter: CounterShardDS, adds: int, started: Any, resume: Any, results: Any, index: int) -> None:
+    acknowledged = raised = 0
+    for i in range(adds):
+        try:
+            counter.add(1)
+            acknowledged += 1
+        except GDSError:
+            raised += 1
+        if i == adds // 4:
+            started.release()
+            assert resume.wait(300)
+    results[2 * index], results[2 * index + 1] = acknowledged, raised
+
+
+def test_multiprocessing_fork_workers_lose_nothing_when_the_parent_closes(tmp_path, tally):
+    db = tmp_path / "fork.sqlite3"
+    gateway = EmbeddedGateway(db)
+    counter = CounterShardDS("fork", 1, gateway=gateway, retry=PATIENT)
+    counter.add(1)
+    ctx = multiprocessing.get_context("fork")
+    started, resume = ctx.Semaphore(0), ctx.Event()
+    results = ctx.Array("q", 2 * CHILDREN)
+    workers = [ctx.Process(target=_mp_worker, args=(counter, ADDS, started, resume, results, i)) for i in range(CHILDREN)]
+    for worker in workers:
+        worker.start()
+    try:
+        for _ in workers:
+            assert started.acquire(timeout=120)
+        counter.add(1)
+        gateway.close()
+    finally:
+        resume.set()
+        for worker in workers:
+            worker.join(HANG_S)
+            if worker.is_alive():  # a hang guard: it never is after the fix
+                worker.kill()
+                worker.join()
+    assert [w.exitcode for w in workers] == [0] * CHILDREN
+    acknowledged, raised = sum(results[0::2]), sum(results[1::2])
+    total = stored(db)
+    tally_fork(tally, "fork: multiprocessing (fork) workers, parent closes its gateway", 2, acknowledged, raised, total)
+    assert total == 2 + acknowledged
+    assert acknowledged >= CHILDREN * ADDS * 9 // 10
+    assert integrity(db) == "ok"
+
+
+def test_a_fork_while_another_thread_is_writing_waits_for_its_call(tmp_path, tally):
+    """Another thread of the parent commits to the same file through a
+    second gateway the whole time: each fork waits for that thread's call in
+    progress and closes that gateway's connections too, so no child inherits
+    SQLite state for the file. (The thread's gateway is the parent's alone:
+    a child never uses a gateway another thread may have been in.)"""
+    db = tmp_path / "fork.sqlite3"
+    gateway = EmbeddedGateway(db)
+    counter = CounterShardDS("fork", 1, gateway=gateway, retry=PATIENT)
+    counter.add(1)
+    busy_gateway = EmbeddedGateway(db)
+    busy = CounterShardDS("fork", 1, gateway=busy_gateway, retry=PATIENT)
+    stop = threading.Event()
+    busy_told = [0]
+
+    def keep_writing() -> None:
+        while not stop.is_set():
+            busy.add(1)
+            busy_told[0] += 1
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    try:
+        children = Children(counter)  # each fork waits for the writer's call in progress
+    except BaseException:
+        stop.set()
+        writer.join(60)
+        raise
+    try:
+        children.wait_until_started()
+        gateway.close()
+    finally:
+        stop.set()
+        writer.join(60)
+        busy_gateway.close()  # the parent holds no connection to the file now
+        codes, text = children.resume_and_wait()
+    assert codes == [0] * CHILDREN, text
+    acknowledged, raised = reports(text)
+    total = stored(db)
+    tally_fork(tally, "fork: os.fork while another thread writes the file", 1 + busy_told[0], acknowledged, raised, total)
+    assert total == 1 + busy_told[0] + acknowledged
+    assert busy_told[0] > 0
+    assert integrity(db) == "ok"
+
+
+def test_a_child_that_inherits_connections_without_the_fork_hooks_refuses_to_write(tmp_path):
+    """A fork made in C (libc's ``fork()`` here) runs no Python at-fork
+    hooks, so the child inherits the parent's open connections: it must raise,
+    naming the file, rather than write through SQLite state that holds no
+    lock, and it must not close them (that could drop the parent's locks)."""
+    libc_fork = getattr(ctypes.CDLL(None), "fork", None)
+    if libc_fork is None:
+        pytest.skip("no libc fork() to call")
+    db = tmp_path / "fork.sqlite3"
+    gateway = EmbeddedGateway(db)
+    counter = CounterShardDS("fork", 1, gateway=gateway)
+    counter.add(1)
+    report_r, report_w = os.pipe()
+    pid = libc_fork()
+    if pid == 0:  # pragma: no cover - the child's side
+        code = 1
+        try:
+            try:
+                counter.add(1)
+                os.write(report_w, b"acknowledged")
+            except GDSError as exc:
+                os.write(report_w, f"{type(exc).__name__}: {exc}".encode())
+            code = 0
+        finally:
+            os._exit(code)
+    assert pid > 0
+    os.close(report_w)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    message = read_all(report_r)
+    os.close(report_r)
+    assert message.startswith("GatewayError: ") and str(db) in message and "fork" in message, message
+    counter.add(1)  # the parent's gateway is unharmed
+    assert counter.get_count() == 2
+    gateway.close()
+    assert stored(db) == 2
+
+
+def test_the_parent_keeps_counting_after_forks(tmp_path):
+    """The fork hooks close the parent's idle connections; its next call
+    opens new ones, with nothing lost or counted twice."""
+    db = tmp_path / "fork.sqlite3"
+    gateway = EmbeddedGateway(db)
+    counter = CounterShardDS("fork", 1, gateway=gateway)
+    for _ in range(5):
+        counter.add(1)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's side
+            os._exit(0)
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert counter.get_count() == 5
+    gateway.close()
+

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import multiprocessing
+import os
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -22,6 +24,7 @@ from gds_counter.gateway.mutations import Delete, Increment, MutationResult, Ups
 from gds_counter.gateway.query import CompositeFilter, Order, PropertyFilter, Query
 from gds_counter.gateway.values import Geopoint, RawEntity
 from gds_counter.gateway.embedded import BATCH_SIZE, EmbeddedGateway
+from gds_counter.gateway.embedded._connections import POOL_SIZE
 
 UTC = dt.timezone.utc
 
@@ -552,3 +555,85 @@ def test_a_filter_reads_the_index_not_the_whole_kind(db_path):
     assert len(found) == 20 and {e.properties["target"] for e in found} == {"t777"}
     assert gateway.stats["rows_examined"] == 20
     gateway.close()
+
+
+# --- the file and its connections -------------------------------------------------------------
+
+
+def test_the_path_is_made_absolute_once(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    gateway = EmbeddedGateway("rel.sqlite3")
+    assert gateway.path == os.path.join(os.getcwd(), "rel.sqlite3")
+    gateway.close()
+    memory = EmbeddedGateway(":memory:")  # SQLite's name for memory: one database, not a file
+    assert memory.path is None and not (tmp_path / ":memory:").exists()
+    memory.close()
+
+
+def test_paths_with_uri_characters_name_the_file_they_say(tmp_path):
+    for name in ("a b.db", "q?mode=ro.db", "h#x.db", "pct%20.db", "ünï.db"):
+        gateway = EmbeddedGateway(tmp_path / name)
+        put(gateway, RawEntity(Key.of("T", 1), {"n": 1}))
+        gateway.close()
+        assert (tmp_path / name).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm"))) == sorted(
+        ("a b.db", "q?mode=ro.db", "h#x.db", "pct%20.db", "ünï.db")
+    )
+
+
+def test_threads_share_a_bounded_pool_of_connections(db_path):
+    gateway = EmbeddedGateway(db_path)
+    put(gateway, RawEntity(Key.of("T", 1), {"n": 1}))
+    barrier = threading.Barrier(POOL_SIZE + 8)
+    seen: list[int] = []
+
+    def read() -> None:
+        barrier.wait()
+        seen.append(len(gateway.lookup([Key.of("T", 1)])))
+
+    threads = [threading.Thread(target=read) for _ in range(POOL_SIZE + 8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == [1] * (POOL_SIZE + 8)
+    assert 1 <= gateway._pool._count <= POOL_SIZE  # more threads than connections: they took turns
+    gateway.close()
+    assert gateway._pool._count == 0
+
+
+def test_close_waits_for_calls_in_progress_and_then_refuses(db_path):
+    gateway = EmbeddedGateway(db_path)
+    with gateway._db() as conn:  # a call in progress on this connection
+        gateway.close()
+        assert conn.execute("SELECT count(*) FROM entities").fetchone() == (0,)
+    with pytest.raises(GatewayError, match="closed"):
+        gateway.lookup([Key.of("T", 1)])
+    assert gateway._pool._count == 0
+
+
+def test_a_schema_left_half_made_is_completed_and_a_complete_one_is_not_written(db_path):
+    conn = sqlite3.connect(db_path)
+    conn.execute("CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")  # what a crash could leave
+    conn.commit()
+    conn.close()
+    gateway = EmbeddedGateway(db_path)
+    assert put(gateway, RawEntity(Key.of("T", None), {"n": 1}))[0].id is not None
+    gateway.close()
+    before = Path(db_path).read_bytes()
+    reader = EmbeddedGateway(db_path, read_only=True)
+    assert len(list(run_query_all(reader, Query("T")))) == 1
+    with pytest.raises(GatewayError, match="readonly"):
+        put(reader, RawEntity(Key.of("T", 2), {"n": 2}))
+    reader.close()
+    assert Path(db_path).read_bytes() == before  # (a read-only connection leaves its empty -wal behind)
+
+
+def test_a_read_only_open_of_a_file_without_the_tables_names_it(tmp_path):
+    path = tmp_path / "other.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE unrelated (x)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(GatewayError, match=f"{path} has no gds_counter tables"):
+        EmbeddedGateway(path, read_only=True)

@@ -136,10 +136,25 @@ class ConnectionPool:
         self._fork_trouble: str | None = None  # why a child of the fork in progress must not write
         self._refused: str | None = None  # why this process must not use the file at all
         self._file: FileId | None = None  # the file the gateway opened, once it is open
-        first = self._connect(create=True)
-        self._idle.append(first)
-        self._count = 1
-        _POOLS.add(self)
+        # Registered before the first connection is opened, so that a fork
+        # in another thread meanwhile waits for it.
+        self._count = self._opening = 1
+        with _POOLS_LOCK:
+            _POOLS.add(self)
+        try:
+            first = self._connect(create=True)
+        except BaseException:
+            with self._cond:
+                self._closed = True
+                self._count = self._opening = 0
+                self._cond.notify_all()
+            with _POOLS_LOCK:
+                _POOLS.discard(self)
+            raise
+        with self._cond:
+            self._opening = 0
+            self._idle.append(first)
+            self._cond.notify_all()
 
     # -- opening -----------------------------------------------------------
 
@@ -257,9 +272,16 @@ class ConnectionPool:
         """Raise when this process may not use the pool (called under the lock)."""
         if self._closed:
             raise GatewayError(f"the embedded gateway on {self.where} is closed")
+        self._notice_hookless_fork()
+        if self._refused:
+            raise GatewayError(self._refused)
+
+    def _notice_hookless_fork(self) -> None:
+        """After a fork that ran no Python at-fork hooks (a fork made in C;
+        ``os.fork`` always runs them), refuse the file if connections to it
+        were open: they are the parent's (called under the lock)."""
         pid = os.getpid()
         if pid != self._pid:
-            # A fork that ran no Python at-fork hooks (os.fork always runs them).
             if self.path is None:
                 for conn in self._idle:
                     conn.pid = pid  # the child's own copy of the memory
@@ -272,26 +294,19 @@ class ConnectionPool:
                 _ABANDONED.extend(self._idle)
                 self._idle.clear()
             self._pid = pid
-        if self._refused:
-            raise GatewayError(self._refused)
 
     def _release(self, conn: Connection) -> None:
-        end = False
         with self._cond:
             self._lent.pop(conn, None)
             if conn.pid != os.getpid():
                 _ABANDONED.append(conn)  # a parent's connection: never closed here
-            elif conn.in_transaction and not self._rolled_back(conn) and self.path is not None:
+            elif self._closed or (conn.in_transaction and not self._rolled_back(conn) and self.path is not None):
+                # Closed under the lock, so that a fork never copies a close half done.
                 self._count -= 1
-                end = True
-            elif self._closed:
-                self._count -= 1
-                end = True
+                _close(conn)
             else:
                 self._idle.append(conn)
             self._cond.notify_all()
-        if end:
-            _close(conn)
 
     @staticmethod
     def _rolled_back(conn: Connection) -> bool:
@@ -319,16 +334,18 @@ class ConnectionPool:
     # -- ending --------------------------------------------------------------
 
     def close(self) -> None:
+        """Close the idle connections now and the lent ones when their calls end."""
         with self._cond:
             if self._closed:
                 return
             self._closed = True
-            idle, self._idle = self._idle, []
-            self._count -= len(idle)
+            for conn in self._idle:
+                _close(conn)
+            self._count -= len(self._idle)
+            self._idle.clear()
             self._cond.notify_all()
-        _POOLS.discard(self)
-        for conn in idle:
-            _close(conn)
+        with _POOLS_LOCK:
+            _POOLS.discard(self)
 
     # -- fork ----------------------------------------------------------------
 
@@ -337,8 +354,9 @@ class ConnectionPool:
         close every connection, and keep the lock until the fork is done."""
         self._cond.acquire()
         self._fork_trouble = None
-        if self._closed or os.getpid() != self._pid:
+        if self._closed:
             return
+        self._notice_hookless_fork()
         if threading.get_ident() in self._lent.values():
             self._fork_trouble = "the process forked in the middle of a call on it"
         else:
@@ -377,6 +395,8 @@ class ConnectionPool:
                 conn.pid = self._pid  # the child's own copy of the memory
         else:
             self._count = 0  # the idle ones were closed before the fork
+            _ABANDONED.extend(self._idle)  # (none, unless the file was refused already)
+            self._idle.clear()
         if trouble is not None:
             self._refused = (
                 f"{self.where} cannot be used in this process (pid {self._pid}): {trouble}, so its SQLite "
@@ -396,8 +416,10 @@ def _close(conn: Connection) -> None:
         log.warning("closing a SQLite connection failed: %s", exc)
 
 
-#: Every open pool, so a fork can close their connections first.
+#: Every open pool, so a fork can close their connections first; the lock is
+#: held from just before a fork to just after it (taken before any pool's).
 _POOLS: weakref.WeakSet[ConnectionPool] = weakref.WeakSet()
+_POOLS_LOCK = threading.Lock()
 #: The pools held across the fork in progress.
 _HELD: list[ConnectionPool] = []
 #: Connections a child inherited: referenced for ever so they are never closed.
@@ -405,6 +427,7 @@ _ABANDONED: list[sqlite3.Connection] = []
 
 
 def _before_fork() -> None:
+    _POOLS_LOCK.acquire()
     _HELD[:] = list(_POOLS)
     for pool in _HELD:
         pool._before_fork()
@@ -414,12 +437,14 @@ def _after_fork_in_parent() -> None:
     for pool in _HELD:
         pool._after_fork_in_parent()
     _HELD.clear()
+    _POOLS_LOCK.release()
 
 
 def _after_fork_in_child() -> None:
     for pool in _HELD:
         pool._after_fork_in_child()
     _HELD.clear()
+    _POOLS_LOCK.release()
 
 
 if hasattr(os, "register_at_fork"):

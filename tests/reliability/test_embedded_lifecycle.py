@@ -205,7 +205,7 @@ def test_a_read_only_open_reads_and_refuses_writes(tmp_path, tally):
         counter.add(1)
     gateway.close()
     assert count(db) == 3
-    tally.add("embedded: read-only opens (mode=ro, chmod 444)", operations=2, hostile_inputs=1)
+    tally.add("embedded: read-only files (mode=ro, chmod 444): reads work, writes raise", operations=2)
 
 
 def run_as_other_user(action: Callable[[], str]) -> str:
@@ -275,7 +275,7 @@ def test_a_write_protected_file_can_be_read(shared_dir, tally):
     shared_dir.chmod(0o755)
     result = run_as_other_user(lambda: str(count(db)))
     assert result.startswith("GatewayError: ") and str(db) in result and "not writable" in result, result
-    tally.add("embedded: read-only opens (mode=ro, chmod 444)", operations=2, hostile_inputs=2)
+    tally.add("embedded: read-only files (mode=ro, chmod 444): reads work, writes raise", operations=3)
 
 
 # --- files that are not a usable database -----------------------------------------------------------

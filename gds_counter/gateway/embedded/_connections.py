@@ -100,6 +100,8 @@ def _why_unopenable(path: str, known: FileId | None) -> str:
         return f"{parent} is not a directory"
     if not os.path.lexists(parent):
         return f"the directory {parent} does not exist"
+    if not os.access(parent, os.X_OK):
+        return f"permission denied to enter {parent}"
     if known is not None and not os.path.lexists(path):
         return "it was deleted while the gateway had it open"
     if os.path.lexists(path) and not os.access(path, os.R_OK):

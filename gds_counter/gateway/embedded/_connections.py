@@ -45,7 +45,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Iterator
+from types import TracebackType
 
 from gds_counter.errors import Contention, GatewayError, GDSError
 from gds_counter.gateway.embedded._storage import create_schema, schema_ready
@@ -127,11 +127,13 @@ class ConnectionPool:
         self.read_only = read_only
         self.where = path or "memory"
         self._size = 1 if path is None else size
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()  # taken directly on the hot path; waits go through _cond
+        self._cond = threading.Condition(self._lock)
         self._idle: list[Connection] = []
         self._lent: dict[Connection, int] = {}  # connection -> the thread using it
         self._count = 0  # connections that exist for this process: idle, lent, being opened
         self._opening = 0  # connections being opened now, outside the lock
+        self._waiting = 0  # threads waiting in _acquire
         self._pid = os.getpid()
         self._closed = False
         self._forking = False
@@ -146,14 +148,14 @@ class ConnectionPool:
         try:
             first = self._connect(create=True)
         except BaseException:
-            with self._cond:
+            with self._lock:
                 self._closed = True
                 self._count = self._opening = 0
                 self._cond.notify_all()
             with _POOLS_LOCK:
                 _POOLS.discard(self)
             raise
-        with self._cond:
+        with self._lock:
             self._opening = 0
             self._idle.append(first)
             self._cond.notify_all()
@@ -225,25 +227,23 @@ class ConnectionPool:
 
     # -- lending -----------------------------------------------------------
 
-    @contextlib.contextmanager
-    def connection(self) -> Iterator[Connection]:
-        """A connection for one call, with SQLite errors turned into ours."""
-        conn = self._acquire()
-        try:
-            yield conn
-        except sqlite3.Error as exc:
-            raise translate(exc, self.where) from exc
-        finally:
-            self._release(conn)
+    def connection(self) -> Lease:
+        """A connection for one call (``with pool.connection() as conn:``),
+        with SQLite errors turned into ours."""
+        return Lease(self)
 
     def _acquire(self) -> Connection:
         me = threading.get_ident()
         conn: Connection | None = None
-        with self._cond:
+        with self._lock:
+            if self._idle and self._pid == os.getpid() and not (self._forking or self._closed or self._refused):
+                conn = self._idle.pop()  # the usual case, checked by the loop below otherwise
+                self._lent[conn] = me
+                return conn
             while True:
                 self._check_usable()
                 if self._forking:
-                    self._cond.wait()
+                    self._wait()
                 elif self._idle:
                     conn = self._idle.pop()
                     break
@@ -252,23 +252,31 @@ class ConnectionPool:
                     self._opening += 1  # a fork waits for this too: it runs inside SQLite
                     break
                 else:
-                    self._cond.wait()
+                    self._wait()
             if conn is not None:
                 self._lent[conn] = me
                 return conn
         try:
             conn = self._connect(create=False)
         except BaseException:
-            with self._cond:
+            with self._lock:
                 self._count -= 1
                 self._opening -= 1
                 self._cond.notify_all()
             raise
-        with self._cond:
+        with self._lock:
             self._opening -= 1
             self._lent[conn] = me
             self._cond.notify_all()
         return conn
+
+    def _wait(self) -> None:
+        """Wait for a connection to come back, or for a fork to finish (under the lock)."""
+        self._waiting += 1
+        try:
+            self._cond.wait()
+        finally:
+            self._waiting -= 1
 
     def _check_usable(self) -> None:
         """Raise when this process may not use the pool (called under the lock)."""
@@ -298,7 +306,7 @@ class ConnectionPool:
             self._pid = pid
 
     def _release(self, conn: Connection) -> None:
-        with self._cond:
+        with self._lock:
             self._lent.pop(conn, None)
             if conn.pid != os.getpid():
                 _ABANDONED.append(conn)  # a parent's connection: never closed here
@@ -308,7 +316,8 @@ class ConnectionPool:
                 _close(conn)
             else:
                 self._idle.append(conn)
-            self._cond.notify_all()
+            if self._waiting:
+                self._cond.notify_all()
 
     @staticmethod
     def _rolled_back(conn: Connection) -> bool:
@@ -337,7 +346,7 @@ class ConnectionPool:
 
     def close(self) -> None:
         """Close the idle connections now and the lent ones when their calls end."""
-        with self._cond:
+        with self._lock:
             if self._closed:
                 return
             self._closed = True
@@ -354,7 +363,7 @@ class ConnectionPool:
     def _before_fork(self) -> None:
         """In the parent, just before fork(): wait for calls in progress,
         close every connection, and keep the lock until the fork is done."""
-        self._cond.acquire()
+        self._lock.acquire()
         self._fork_trouble = None
         if self._closed:
             return
@@ -364,8 +373,12 @@ class ConnectionPool:
         else:
             self._forking = True
             deadline = time.monotonic() + FORK_DRAIN_S
-            while (self._lent or self._opening) and (left := deadline - time.monotonic()) > 0:
-                self._cond.wait(left)
+            self._waiting += 1  # so that each call that ends wakes this thread
+            try:
+                while (self._lent or self._opening) and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
+            finally:
+                self._waiting -= 1
             if self._lent or self._opening:
                 self._fork_trouble = f"the process forked while another thread had been in a call on it for {FORK_DRAIN_S:.0f} s"
         if self.path is not None:
@@ -378,14 +391,15 @@ class ConnectionPool:
         self._forking = False
         self._fork_trouble = None
         self._cond.notify_all()
-        self._cond.release()
+        self._lock.release()
 
     def _after_fork_in_child(self) -> None:
         trouble, lent = self._fork_trouble, list(self._lent)
         # The parent's other threads do not exist here: a fresh lock, nothing lent.
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._lent = {}
-        self._opening = 0
+        self._opening = self._waiting = 0
         self._forking = False
         self._fork_trouble = None
         if self._closed or os.getpid() == self._pid:
@@ -404,6 +418,25 @@ class ConnectionPool:
                 f"{self.where} cannot be used in this process (pid {self._pid}): {trouble}, so its SQLite "
                 "state was copied mid-call; open the database in a process started without such a fork"
             )
+
+
+class Lease:
+    """One call's use of a pooled connection: a context manager, written
+    out rather than with ``contextlib`` because every read pays for it."""
+
+    __slots__ = ("_pool", "_conn")
+
+    def __init__(self, pool: ConnectionPool) -> None:
+        self._pool = pool
+
+    def __enter__(self) -> Connection:
+        self._conn = self._pool._acquire()
+        return self._conn
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._pool._release(self._conn)
+        if isinstance(exc, sqlite3.Error):
+            raise translate(exc, self._pool.where) from exc
 
 
 def _close(conn: Connection) -> None:

@@ -14,12 +14,12 @@ import logging
 import os
 import sqlite3
 import time
-from typing import Any, ContextManager, Generator
+from typing import Any, Generator
 
 from gds_counter.errors import BadValueError, Contention
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
-from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool
+from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, ConnectionPool, Lease
 from gds_counter.gateway.embedded._encoding import decode_cursor, encode_cursor, key_bytes, load_entity
 from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter
 from gds_counter.gateway.embedded._storage import Transaction, allocate, check_unchanged, upsert
@@ -82,9 +82,9 @@ class EmbeddedGateway(BaseGateway[Transaction]):
 
     # -- connections -------------------------------------------------------
 
-    def _db(self) -> ContextManager[Connection]:
+    def _db(self) -> Lease:
         """A connection for one call, with SQLite errors turned into ours."""
-        return self._pool.connection()
+        return Lease(self._pool)
 
     def close(self) -> None:
         self._pool.close()

@@ -4,8 +4,8 @@ This module owns what is about running the engine rather than about data:
 optimistic transactions that record what they read and are checked at
 commit, query batches that follow the planner's rows, and the stats every
 RPC records. Connections (a bounded pool, safe across ``fork()``, errors
-turned into ``Contention``/``GatewayError`` naming the file) are
-``_connections``'.
+turned into ``Contention``/``GatewayError`` naming the file) live in
+``_connections``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,10 @@ batches, transaction tokens (unknown or used-up ones are one error, read-only
 ones cannot write), what a transform result means, and the gateway's
 ``Capabilities``. A backend then only moves bytes, through the ``_lookup``,
 ``_run_query``, ``_begin``, ``_commit``, ``_rollback`` and ``_allocate_ids``
-hooks.
+hooks. Aggregation queries are checked once here too; their hook,
+``_run_aggregation``, has a default that computes them through the
+backend's own ``run_query`` (``gateway.aggregation``), which a server with
+native aggregations (Cloud Datastore) overrides.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing_extensions import TypeIs
 
 from gds_counter._checks import check_int
 from gds_counter.errors import BadKeyError, BadValueError, GatewayError, GDSError, Unavailable
+from gds_counter.gateway.aggregation import aggregate_rows, billed_reads, check_aggregation
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import (
@@ -41,7 +45,7 @@ from gds_counter.gateway.mutations import (
     MutationResult,
     Upsert,
 )
-from gds_counter.gateway.query import PropertyFilter, Query, QueryResult
+from gds_counter.gateway.query import Aggregation, AggregationQuery, AggregationResult, PropertyFilter, Query, QueryResult
 from gds_counter.gateway.stats import Stats
 from gds_counter.gateway.values import RawEntity, validate_entity
 
@@ -91,6 +95,11 @@ class Gateway(Protocol):
       (``rollback`` of a finished transaction is a no-op: it is cleanup).
     * ``run_query`` applies ``offset`` fully before it returns a batch, so a
       continuation from ``end_cursor`` never needs the offset again.
+    * ``run_aggregation`` runs an ``AggregationQuery`` (``COUNT``,
+      ``COUNT_UP_TO``, ``SUM``, ``AVG``) and returns one value per alias,
+      with Datastore's rules (``gateway.aggregation``); in a transaction
+      when given its token. A server without aggregations raises
+      ``GatewayError`` (and its ``capabilities.aggregation`` is False).
     * ``capabilities`` says what the server can do, learned once.
     * Every call counts itself in ``stats``.
     """
@@ -106,6 +115,10 @@ class Gateway(Protocol):
     def lookup(self, keys: Sequence[Key], *, transaction: bytes | None = None) -> list[RawEntity | None]: ...
 
     def run_query(self, query: Query, *, transaction: bytes | None = None) -> QueryResult: ...
+
+    def run_aggregation(
+        self, aggregation: AggregationQuery, *, transaction: bytes | None = None
+    ) -> AggregationResult: ...
 
     def begin_transaction(self, *, read_only: bool = False) -> bytes: ...
 
@@ -153,6 +166,7 @@ class BaseGateway(abc.ABC, Generic[T]):
         self._capabilities: Capabilities | None = capabilities
         self._capabilities_lock = threading.RLock()  # the probe commits while holding it
         self._probing = threading.local()
+        self._aggregating = threading.local()  # the default aggregation hook's own reads
 
     # --- hooks: what a backend implements ----------------------------------
 
@@ -182,7 +196,29 @@ class BaseGateway(abc.ABC, Generic[T]):
     def _allocate_ids(self, keys: list[Key]) -> list[Key]:
         """At most 500 incomplete keys, completed."""
 
-    #: Whether this backend runs aggregation queries (none does yet).
+    def _run_aggregation(self, aggregation: AggregationQuery, txn: T | None) -> AggregationResult:
+        """A checked aggregation. The default computes it from the rows of
+        the query (``gateway.aggregation.aggregate_rows``), read through this
+        gateway's own ``run_query`` (and ``lookup``) in ``txn``. Those reads
+        are not what Datastore would bill: they count as
+        ``aggregation_batches``, and the aggregation as one
+        ``run_aggregation_query`` RPC reading one entity per started 1,000
+        rows."""
+        token = txn.token if txn is not None else None
+        self._aggregating.depth = getattr(self._aggregating, "depth", 0) + 1
+        try:
+            values, rows = aggregate_rows(
+                aggregation,
+                lambda query: (batch.entities for batch in iterate_batches(self, query, transaction=token)),
+                lambda keys: self.lookup(keys, transaction=token),
+            )
+        finally:
+            self._aggregating.depth -= 1
+        self._record("run_aggregation_query", reads=billed_reads(rows))
+        return AggregationResult(values)
+
+    #: What a backend says of aggregations before it is probed: only the
+    #: probe (``_probe``) finds out whether a server runs them.
     _aggregation = False
 
     def close(self) -> None:
@@ -202,6 +238,8 @@ class BaseGateway(abc.ABC, Generic[T]):
         ``probe_rpcs`` instead of ``rpcs``."""
         if getattr(self._probing, "active", False):
             self.stats.bump("probe_rpcs")
+        elif getattr(self._aggregating, "depth", 0):
+            self.stats.bump("aggregation_batches")
         else:
             self.stats.record(rpc, reads=reads, writes=writes, deletes=deletes)
 
@@ -259,6 +297,9 @@ class BaseGateway(abc.ABC, Generic[T]):
             check_int(query.limit, "query limit", low=0)
         check_int(query.offset, "query offset", low=0)
         return self._run_query(query, self._transaction(transaction))
+
+    def run_aggregation(self, aggregation: AggregationQuery, *, transaction: bytes | None = None) -> AggregationResult:
+        return self._run_aggregation(check_aggregation(aggregation), self._transaction(transaction))
 
     # --- writes --------------------------------------------------------------
 
@@ -343,7 +384,8 @@ class BaseGateway(abc.ABC, Generic[T]):
         server apply both, and does it index the result of a property sent
         unindexed? A server that ignores transforms also ignores the mask and
         replaces the entity, which is why this is never tried on real data.
-        Then one ``!=`` query: the legacy Datastore emulator refuses it.
+        Then one ``!=`` query: the legacy Datastore emulator refuses it. Then
+        one ``COUNT(*)``: the legacy emulator does not implement aggregations.
         These RPCs count as ``probe_rpcs``, not as the caller's ``rpcs``.
         """
         key = Key.of(PROBE_KIND, f"probe-{uuid.uuid4().hex}", namespace=self.namespace)
@@ -363,6 +405,18 @@ class BaseGateway(abc.ABC, Generic[T]):
                 raise  # says nothing about the server, only that it was not reached
             except (BadValueError, GatewayError):
                 not_equal = False  # the legacy emulator answers UNKNOWN
+            try:
+                self.run_aggregation(
+                    AggregationQuery(
+                        Query(PROBE_KIND, namespace=self.namespace, filter=PropertyFilter("__key__", "=", key)),
+                        (Aggregation.count(),),
+                    )
+                )
+                aggregation = True
+            except Unavailable:
+                raise
+            except (BadValueError, GatewayError):
+                aggregation = False  # the legacy emulator answers UNIMPLEMENTED
         finally:
             self.commit([Delete(key)])
         applied = (
@@ -375,7 +429,7 @@ class BaseGateway(abc.ABC, Generic[T]):
             applies_transforms=applied,
             indexes_transformed=applied and after is not None and "n" not in after.unindexed,
             not_equal_in_or=not_equal,
-            aggregation=self._aggregation,
+            aggregation=aggregation,
         )
 
 

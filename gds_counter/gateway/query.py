@@ -1,8 +1,13 @@
-"""Queries as data: what GQL parses into and what every gateway executes."""
+"""Queries as data: what GQL parses into and what every gateway executes.
+
+``Query`` is an ordinary query; ``AggregationQuery`` runs aggregations
+(``COUNT``, ``COUNT_UP_TO``, ``SUM``, ``AVG``) over one and answers with an
+``AggregationResult``, one value per alias.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Literal, Union
+from typing import Any, Iterable, Iterator, Literal, Mapping, Union
 
 import attrs
 
@@ -10,8 +15,13 @@ from gds_counter.gateway.keys import namespace_name
 from gds_counter.gateway.values import RawEntity
 
 __all__ = [
+    "AGGREGATION_KINDS",
     "KEY_PROPERTY",
+    "MAX_AGGREGATIONS",
     "OPERATORS",
+    "Aggregation",
+    "AggregationQuery",
+    "AggregationResult",
     "CompositeFilter",
     "Cursor",
     "Filter",
@@ -137,3 +147,103 @@ class QueryResult:
     end_cursor: bytes | None
     more_results: bool
 
+
+
+# --- aggregations ---------------------------------------------------------------
+
+AGGREGATION_KINDS: tuple[str, ...] = ("COUNT", "COUNT_UP_TO", "SUM", "AVG")
+
+#: Datastore runs one to five aggregations per query.
+MAX_AGGREGATIONS = 5
+
+
+@attrs.frozen
+class Aggregation:
+    """One aggregation: ``COUNT(*)``, ``COUNT_UP_TO(up_to)``, ``SUM(property)``
+    or ``AVG(property)``, named ``alias`` in the result.
+
+    ``alias`` None takes Datastore's default name, ``property_1``,
+    ``property_2``... counted over the aggregations without an alias, in
+    order (``AggregationQuery.aliases``). The rules on the other fields are
+    checked by ``BaseGateway.run_aggregation``, once for every backend.
+    """
+
+    kind: str = attrs.field(validator=attrs.validators.in_(AGGREGATION_KINDS))
+    property: str | None = None
+    up_to: int | None = None
+    alias: str | None = None
+
+    @classmethod
+    def count(cls, alias: str | None = None) -> "Aggregation":
+        return cls("COUNT", alias=alias)
+
+    @classmethod
+    def count_up_to(cls, up_to: int, alias: str | None = None) -> "Aggregation":
+        return cls("COUNT_UP_TO", up_to=up_to, alias=alias)
+
+    @classmethod
+    def sum(cls, name: str, alias: str | None = None) -> "Aggregation":
+        return cls("SUM", property=name, alias=alias)
+
+    @classmethod
+    def avg(cls, name: str, alias: str | None = None) -> "Aggregation":
+        return cls("AVG", property=name, alias=alias)
+
+
+def _aggregations(aggregations: Iterable[Aggregation]) -> tuple[Aggregation, ...]:
+    return tuple(aggregations)
+
+
+@attrs.frozen
+class AggregationQuery:
+    """Aggregations over the results of ``query`` (GQL's ``SELECT COUNT(*)
+    ...`` and ``AGGREGATE ... OVER (...)``).
+
+    ``gql`` is set when it came from GQL text and nothing was changed since;
+    gateways may use it or ignore it.
+    """
+
+    query: Query
+    aggregations: tuple[Aggregation, ...] = attrs.field(converter=_aggregations)
+    gql: GqlSource | None = attrs.field(default=None, eq=False)
+
+    def aliases(self) -> tuple[str, ...]:
+        """The result names in order: each alias, or Datastore's default
+        ``property_N`` (N counting the aggregations without an alias)."""
+        out = []
+        unnamed = 0
+        for aggregation in self.aggregations:
+            if aggregation.alias:
+                out.append(aggregation.alias)
+            else:
+                unnamed += 1
+                out.append(f"property_{unnamed}")
+        return tuple(out)
+
+    def replace(self, **changes: Any) -> "AggregationQuery":
+        """A copy with ``changes``; the GQL source is dropped because the
+        text no longer describes the query."""
+        changes.setdefault("gql", None)
+        return attrs.evolve(self, **changes)
+
+
+@attrs.frozen
+class AggregationResult(Mapping[str, Any]):
+    """One value per alias, in the aggregations' order: an ``int`` for
+    ``COUNT`` and ``COUNT_UP_TO``; for ``SUM`` an ``int`` when every value
+    summed was an integer and the total fits in 64 bits, else a ``float``;
+    for ``AVG`` a ``float``, or None when there was nothing to average."""
+
+    pairs: tuple[tuple[str, Any], ...]
+
+    def __getitem__(self, alias: str) -> Any:
+        for name, value in self.pairs:
+            if name == alias:
+                return value
+        raise KeyError(alias)
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, _ in self.pairs)
+
+    def __len__(self) -> int:
+        return len(self.pairs)

@@ -7,7 +7,8 @@ and lets every error say what was expected at which column, which is what
 php-gds's regular expressions could not do. The parser also checks here
 the rules Datastore would only enforce later (``__key__`` compares with
 keys, lists only with IN / NOT IN, cursors only in LIMIT and OFFSET), so
-the message can still point at the text.
+the message can still point at the text. Aggregation queries add their own
+rules in ``_gql_aggregation``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import attrs
 from gds_counter._checks import is_int
 from gds_counter.errors import GDSError
 from gds_counter.gateway.keys import Key, PathElement
-from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Cursor, Filter, Order, PropertyFilter
+from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Cursor, Filter, Order, PropertyFilter, Query
 from gds_counter.gds._gql_lexer import (
     COMPARATORS,
     DOUBLE,
@@ -36,7 +37,7 @@ from gds_counter.gds._gql_lexer import (
 )
 from gds_counter.gds._gql_values import Bindings, decode_blob, describe, parse_datetime
 
-__all__ = ["RESERVED", "Parser", "Parts"]
+__all__ = ["AGGREGATES", "RESERVED", "Parser", "Parts"]
 
 #: Parentheses recurse; a bound keeps hostile text from reaching Python's
 #: recursion limit (a RecursionError instead of a GQLError).
@@ -48,7 +49,9 @@ RESERVED = frozenset(
     "SELECT DISTINCT FROM WHERE AND OR NOT IS NULL TRUE FALSE IN CONTAINS HAS ORDER ASC DESC LIMIT OFFSET".split()
 )
 _MIRRORED = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
-_AGGREGATES = frozenset({"COUNT", "COUNT_UP_TO", "SUM", "AVG"})
+#: The aggregation words, keywords before ``(`` (``_gql_aggregation`` parses them).
+AGGREGATES = ("COUNT", "COUNT_UP_TO", "SUM", "AVG")
+
 
 
 def _distance(a: str, b: str) -> int:
@@ -92,6 +95,22 @@ class Parts:
     start_cursor: bytes | None = None
     end_cursor: bytes | None = None
 
+    def build(self, namespace: str, gql: Any = None) -> Query:
+        return Query(
+            kind=self.kind,
+            namespace=namespace,
+            filter=self.filter,
+            order=self.order,
+            projection=self.projection,
+            distinct_on=self.distinct_on,
+            keys_only=self.keys_only,
+            limit=self.limit,
+            offset=self.offset,
+            start_cursor=self.start_cursor,
+            end_cursor=self.end_cursor,
+            gql=gql,
+        )
+
 
 class Parser(TokenStream):
     """Recursive descent over the token list; one method per grammar rule."""
@@ -120,9 +139,18 @@ class Parser(TokenStream):
     # query
 
     def query(self) -> Parts:
-        parts = Parts()
+        """An ordinary query, the whole text."""
         if self.at_word("AGGREGATE"):
-            self.error("aggregation queries (AGGREGATE ... OVER) are not supported", self.tok)
+            self.error("AGGREGATE ... OVER is an aggregation query; parse it with gql.parse_aggregation()", self.tok)
+        token = self.peek()
+        if self.at_word("SELECT") and self.at_word(*AGGREGATES, token=token) and self.at_punct("(", self.peek(2)):
+            self.error(f"{token.word}(...) makes this an aggregation query; parse it with gql.parse_aggregation()", token)
+        return self.select_query(closing=False)
+
+    def select_query(self, *, closing: bool) -> Parts:
+        """``SELECT ...`` up to the end of the text, or (``closing``) up to
+        the ``)`` that closes ``AGGREGATE ... OVER (``."""
+        parts = Parts()
         self.expect_word("SELECT")
         starred = self.select(parts)
         clauses = ["FROM", "WHERE", "ORDER BY", "LIMIT", "OFFSET"]
@@ -155,8 +183,8 @@ class Parser(TokenStream):
             clauses.remove(word.word)
             extra = []
             self.limit(parts) if word.word == "LIMIT" else self.offset(parts)
-        if self.tok.kind != END:
-            self.fail_clause(extra + clauses + ["the end of the query"])
+        if self.tok.kind != END and not (closing and self.at_punct(")")):
+            self.fail_clause(extra + clauses + ["')' to close OVER (" if closing else "the end of the query"])
         return parts
 
     def select(self, parts: Parts) -> bool:
@@ -178,8 +206,12 @@ class Parser(TokenStream):
             self.advance()
             parts.distinct_on = distinct_on
             return True
-        if self.at_call(*_AGGREGATES):
-            self.error(f"aggregation queries ({self.tok.word}(...)) are not supported", self.tok)
+        if self.at_call(*AGGREGATES):
+            # A top-level SELECT COUNT(...) never gets here (see query()).
+            why = "aggregations cannot be DISTINCT" if distinct or distinct_on else (
+                "an aggregation cannot be nested in the query AGGREGATE ... OVER (...) runs over"
+            )
+            self.error(f"{self.tok.word}(...) here: {why}", self.tok)
         names = self.name_list("'*', __key__ or a property name")
         if names == (KEY_PROPERTY,):
             parts.keys_only = True

@@ -1,11 +1,13 @@
-"""``Query`` back to GQL text, for ``gql.to_gql``.
+"""``Query`` and ``AggregationQuery`` back to GQL text, for ``gql.to_gql``.
 
 Why every value becomes a binding: no value is ever pasted into the text,
 so there is no quoting to get wrong and nothing to inject, and the text
 round-trips through ``gql.parse`` with the same values (a ``Key`` stays a
 ``Key``, a ``bytes`` stays ``bytes``). Names are always backtick-quoted
 (except ``__key__``), so a property called ``from`` or ``order`` needs no
-special case.
+special case. An aggregation always prints as ``AGGREGATE ... OVER (...)``,
+the one form that can carry ORDER BY, LIMIT and OFFSET; ``COUNT_UP_TO``'s
+count is the one number written out, because Datastore takes no binding there.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from gds_counter._checks import is_int
-from gds_counter.errors import GQLError
-from gds_counter.gateway.query import KEY_PROPERTY, Cursor, Filter, PropertyFilter, Query
+from gds_counter.errors import BadValueError, GQLError
+from gds_counter.gateway.aggregation import check_aggregation
+from gds_counter.gateway.query import KEY_PROPERTY, Aggregation, AggregationQuery, Cursor, Filter, PropertyFilter, Query
 
 __all__ = ["Printer"]
 
@@ -55,6 +58,24 @@ class Printer:
             words += ["ORDER BY", orders]
         words += self.paging(query)
         return " ".join(words)
+
+    def aggregation(self, aggregation: AggregationQuery) -> str:
+        try:
+            check_aggregation(aggregation)
+        except BadValueError as exc:
+            raise GQLError(f"cannot print this aggregation: {exc}") from None
+        items = ", ".join(self.aggregate(item) for item in aggregation.aggregations)
+        return f"AGGREGATE {items} OVER ({self.query(aggregation.query)})"
+
+    @staticmethod
+    def aggregate(item: Aggregation) -> str:
+        if item.kind == "COUNT":
+            text = "COUNT(*)"
+        elif item.kind == "COUNT_UP_TO":
+            text = f"COUNT_UP_TO({item.up_to})"
+        else:
+            text = f"{item.kind}({_quote(item.property)})"
+        return f"{text} AS {_quote(item.alias)}" if item.alias else text
 
     def select(self, query: Query) -> str:
         projection = ", ".join(_quote(name) for name in query.projection)

@@ -1,4 +1,4 @@
-"""GQL text to structured ``Query``, and back.
+"""GQL text to structured ``Query`` (or ``AggregationQuery``), and back.
 
 Why a parser of our own: the embedded SQLite gateway has no GQL engine, and
 php-gds's regex "parser" lost conditions (a lower-case ``and``), split
@@ -10,8 +10,9 @@ send the original text (``Query.gql``) to the server.
 
 This module is the public face; the work is done by ``_gql_lexer`` (text to
 tokens), ``_gql_values`` (bound values and BLOB/DATETIME literals to the
-gateway's types), ``_gql_parser`` (tokens to query parts) and
-``_gql_printer`` (``Query`` back to text).
+gateway's types), ``_gql_parser`` (tokens to query parts),
+``_gql_aggregation`` (the aggregations around a query) and ``_gql_printer``
+(``Query`` and ``AggregationQuery`` back to text).
 
 The grammar is Cloud Datastore's GQL reference (v1 API)::
 
@@ -21,6 +22,13 @@ The grammar is Cloud Datastore's GQL reference (v1 API)::
     [ ORDER BY ( <name> [ ASC | DESC ] )+, ]
     [ LIMIT ( <result-position> | FIRST ( <result-position> , <result-position> ) ) ]
     [ OFFSET <result-position> [ + <result-position> ] ]
+
+and, for aggregation queries (``parse_aggregation``)::
+
+    SELECT <aggregation>+, [ FROM <kind> ] [ WHERE <compound-condition> ]
+    AGGREGATE <aggregation>+, OVER ( <query> )
+
+    <aggregation> := ( COUNT(*) | COUNT_UP_TO(<integer>) | SUM(<name>) | AVG(<name>) ) [ AS <alias> ]
 
 Decisions where the reference leaves room, or where we differ from it:
 
@@ -75,8 +83,28 @@ Decisions where the reference leaves room, or where we differ from it:
   bindings (lists as ``list``, cursors as ``Cursor``) so a gateway can send
   cursors as cursors and values as values.
 
-Not supported: aggregation queries (COUNT, SUM, AVG, AGGREGATE ... OVER),
-because ``Query`` has no aggregation; they fail with a message saying so.
+Aggregations, as Cloud Datastore's GQL has them (checked against the
+Firestore emulator in Datastore mode, which also runs the results' rules:
+see ``gds_counter.gateway.aggregation``):
+
+* ``parse`` returns ``Query`` and refuses an aggregation (pointing at
+  ``parse_aggregation``); ``parse_aggregation`` returns ``AggregationQuery``
+  and refuses an ordinary query. Bindings work in the query either way.
+* One to five aggregations. ``COUNT(*)`` only (``COUNT(p)`` is refused);
+  ``COUNT_UP_TO`` takes a non-negative integer literal, not a binding;
+  ``SUM``/``AVG`` take a (dotted) property name, never ``__key__``.
+* ``AS alias`` is optional; without it Datastore names the result
+  ``property_1``, ``property_2``... counting the aggregations without an
+  alias, and an alias that clashes with one of those (or another alias) is
+  an error. Aliases of the form ``__x__`` are reserved. Unquoted, neither an
+  alias nor an aggregated property may be one of ``_gql_aggregation.
+  AGGREGATION_RESERVED`` (GQL keywords and COUNT, SUM, AVG, AS, OVER,
+  AGGREGATE...): Datastore's GQL refuses them there, so quote them.
+* ``SELECT COUNT(*) ...`` takes only FROM and WHERE (Datastore refuses ORDER
+  BY, LIMIT and OFFSET there); ``AGGREGATE ... OVER (<query>)`` takes any
+  query, including ORDER BY, LIMIT, OFFSET, cursors and projections, in
+  parentheses, and nothing after them.
+* ``to_gql`` prints an aggregation as ``AGGREGATE ... OVER (...)``.
 """
 
 from __future__ import annotations
@@ -84,14 +112,14 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from gds_counter.errors import GQLError
-from gds_counter.gateway.query import Cursor, Query
+from gds_counter.gateway.query import AggregationQuery, Cursor, Query
+from gds_counter.gds._gql_aggregation import AggregationParser
 from gds_counter.gds._gql_lexer import Lexer
-from gds_counter.gds._gql_parser import Parser
 from gds_counter.gds._gql_printer import Printer
 from gds_counter.gds._gql_values import Bindings
 
 # Cursor is re-exported: callers bind it at LIMIT / OFFSET positions.
-__all__ = ["Cursor", "parse", "to_gql"]
+__all__ = ["Cursor", "parse", "parse_aggregation", "to_gql"]
 
 
 def parse(
@@ -105,35 +133,44 @@ def parse(
     Raises only ``GQLError``; syntax errors name the 1-based column and the
     token found there, and ``GQLError.position`` is the 0-based offset.
     """
+    parser, bound = _parser(text, bindings, namespace)
+    parts = parser.query()  # an AggregationParser parses ordinary queries too
+    return parts.build(namespace, gql=bound.source(text))
+
+
+def parse_aggregation(
+    text: str,
+    bindings: Mapping[Any, Any] | Sequence[Any] | None = None,
+    *,
+    namespace: str = "",
+) -> AggregationQuery:
+    """Parse and bind an aggregation query (``SELECT COUNT(*) ...`` or
+    ``AGGREGATE ... OVER (...)``) into an ``AggregationQuery`` whose query is
+    in ``namespace``. Raises only ``GQLError``, as ``parse`` does."""
+    parser, bound = _parser(text, bindings, namespace)
+    parts = parser.aggregation_query()
+    return parts.build(namespace, gql=bound.source(text))
+
+
+def _parser(text: str, bindings: Any, namespace: str) -> tuple[AggregationParser, Bindings]:
     if not isinstance(text, str):
         raise GQLError(f"GQL must be text (str), not {type(text).__name__}")
     bound = Bindings(bindings)
-    tokens = Lexer(text).tokens()
-    parts = Parser(tokens, bound, namespace or "").query()
-    return Query(
-        kind=parts.kind,
-        namespace=namespace,
-        filter=parts.filter,
-        order=parts.order,
-        projection=parts.projection,
-        distinct_on=parts.distinct_on,
-        keys_only=parts.keys_only,
-        limit=parts.limit,
-        offset=parts.offset,
-        start_cursor=parts.start_cursor,
-        end_cursor=parts.end_cursor,
-        gql=bound.source(text),
-    )
+    return AggregationParser(Lexer(text).tokens(), bound, namespace or ""), bound
 
 
-def to_gql(query: Query) -> tuple[str, dict[str, Any]]:
+def to_gql(query: Query | AggregationQuery) -> tuple[str, dict[str, Any]]:
     """Print ``query`` as GQL text plus named bindings holding every value.
 
     ``parse(text, bindings, namespace=query.namespace) == query`` for every
     query ``parse`` could have produced: filters in canonical form (no
     single-child or same-operator nested groups), IN values as tuples, and
     no plain ``projection == ("__key__",)`` (that is ``keys_only``). GQL has
-    no namespace clause, hence the namespace argument.
+    no namespace clause, hence the namespace argument. An
+    ``AggregationQuery`` prints as ``AGGREGATE ... OVER (...)`` and
+    ``parse_aggregation`` gives it back the same way.
     """
     printer = Printer()
+    if isinstance(query, AggregationQuery):
+        return printer.aggregation(query), printer.bindings
     return printer.query(query), printer.bindings

@@ -68,7 +68,7 @@ from gds_counter.gateway.base import Gateway, is_gateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import CommitResult, Mutation
-from gds_counter.gateway.query import Query, QueryResult
+from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
 from gds_counter.gateway.stats import Stats
 from gds_counter.gateway.values import RawEntity
 
@@ -293,6 +293,10 @@ class FaultyGateway:
         if fault == DEADLINE_EXCEEDED:
             self._fail_after("run_query")
         return result
+
+    def run_aggregation(self, aggregation: AggregationQuery, *, transaction: bytes | None = None) -> AggregationResult:
+        # Passed through without faults: the injector's calls are the six RPCs above and below.
+        return self.inner.run_aggregation(aggregation, transaction=transaction)
 
     def begin_transaction(self, *, read_only: bool = False) -> bytes:
         fault = self.injector.draw("begin_transaction")

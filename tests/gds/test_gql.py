@@ -465,8 +465,8 @@ ERRORS: list[tuple[str, str, Any, str, int | None]] = [
     ("bindings-str", "SELECT * FROM K", "abc", "bindings must be a mapping or a sequence, not str", None),
     ("binding-key-type", "SELECT * FROM K", {1.5: 1}, "binding key 1.5 must be a name", None),
     ("binding-bad-name", "SELECT * FROM K", {"a-b": 1}, "binding name 'a-b' is not a GQL name", None),
-    ("aggregation", "SELECT COUNT(*) FROM K", None, "aggregation queries (COUNT(...)) are not supported", 7),
-    ("aggregate-over", "AGGREGATE COUNT(*) OVER (SELECT * FROM K)", None, "aggregation queries (AGGREGATE ... OVER) are not supported", 0),
+    ("aggregation", "SELECT COUNT(*) FROM K", None, "COUNT(...) makes this an aggregation query; parse it with gql.parse_aggregation()", 7),
+    ("aggregate-over", "AGGREGATE COUNT(*) OVER (SELECT * FROM K)", None, "AGGREGATE ... OVER is an aggregation query; parse it with gql.parse_aggregation()", 0),
     ("trailing-junk", "SELECT * FROM K LIMIT 1 OFFSET 2 x", None, "expected the end of the query at column 34 near 'x'", 33),
     ("long-token-shortened", "SELECT * FROM K " + "x" * 100, None, "near '" + "x" * 30 + "...'", 16),
 ]

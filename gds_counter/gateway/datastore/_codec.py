@@ -6,8 +6,8 @@ why not google.cloud.datastore's entities), so this is where php-gds's wire
 format is decided: index flags go on each list element (Datastore rejects
 ``exclude_from_indexes`` on an array value), an empty embedded entity is still
 sent as set, an empty property mask is sent as ``__key__`` (an empty mask
-would mean "write everything"), and a GQL cursor binding travels in its own
-field.
+would mean "write everything"), a GQL cursor binding travels in its own
+field, and every aggregation is sent with its alias spelled out.
 
 Raw protobuf classes, not proto-plus wrappers: they are faster, and they
 expose HasField/WhichOneof, which the value mapping needs. Keys carry no
@@ -28,7 +28,7 @@ from google.cloud.datastore_v1.types import query as _qry
 from gds_counter.errors import BadValueError, GatewayError
 from gds_counter.gateway.keys import Key, PathElement
 from gds_counter.gateway.mutations import Mutation, Upsert
-from gds_counter.gateway.query import CompositeFilter, Cursor, Filter, PropertyFilter, Query
+from gds_counter.gateway.query import AggregationQuery, CompositeFilter, Cursor, Filter, PropertyFilter, Query
 from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity
 
 _ValuePb = _ent.Value.pb()
@@ -41,6 +41,7 @@ _GqlQueryPb = _qry.GqlQuery.pb()
 _PropertyFilterPb = _qry.PropertyFilter.pb()
 _CompositeFilterPb = _qry.CompositeFilter.pb()
 _PropertyOrderPb = _qry.PropertyOrder.pb()
+_AggregationQueryPb = _qry.AggregationQuery.pb()
 
 _UTC = _dt.timezone.utc
 
@@ -238,6 +239,30 @@ class Codec:
             pb.start_cursor = query.start_cursor
         if query.end_cursor:
             pb.end_cursor = query.end_cursor
+        return pb
+
+    def aggregation_to_pb(self, aggregation: AggregationQuery, extra_count: str | None = None) -> Any:
+        """An ``AggregationQuery`` protobuf. Aliases are always sent (the
+        defaults too), so the server names results as ``aliases()`` does;
+        ``extra_count`` adds a ``COUNT(*)`` under that alias."""
+        pb = _AggregationQueryPb()
+        pb.nested_query.CopyFrom(self.query_to_pb(aggregation.query))
+        for item, alias in zip(aggregation.aggregations, aggregation.aliases()):
+            out = pb.aggregations.add()
+            out.alias = alias
+            if item.kind == "COUNT":
+                out.count.SetInParent()
+            elif item.kind == "COUNT_UP_TO":
+                out.count.up_to.value = item.up_to or 0
+                out.count.up_to.SetInParent()  # up_to 0 must still be sent: absent means no bound
+            elif item.kind == "SUM":
+                out.sum.property.name = item.property or ""
+            else:
+                out.avg.property.name = item.property or ""
+        if extra_count is not None:
+            extra = pb.aggregations.add()
+            extra.alias = extra_count
+            extra.count.SetInParent()
         return pb
 
     def gql_to_pb(self, query: Query) -> Any:

@@ -5,8 +5,9 @@ BY __key__ ASC``; ``query()`` remembers a query that ``fetch_one`` (LIMIT 1),
 ``fetch_all`` and ``fetch_page`` (cursor paging) then run; batch lookups keep
 input order; ``begin_transaction()`` makes the next write transactional and
 is used up by it. Added for Python: ``with store.transaction():``,
-``run_in_transaction`` with backoff, and ``fetch_all`` that follows every
-batch instead of stopping at the first.
+``run_in_transaction`` with backoff, ``fetch_all`` that follows every
+batch instead of stopping at the first, and aggregations run by the server
+(``count``, ``sum``, ``avg``, ``aggregate``).
 
 Transaction state is per thread, so one Store may be shared by threads.
 """
@@ -34,7 +35,7 @@ from gds_counter.gateway import resolve_gateway
 from gds_counter.gateway.base import Gateway, iterate_batches
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Increment, Mutation, Upsert
-from gds_counter.gateway.query import Order, PropertyFilter, Query
+from gds_counter.gateway.query import Aggregation, AggregationQuery, Order, PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds import gql
 from gds_counter.gds.entity import Entity, parent_key
@@ -333,6 +334,78 @@ class Store:
             found.extend(from_raw(raw, self._schema) for raw in batch.entities)
             self._cursor = batch.end_cursor
         return found
+
+    # --- aggregations ---------------------------------------------------------
+
+    def count(
+        self, query: str | Query | None = None, bindings: Any = None, *, up_to: int | None = None
+    ) -> int:
+        """How many results ``query`` has (GQL text or a Query; None: the
+        remembered query, LIMIT and OFFSET included), counted by the server:
+        one RPC and one entity read per started 1,000 index entries, however
+        many there are. ``up_to`` stops counting there (``COUNT_UP_TO``),
+        which also stops the cost. Like every aggregation here it leaves the
+        remembered query and the cursor alone, and inside a transaction it
+        reads in the transaction."""
+        if up_to is not None:
+            check_int(up_to, "count up_to", low=0)
+        item = Aggregation.count() if up_to is None else Aggregation.count_up_to(up_to)
+        return int(self._aggregate_one(item, query, bindings))
+
+    def sum(self, name: str, query: str | Query | None = None, bindings: Any = None) -> int | float:
+        """The sum of property ``name`` over ``query``'s results, by the
+        server: only indexed numbers count (each list element; integers,
+        doubles and, as integer microseconds, datetimes); an int when all
+        were ints and the total fits in 64 bits, else a float; 0 for none."""
+        self._check_aggregated(name, "sum")
+        value: int | float = self._aggregate_one(Aggregation.sum(name), query, bindings)
+        return value
+
+    def avg(self, name: str, query: str | Query | None = None, bindings: Any = None) -> float | None:
+        """The average of property ``name`` over ``query``'s results (the
+        values ``sum`` counts), as a float; None when there are none."""
+        self._check_aggregated(name, "avg")
+        value: float | None = self._aggregate_one(Aggregation.avg(name), query, bindings)
+        return value
+
+    def aggregate(self, query: str | AggregationQuery, bindings: Any = None) -> dict[str, Any]:
+        """Run an aggregation query (GQL ``SELECT COUNT(*) AS n ... `` or
+        ``AGGREGATE ... OVER (...)``, or an ``AggregationQuery``) and return
+        its values by alias, in order (unnamed ones are ``property_1``, ...)."""
+        if isinstance(query, str):
+            aggregation = gql.parse_aggregation(query, bindings, namespace=self._namespace)
+        elif isinstance(query, AggregationQuery):
+            if bindings:
+                raise GQLError("bindings are only for GQL text; an AggregationQuery holds its values")
+            aggregation = query if query.query.namespace else query.replace(query=query.query.replace(namespace=self._namespace))
+        else:
+            raise GQLError(f"an aggregation is GQL text or an AggregationQuery, got {type(query).__name__} {query!r}")
+        return dict(self._gateway.run_aggregation(aggregation, transaction=self._read_token()))
+
+    def _aggregate_one(self, item: Aggregation, query: str | Query | None, bindings: Any) -> Any:
+        if query is None:
+            if bindings:
+                raise GQLError("bindings are only for GQL text; no query was given")
+            over = self._query
+        elif isinstance(query, Query):
+            if bindings:
+                raise GQLError("bindings are only for GQL text; a structured Query holds its values")
+            over = query if query.namespace else query.replace(namespace=self._namespace)
+        elif isinstance(query, str):
+            over = gql.parse(query, bindings, namespace=self._namespace)
+        else:
+            raise GQLError(f"a query is GQL text or a Query, got {type(query).__name__} {query!r}")
+        result = self._gateway.run_aggregation(AggregationQuery(over, (item,)), transaction=self._read_token())
+        return next(iter(result.values()))
+
+    def _check_aggregated(self, name: Any, what: str) -> None:
+        """A property the schema keeps out of the indexes would always add
+        up to nothing (Datastore aggregates index entries): say so instead."""
+        if isinstance(name, str) and not self._schema.is_indexed(name):
+            raise SchemaError(
+                f"{what}({name!r}): {self._schema.kind} stores {name!r} unindexed, and Datastore aggregates only "
+                "indexed values; index it in the schema"
+            )
 
     # --- transactions --------------------------------------------------------
 

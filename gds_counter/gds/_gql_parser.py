@@ -183,7 +183,7 @@ class Parser(TokenStream):
             clauses.remove(word.word)
             extra = []
             self.limit(parts) if word.word == "LIMIT" else self.offset(parts)
-        if self.tok.kind != END and not (closing and self.at_punct(")")):
+        if not (self.at_punct(")") if closing else self.tok.kind == END):
             self.fail_clause(extra + clauses + ["')' to close OVER (" if closing else "the end of the query"])
         return parts
 

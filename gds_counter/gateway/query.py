@@ -227,12 +227,13 @@ class AggregationQuery:
         return attrs.evolve(self, **changes)
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class AggregationResult(Mapping[str, Any]):
     """One value per alias, in the aggregations' order: an ``int`` for
     ``COUNT`` and ``COUNT_UP_TO``; for ``SUM`` an ``int`` when every value
     summed was an integer and the total fits in 64 bits, else a ``float``;
-    for ``AVG`` a ``float``, or None when there was nothing to average."""
+    for ``AVG`` a ``float``, or None when there was nothing to average.
+    It compares equal to any mapping with the same items (a ``dict``)."""
 
     pairs: tuple[tuple[str, Any], ...]
 

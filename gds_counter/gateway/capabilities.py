@@ -28,7 +28,13 @@ class Capabilities:
     ``not_equal_in_or``
         ``!=``, ``IN``, ``NOT IN`` and ``OR`` filters run.
     ``aggregation``
-        Aggregation queries (``COUNT``, ``SUM``, ``AVG``) run.
+        Aggregation queries (``COUNT``, ``COUNT_UP_TO``, ``SUM``, ``AVG``)
+        run: natively on Cloud Datastore and the Firestore emulator (the
+        probe sends one ``COUNT(*)``), and on the embedded engine, which
+        computes them from the query's index rows (``gateway.aggregation``).
+        The legacy Datastore emulator does not implement
+        ``RunAggregationQuery``: there ``run_aggregation`` raises
+        ``GatewayError``, sending nothing once this is known.
     """
 
     applies_transforms: bool

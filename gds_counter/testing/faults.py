@@ -20,7 +20,8 @@ can reconcile what it saw with what was stored:
     ``UNAVAILABLE``        raises ``Unavailable`` before the call; nothing applied
     ``DEADLINE_EXCEEDED``  makes the call, drops its answer, then raises: for a
                            commit ``CommitUnknown`` (it WAS applied, the caller
-                           cannot know), for other calls ``GatewayError``
+                           cannot know), for other calls ``Unavailable`` (as
+                           the Datastore gateway does: a read applies nothing)
     ``RESOURCE_EXHAUSTED`` raises ``GatewayError`` before the call (what the
                            Datastore gateway raises when quota retries run out);
                            nothing applied
@@ -99,10 +100,6 @@ CALLS = ("lookup", "run_query", "begin_transaction", "commit", "rollback", "allo
 
 GATEWAY_FAULTS = (ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED)
 RPC_FAULTS = (ABORTED, UNAVAILABLE, UNAVAILABLE_AFTER, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED)
-
-#: Faults whose request reached the server and was applied before the error.
-APPLIED_FAULTS = frozenset({DEADLINE_EXCEEDED, UNAVAILABLE_AFTER})
-
 
 class FaultInjector:
     """Seeded decisions and a record of what was injected. Thread-safe.
@@ -274,7 +271,7 @@ class FaultyGateway:
                 "commit outcome unknown (it may or may not have been applied): injected DEADLINE_EXCEEDED "
                 "after the commit was applied"
             )
-        raise GatewayError(f"{call} failed: DeadlineExceeded: injected DEADLINE_EXCEEDED")
+        raise Unavailable(f"{call}: injected DEADLINE_EXCEEDED; a read applies nothing")
 
     def lookup(self, keys: Sequence[Key], *, transaction: bytes | None = None) -> list[RawEntity | None]:
         fault = self.injector.draw("lookup")

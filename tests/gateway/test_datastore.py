@@ -504,9 +504,10 @@ def test_datastore_emulator_silently_ignores_increments_and_masks(datastore_gate
 def test_capabilities_are_probed_once_on_a_throwaway_entity(datastore_emulator: Any, firestore_emulator: Any) -> None:
     expected = {
         # legacy emulator: ignores transforms and masks, refuses != / IN / OR
+        # (and answers aggregations with UNIMPLEMENTED)
         "datastore": Capabilities(applies_transforms=False, indexes_transformed=False, not_equal_in_or=False),
-        # Firestore emulator: applies them, and indexes what a transform wrote
-        "firestore": Capabilities(applies_transforms=True, indexes_transformed=True, not_equal_in_or=True),
+        # Firestore emulator: applies them, indexes what a transform wrote, runs aggregations
+        "firestore": Capabilities(applies_transforms=True, indexes_transformed=True, not_equal_in_or=True, aggregation=True),
     }
     for emulator in (datastore_emulator, firestore_emulator):
         gw = DatastoreGateway(emulator.project, f"probe-{uuid.uuid4().hex}", emulator_host=emulator.host)
@@ -590,7 +591,7 @@ def test_commit_is_never_retried_when_its_outcome_is_unknown(exc: Exception, ide
     (UNAVAILABLE_AMBIGUOUS, "commit", CommitUnknown),
     (UNAVAILABLE_NOT_SENT, "commit", Unavailable),
     (UNAVAILABLE_AMBIGUOUS, "lookup", Unavailable),
-    (gexc.DeadlineExceeded("slow"), "lookup", GatewayError),
+    (gexc.DeadlineExceeded("slow"), "lookup", Unavailable),  # a read that timed out: nothing applied, retry it
     (gexc.InvalidArgument("bad key"), "commit", BadValueError),
     (gexc.PermissionDenied("no"), "run_query", GatewayError),
 ])

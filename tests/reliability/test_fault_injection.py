@@ -242,7 +242,8 @@ def test_an_increment_never_retries_an_unknown_commit(memory):
 def test_increment_says_it_counted_when_only_reading_the_total_failed(memory):
     """increment() is add() then a read. If the read fails, the increment is
     already stored: the caller must learn that, not retry into a double count."""
-    gw = FaultyGateway(memory, script={"lookup": [None, RESOURCE_EXHAUSTED]})
+    # the total is read by the article's target query (the PHP layout's read)
+    gw = FaultyGateway(memory, script={"run_query": [RESOURCE_EXHAUSTED]})
     counter = counter_on(gw, "transactional")
     with pytest.raises(TotalUnavailable, match="WAS counted") as raised:
         counter.increment(3)

@@ -1,6 +1,7 @@
 """Counters shared by threads, where reads and writes interleave: what a
-reader is shown must always be a total that was true, the cache included,
-and a writer stuck in the lock must not stall everyone for minutes."""
+reader is shown must always be a total that was true, the cache included;
+a writer stuck in the lock must not stall everyone for minutes; and an
+increment past 64 bits is raised, never silently saturated."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ import pytest
 from freezegun import freeze_time
 
 from gds_counter.counter import CountCache, CounterShardDS, GeneralCounter
-from gds_counter.errors import Contention
+from gds_counter.errors import BadValueError, Contention
 from gds_counter.gateway import open_gateway
+from gds_counter.gateway.mutations import Upsert
 from gds_counter.gds import RetryPolicy
 
 
-def test_a_read_that_overlaps_another_threads_growth_still_reads_every_shard(tmp_path):
+def test_a_read_that_overlaps_another_threads_growth_still_reads_every_shard(tmp_path, tally):
     """Thread A's lookup returns the config (40 shards) and 20 shards; before
     A looks at the config, thread B learns the 40 on the same counter object.
     A must still read shards 21..40 itself, not conclude there is nothing more."""
@@ -47,11 +49,13 @@ def test_a_read_that_overlaps_another_threads_growth_still_reads_every_shard(tmp
     totals["B"] = shared.get_count(method="lookup")
     b_done.set()
     a.join()
+    tally.add("counter: a read overlapping another thread's growth", operations=200, faults_injected=1,
+              increments_lost=200 - totals["A"])
     assert totals == {"A": 200, "B": 200}
     gateway.close()
 
 
-def test_cached_totals_are_always_true_under_concurrent_writers_and_readers(tmp_path):
+def test_cached_totals_are_always_true_under_concurrent_writers_and_readers(tmp_path, tally):
     """8 writers and 4 readers on one cached counter: every total a reader is
     shown lies between the adds finished before its read began and the adds
     begun before it ended; one reader's totals never go backwards; and an
@@ -98,8 +102,11 @@ def test_cached_totals_are_always_true_under_concurrent_writers_and_readers(tmp_
     stop.set()
     for thread in readers:
         thread.join()
+    final = counter.get_count()
+    tally.add("counter: cache under 8 writers and 4 readers", operations=480, increments_lost=max(0, 480 - final),
+              double_counts=sum("showed" in p for p in problems) + max(0, final - 480))
     assert problems == []
-    assert counter.get_count() == 480 == counter.get_count(method="query")
+    assert final == 480 == counter.get_count(method="query")
     gateway.close()
 
 
@@ -120,7 +127,7 @@ def gateway():
     gw.close()
 
 
-def test_a_writer_stuck_in_the_lock_costs_a_call_its_deadline_not_minutes(tmp_path):
+def test_a_writer_stuck_in_the_lock_costs_a_call_its_deadline_not_minutes(tmp_path, tally):
     """Another process holds SQLite's write lock and never lets go. Each
     attempt waits for the lock until the engine's busy timeout; the retry
     deadline stops new attempts, so one call raises ``Contention`` within the
@@ -151,5 +158,25 @@ def test_a_writer_stuck_in_the_lock_costs_a_call_its_deadline_not_minutes(tmp_pa
         stuck.execute("ROLLBACK")
         stuck.close()
         fresh.close()
+    tally.add("counter: a writer stuck in SQLite's lock (retry deadline)", operations=2, faults_injected=1,
+              increments_lost=1 - counter.get_count())
     assert counter.get_count() == 1  # nothing half-counted
     gateway.close()
+
+
+@pytest.mark.parametrize("name", ["memory", "sqlite", "firestore"])
+def test_an_increment_that_would_pass_64_bits_raises_naming_the_shard(make_gateway, name, tally):
+    """Exactly or raised: the embedded engine refuses before writing; Datastore
+    saturates at 2**63-1 without an error, which the counter reports."""
+    any_gateway = make_gateway(name)
+    counter = CounterShardDS("Counter Test", 1, num_shards=1, gateway=any_gateway, strategy="increment")
+    key = counter.layout.shard_key(counter.name, 1, counter.namespace)
+    any_gateway.commit([Upsert(counter.layout.shard_entity(counter.name, 1, 2**63 - 2, counter.namespace))])
+    with pytest.raises(BadValueError, match="Counter Test_1_1"):
+        counter.add(5)
+    [stored] = any_gateway.lookup([key])
+    assert stored.properties["count"] in (2**63 - 2, 2**63 - 1)  # unchanged, or saturated and reported
+    transactional = CounterShardDS("Counter Test", 1, num_shards=1, gateway=any_gateway, strategy="transactional")
+    with pytest.raises(BadValueError, match=r"Counter Test_1_1.*64 bits"):
+        transactional.add(5)
+    tally.add("counter: increments past 64 bits (embedded, Firestore emulator)", operations=2, hostile_inputs=2)

@@ -146,6 +146,17 @@ def open_backends(kinds: Sequence[str]) -> Iterator[dict[str, Backend]]:
 
 PHP_KIND = CounterShardEntity.kind()
 
+_shard_classes: dict[str, type[CounterShardEntity]] = {}
+
+
+def shard_entity_class(prefix: str) -> type[CounterShardEntity]:
+    """``CounterShardEntity`` with ``KIND_PFX = prefix`` (PHP's constant for
+    this), one class per prefix: ``CounterShardDS(..., store=Store(cls, gw))``
+    then counts in kind ``prefix + "IK_CounterShardEntity"``."""
+    if prefix not in _shard_classes:
+        _shard_classes[prefix] = type(f"{prefix}CounterShardEntity", (CounterShardEntity,), {"KIND_PFX": prefix})
+    return _shard_classes[prefix]
+
 
 class PhpArticleCounter:
     """The PHP article's ``CounterShardDS`` on our php-gds port (``Store``):
@@ -181,23 +192,24 @@ class PhpArticleClient:
     writes it (``target`` indexed, ``count`` excluded from indexes). A
     Client is thread-safe; one instance per thread is still cheap."""
 
-    def __init__(self, client: Any, target_type: str, target_id: Any, num_shards: int) -> None:
+    def __init__(self, client: Any, target_type: str, target_id: Any, num_shards: int, kind: str = PHP_KIND) -> None:
         from google.cloud import datastore
 
         self.datastore = datastore
         self.client = client
         self.target = f"{target_type}_{target_id}"
         self.num_shards = num_shards
+        self.kind = kind
 
     def get_count(self) -> int:
-        query = self.client.query(kind=PHP_KIND)
+        query = self.client.query(kind=self.kind)
         query.add_filter(filter=self.datastore.query.PropertyFilter("target", "=", self.target))
         return sum(int(shard["count"]) for shard in query.fetch())
 
     def increment(self) -> int:
         shard_num = random.randint(1, self.num_shards)
         cur_count = self.get_count()
-        key = self.client.key(PHP_KIND, f"{self.target}_{shard_num}")
+        key = self.client.key(self.kind, f"{self.target}_{shard_num}")
         shard = self.client.get(key)
         if shard is None:
             shard = self.datastore.Entity(key, exclude_from_indexes=("count",))
@@ -262,7 +274,7 @@ def google_client(spec: BackendSpec, stats: Stats | None = None) -> Any:
 RAW_KIND = "RawPut"
 
 
-def raw_put(client: Any, writer: int, entities: int) -> Callable[[], None]:
+def raw_put(client: Any, writer: int, entities: int, kind: str = RAW_KIND) -> Callable[[], None]:
     """One writer's op for the raw ceiling: ``Client.put`` of one entity of
     ``entities`` per commit, shaped like a PHP shard (``target`` indexed,
     ``count`` not), no read, no transaction. Writer ``i`` always writes
@@ -271,7 +283,7 @@ def raw_put(client: Any, writer: int, entities: int) -> Callable[[], None]:
     beat."""
     from google.cloud import datastore
 
-    key = client.key(RAW_KIND, f"Raw_1_{writer % entities + 1}")
+    key = client.key(kind, f"Raw_1_{writer % entities + 1}")
     serial = itertools.count(1)
 
     def put() -> None:

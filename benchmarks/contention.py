@@ -55,6 +55,7 @@ also writes ``docs/benchmarks/contention.json``, ``.txt`` and ``.png``).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
@@ -68,6 +69,7 @@ import attrs
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
+    RAW_KIND,
     REPO,
     RESULTS,
     Backend,
@@ -81,6 +83,7 @@ from _common import (  # noqa: E402
     parse_choices,
     progress,
     raw_put,
+    shard_entity_class,
     sqlite_connect,
     sqlite_total,
     sqlite_upsert,
@@ -92,6 +95,7 @@ from _workers import WorkerPool  # noqa: E402
 from gds_counter.counter import CounterShardDS  # noqa: E402
 from gds_counter.demo import new_figure  # noqa: E402
 from gds_counter.gateway.stats import Stats  # noqa: E402
+from gds_counter.gds.store import Store  # noqa: E402
 from gds_counter.load import LoadResult, run_load  # noqa: E402
 
 TARGET = ("Contention", 1)
@@ -151,6 +155,8 @@ class Job:
     threads: int
     duration: float
     shards: int
+    #: The run's kind prefix (KIND_PFX): see ``run_cell``.
+    kind_prefix: str = ""
     #: Index of this process's first writer among all the run's writers.
     first_writer: int = 0
 
@@ -218,8 +224,9 @@ class Part:
             client = google_client(spec, self.stats)
             self.closers.append(client.close)
             if series == "php-article":
-                return [PhpArticleClient(client, *TARGET, job.shards).increment for _ in range(n)]
-            return [raw_put(client, job.first_writer + i, job.shards) for i in range(n)]
+                kind = shard_entity_class(job.kind_prefix).kind()
+                return [PhpArticleClient(client, *TARGET, job.shards, kind).increment for _ in range(n)]
+            return [raw_put(client, job.first_writer + i, job.shards, job.kind_prefix + RAW_KIND) for i in range(n)]
         if series == "sqlite-upsert":
             conns = [sqlite_connect(spec.location) for _ in range(n)]
             self.closers.extend(conn.close for conn in conns)
@@ -228,7 +235,8 @@ class Part:
         self.closers.append(gateway.close)
         self.stats = gateway.stats
         strategy = "transactional" if series == "transactional" else "auto"
-        counter = CounterShardDS(*TARGET, job.shards, gateway=gateway, strategy=strategy)
+        store = Store(shard_entity_class(job.kind_prefix), gateway)
+        counter = CounterShardDS(*TARGET, job.shards, store=store, strategy=strategy)
         if series == "add":
             return [counter.add] * n
         self.totals = _Totals()
@@ -275,7 +283,7 @@ def _setup(series: str, spec: BackendSpec) -> None:
         spec.open_gateway().close()
 
 
-def _stored(series: str, spec: BackendSpec, shards: int) -> dict[str, Any]:
+def _stored(series: str, spec: BackendSpec, shards: int, prefix: str) -> dict[str, Any]:
     """What the storage holds after a run, read by a fresh reader."""
     if series == "raw-put":
         return {"stored": None}
@@ -283,14 +291,15 @@ def _stored(series: str, spec: BackendSpec, shards: int) -> dict[str, Any]:
         return {"stored": sqlite_total(spec.location)}
     gateway = spec.open_gateway()
     try:
-        ours = CounterShardDS(*TARGET, shards, gateway=gateway)
+        entity_class = shard_entity_class(prefix)
+        ours = CounterShardDS(*TARGET, shards, store=Store(entity_class, gateway))
         total = ours.get_count()  # the PHP layout's default read: the article's target query
         lookup = ours.get_count(method="lookup")
         if series != "php-article":
             return {"stored": total, "lookup_total": lookup}
         client = google_client(spec)
         try:
-            php = PhpArticleClient(client, *TARGET, shards).get_count()  # the PHP reader's own total
+            php = PhpArticleClient(client, *TARGET, shards, entity_class.kind()).get_count()  # the PHP reader's
         finally:
             client.close()
         return {"stored": php, "ours_read": total, "lookup_total": lookup}
@@ -298,11 +307,22 @@ def _stored(series: str, spec: BackendSpec, shards: int) -> dict[str, Any]:
         gateway.close()
 
 
+_cells = itertools.count(1)
+
+
 def run_cell(pool: WorkerPool, backend: Backend, series: str, layout: Layout, duration: float,
              shards: int, phase: str, repeat: int | None) -> dict[str, Any]:
+    """One run of one series in one layout, in a namespace (or SQLite file)
+    of its own and with a kind of its own: ``KIND_PFX`` ``"R<n>_"``. The
+    Firestore emulator's query time grows with every entity of the queried
+    kind in ALL namespaces, deleted ones included (measured: 20 shards in
+    each of 2,000 namespaces took a 20-shard target query from about 3 ms
+    to about 60 ms; entities of other kinds hardly matter), so with one kind for the whole benchmark each run would query
+    more slowly than the one before it."""
     spec = backend.fresh(series)
+    prefix = f"R{next(_cells)}_"
     _setup(series, spec)
-    jobs = [Job(series, spec, layout.threads, duration, shards, first_writer=p * layout.threads)
+    jobs = [Job(series, spec, layout.threads, duration, shards, prefix, first_writer=p * layout.threads)
             for p in range(layout.processes)]
     parts: list[PartResult] = pool.run(jobs)
     load = LoadResult()
@@ -312,7 +332,9 @@ def run_cell(pool: WorkerPool, backend: Backend, series: str, layout: Layout, du
         if stats is not None and part.stats is not None:
             for name, value in part.stats.items():
                 stats[name] = stats.get(name, 0) + value
-    return _row(series, layout, phase, repeat, load, stats, parts, _stored(series, spec, shards))
+    row = _row(series, layout, phase, repeat, load, stats, parts, _stored(series, spec, shards, prefix))
+    row["kind_prefix"] = prefix
+    return row
 
 
 def _row(series: str, layout: Layout, phase: str, repeat: int | None, load: LoadResult,

@@ -15,8 +15,13 @@ Value ordering follows what Datastore documents ("based on the internal
 representations") and what both official emulators do (checked by hand):
 null < integers and timestamps (one class, timestamps as microseconds since the
 epoch, interleaved with integers) < booleans < byte strings and unicode strings
-(one class, compared as bytes, strings as UTF-8, interleaved) < doubles <
-geopoints < keys. Inequality filters span types (``v < "b"`` also matches
+(one class, compared as bytes, strings as UTF-8, interleaved) < doubles
+(-inf < ... < -0.0 < 0.0 < ... < +inf < NaN; -0.0 never equals 0.0, NaN
+equals NaN, as on the Firestore emulator) < geopoints < keys.
+
+Files written before NaN and -0.0 took these encodings hold their old index
+rows (NaN below -inf, -0.0 as 0.0) until the entity is written again; see
+the README ("Deliberate differences from Datastore"). Inequality filters span types (``v < "b"`` also matches
 integers), and inequalities on one property must be met by one list element.
 
 Every encoding is prefix-free (fixed width, or escaped and terminated), so
@@ -57,8 +62,8 @@ def _i64(number: int) -> bytes:
 
 def _f64(number: float) -> bytes:
     if math.isnan(number):
-        return bytes(8)  # below -inf, as Datastore sorts NaN
-    (bits,) = struct.unpack(">Q", struct.pack(">d", number + 0.0))  # -0.0 == 0.0
+        return b"\xff" * 8  # above +inf, as Datastore sorts NaN (measured on the Firestore emulator); NaN = NaN
+    (bits,) = struct.unpack(">Q", struct.pack(">d", number))  # -0.0 sorts just below 0.0 and never equals it
     bits = bits ^ 0xFFFF_FFFF_FFFF_FFFF if bits >> 63 else bits | 1 << 63
     return bits.to_bytes(8, "big")
 

@@ -15,6 +15,7 @@ position in sort order is also its cursor.
 
 from __future__ import annotations
 
+import datetime as _dt
 import functools
 import itertools
 from collections import defaultdict
@@ -33,7 +34,9 @@ from gds_counter.gateway.embedded._encoding import (
 )
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, Order, PropertyFilter, Query
-from gds_counter.gateway.values import RawEntity
+from gds_counter.gateway.values import EPOCH, RawEntity
+
+_ONE_MICRO = _dt.timedelta(microseconds=1)
 
 _RANGE_OPS = {"<": bytes.__lt__, "<=": bytes.__le__, ">": bytes.__gt__, ">=": bytes.__ge__}
 _SQL_OPS = {"=": "=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "!=": "<>"}
@@ -151,6 +154,75 @@ def _top_level_ranges(f: Filter | None) -> dict[str, list[Callable[[bytes], bool
     return out
 
 
+_INEQUALITY_OPS = (*_RANGE_OPS, "!=", "NOT_IN")
+
+
+def _inequality_names(f: Filter | None) -> set[str]:
+    """Properties with an inequality anywhere in the filter (OR branches too):
+    Datastore reads them from an index ordered by them, so a query without
+    those sort orders still comes back in their order (by name), then key."""
+    if isinstance(f, PropertyFilter):
+        return {f.name} if f.op in _INEQUALITY_OPS and f.name != KEY_PROPERTY else set()
+    if isinstance(f, CompositeFilter):
+        return set().union(*(_inequality_names(child) for child in f.filters))
+    return set()
+
+
+def projected(value: Any) -> Any:
+    """A projected value as Datastore returns it from an index: a timestamp as
+    integer microseconds since the epoch, a byte string that is valid UTF-8 as
+    text (both share an index encoding with those types); the Store turns
+    them back by the schema, the same way on every gateway."""
+    if isinstance(value, _dt.datetime):
+        return (value - EPOCH) // _ONE_MICRO
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return value
+    return value
+
+
+def _conjuncts(f: Filter) -> list[Filter]:
+    """The top-level AND's members, nested ANDs flattened."""
+    if isinstance(f, CompositeFilter) and f.op == "AND":
+        return [leaf for child in f.filters for leaf in _conjuncts(child)]
+    return [f]
+
+
+def _leaves(f: Filter) -> Iterator[PropertyFilter]:
+    if isinstance(f, PropertyFilter):
+        yield f
+    else:
+        for child in f.filters:
+            yield from _leaves(child)
+
+
+def check_filter(f: Filter | None) -> None:
+    """Refuse what Datastore refuses (the Firestore emulator's rules and
+    messages): one ancestor at most (repeated, it is the same filter), at the top level (never inside an
+    OR); one != or NOT_IN at most; NOT_IN never with IN or OR."""
+    if f is None:
+        return
+    leaves = list(_leaves(f))
+    ancestors = [leaf for leaf in leaves if leaf.op == "HAS_ANCESTOR"]
+    top = _conjuncts(f)
+    if len({a.value for a in ancestors}) > 1 or any(not any(c is a for c in top) for a in ancestors):
+        raise BadValueError("All disjunctions must have a common and unique ancestor constraint.")
+    if sum(leaf.op in ("!=", "NOT_IN") for leaf in leaves) > 1:
+        raise BadValueError("Only a single 'NOT_EQUAL' or 'NOT_IN' is allowed per query.")
+    has_or = any(isinstance(c, CompositeFilter) and c.op == "OR" for c in _composites(f))
+    if any(leaf.op == "NOT_IN" for leaf in leaves) and (has_or or any(leaf.op == "IN" for leaf in leaves)):
+        raise BadValueError("'NOT_IN' cannot be used in the same query with 'IN' or 'OR'.")
+
+
+def _composites(f: Filter) -> Iterator[CompositeFilter]:
+    if isinstance(f, CompositeFilter):
+        yield f
+        for child in f.filters:
+            yield from _composites(child)
+
+
 def _equality_names(f: Filter | None) -> set[str]:
     direct = [f] if isinstance(f, PropertyFilter) else list(f.filters) if isinstance(f, CompositeFilter) and f.op == "AND" else []
     return {c.name for c in direct if isinstance(c, PropertyFilter) and c.op in ("=", "IN")}
@@ -244,9 +316,13 @@ def candidate_sql(query: Query, plan: Plan, start: tuple[bytes, ...] | None) -> 
 class Plan:
     """How a query turns a matching entity into ordered result rows.
 
-    A row's position is (one component per sort order, the key, then the
-    projected values): it sorts the rows, breaks ties by key ascending, and
-    is the cursor.
+    The sort orders are the query's, then the ones Datastore adds: the
+    DISTINCT ON properties, the inequality properties (by name), then the
+    projected properties (by name), each in the
+    direction of the last order. A row's position is (one component per sort
+    order, the key, then the values of the projected and DISTINCT ON
+    properties): it sorts the rows, breaks ties by key in the direction of
+    the last sort order (as Datastore does), and is the cursor.
     """
 
     orders: tuple[Order, ...]
@@ -257,26 +333,46 @@ class Plan:
 
     @classmethod
     def of(cls, query: Query) -> Plan:
+        check_filter(query.filter)
         projection = tuple(p for p in query.projection if p != KEY_PROPERTY)
         keys_only = query.keys_only or (bool(query.projection) and not projection)
-        orders = query.order
-        if projection and not orders:
-            orders = tuple(Order(name) for name in projection)  # Datastore reads the projected properties' index
         for name in set(projection) & _equality_names(query.filter):
             raise BadValueError(f"cannot project property {name!r} that has an equality filter")
-        missing = set(query.distinct_on) - set(projection)
-        if missing:
-            raise BadValueError(f"distinct_on {sorted(missing)} must be projected properties")
-        return cls(orders, projection, keys_only, query.distinct_on, _top_level_ranges(query.filter))
+        if query.projection and query.distinct_on:
+            missing = set(query.distinct_on) - set(projection)
+            if missing:
+                raise BadValueError(f"distinct_on {sorted(missing)} must be projected properties")
+        orders = list(query.order)
+        for at, order in enumerate(orders):
+            if order.name not in query.distinct_on and not set(query.distinct_on) <= {o.name for o in orders[:at]}:
+                raise BadValueError("all DISTINCT ON properties must be ordered before any other sort order")
+        descending_last = bool(orders) and orders[-1].descending
+        implied = [*query.distinct_on, *sorted(_inequality_names(query.filter))]
+        implied += sorted(projection)  # Datastore reads the projected properties' index (by name)
+        for name in implied:
+            if name not in {o.name for o in orders}:
+                orders.append(Order(name, descending_last))
+        return cls(tuple(orders), projection, keys_only, query.distinct_on, _top_level_ranges(query.filter))
+
+    @property
+    def row_properties(self) -> tuple[str, ...]:
+        """The properties whose values make a row: the projected ones, then
+        DISTINCT ON properties of a whole-entity query."""
+        return self.projection + tuple(n for n in self.distinct_on if n not in self.projection)
+
+    @property
+    def key_descending(self) -> bool:
+        """Ties break by key in the last sort order's direction."""
+        return bool(self.orders) and self.orders[-1].descending and self.orders[-1].name != KEY_PROPERTY
 
     @property
     def width(self) -> int:
-        return len(self.orders) + 1 + len(self.projection)
+        return len(self.orders) + 1 + len(self.row_properties)
 
     @property
     def streams(self) -> bool:
         """Key order only, one row per entity: SQLite's key order is the answer."""
-        return not self.projection and all(o.name == KEY_PROPERTY for o in self.orders[:1]) and len(self.orders) <= 1
+        return not self.row_properties and all(o.name == KEY_PROPERTY for o in self.orders[:1]) and len(self.orders) <= 1
 
     @property
     def first_property(self) -> str | None:
@@ -285,15 +381,22 @@ class Plan:
 
     def _candidates(self, doc: Doc, name: str) -> list[tuple[bytes, Any]]:
         tests = self.ranges.get(name, ())
-        return [(enc, v) for enc, v in doc.values(name) if all(t(enc) for t in tests)]
+        seen: set[bytes] = set()
+        out = []
+        for enc, v in doc.values(name):  # an index holds a repeated list element once
+            if enc not in seen and all(t(enc) for t in tests):
+                seen.add(enc)
+                out.append((enc, v))
+        return out
 
     def rows(self, doc: Doc) -> Iterator[Row]:
         """One row per entity, or one per combination of projected values;
         none if the entity lacks an indexed value for a sort or projection."""
         key = doc.entity.key
-        choices = [self._candidates(doc, name) for name in self.projection]
+        names = self.row_properties
+        choices = [self._candidates(doc, name) for name in names]
         for combo in itertools.product(*choices):
-            chosen = dict(zip(self.projection, combo))
+            chosen = dict(zip(names, combo))
             position = []
             for order in self.orders:
                 if order.name == KEY_PROPERTY:
@@ -306,10 +409,10 @@ class Plan:
                         return  # not in this property's index: not a result
                     enc = max(values) if order.descending else min(values)
                 position.append(descending(enc) if order.descending else enc)
-            position.append(doc.key_enc)
+            position.append(descending(doc.key_enc) if self.key_descending else doc.key_enc)
             position.extend(enc for enc, _ in combo)
             if self.projection:
-                entity = RawEntity(key, {name: value for name, (_, value) in chosen.items()})
+                entity = RawEntity(key, {name: projected(chosen[name][1]) for name in self.projection})
             elif self.keys_only:
                 entity = RawEntity(key)
             else:
@@ -320,8 +423,9 @@ class Plan:
         seen: set[tuple[bytes, ...]] = set()
         out = []
         offset = len(self.orders) + 1
+        names = self.row_properties
         for row in rows:
-            group = tuple(row.position[offset + self.projection.index(n)] for n in self.distinct_on)
+            group = tuple(row.position[offset + names.index(n)] for n in self.distinct_on)
             if group not in seen:
                 seen.add(group)
                 out.append(row)

@@ -1,0 +1,340 @@
+"""The Firestore emulator in Datastore mode is the oracle: the same data and
+the same queries through the embedded engine and through the emulator must
+give the same results, order included.
+
+Shape (an emulator round trip per data set would be too slow per example):
+
+* ``DATA_SETS`` seeded random data sets of ``ENTITIES`` entities each, written
+  once to a fresh namespace on the emulator and once to an embedded gateway.
+  Every value type is there: null, integers, booleans, text and byte strings
+  (valid UTF-8 and not), doubles with NaN, -0.0 and the infinities,
+  timestamps, geopoints, keys with ancestors, lists (mixed types, empty),
+  unindexed values and missing properties; entity keys mix ids and names,
+  roots and children.
+* ``GDS_DIFFERENTIAL_QUERIES`` (default 1,000) random valid queries drawn by
+  hypothesis with a fixed seed (``derandomize``): filters (every operator,
+  AND/OR nests, HAS_ANCESTOR, __key__), several inequality properties, sort
+  orders, projections, DISTINCT, DISTINCT ON (with ``*`` too), keys only,
+  limits, offsets, and pages followed through cursors.
+
+Each query runs to the end on both sides; the rows are compared key by key,
+in order, with the projected values (by type: ``-0.0`` is not ``0.0``, NaN
+is NaN). A query the emulator refuses must be refused by the embedded engine
+and the other way round (the outcome class is compared). Every difference is
+collected, so a failing run lists them all, not the first shrunk one.
+
+The one deliberate difference (README, "Deliberate differences from
+Datastore"): an explicit ORDER BY on a multi-valued property makes the
+emulator return an entity once per list element; the embedded engine returns
+it once, as Datastore documents. ``deliberate()`` removes the emulator's
+repeats for exactly those queries, and such queries get no LIMIT, OFFSET or
+pages (the repeats would shift them).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import random
+import uuid
+from typing import Any, Iterator
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gds_counter.errors import BadValueError, GatewayError
+from gds_counter.gateway import open_gateway
+from gds_counter.gateway.base import iterate_batches
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Upsert
+from gds_counter.gateway.query import CompositeFilter, Order, PropertyFilter, Query
+from gds_counter.gateway.values import Geopoint, RawEntity
+
+UTC = dt.timezone.utc
+KIND = "D"
+DATA_SETS = 5
+ENTITIES = 30
+QUERIES = int(os.environ.get("GDS_DIFFERENTIAL_QUERIES", "1000"))
+
+#: Indexed properties that queries name; "u" is stored unindexed, "m" is
+#: missing from most entities, "l" holds lists.
+SCALARS = ("a", "b", "n")
+PROPERTIES = (*SCALARS, "l", "u", "m")
+LIST_PROPERTY = "l"
+
+
+def value_pool(ns: str) -> list[Any]:
+    """Values that data and filters draw from (small, so that filters hit)."""
+    return [
+        None, 0, 1, 2, -1, 10**12, True, False, "", "a", "b", "ab", "é",
+        b"a", b"b", b"\xff", 0.0, -0.0, 1.5, -2.5, math.nan, math.inf, -math.inf,
+        dt.datetime(2020, 1, 1, tzinfo=UTC), dt.datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
+        Geopoint(1.0, 2.0), Geopoint(-3.0, 4.0),
+        Key.of("U", "x", namespace=ns), Key.of("P", "p1", "U", 3, namespace=ns),
+    ]
+
+
+NUMBERS = [0, 1, 2, -1, 1.5, 0.0, -0.0, math.nan, -math.inf]
+
+
+def parents(ns: str) -> list[Key | None]:
+    return [None, None, Key.of("P", "p1", namespace=ns), Key.of("P", "p2", namespace=ns),
+            Key.of("P", "p1", "Q", 3, namespace=ns)]
+
+
+def make_data_set(seed: int, ns: str) -> list[RawEntity]:
+    rng = random.Random(seed)
+    pool = value_pool(ns)
+    out = []
+    for i in range(ENTITIES):
+        parent = rng.choice(parents(ns))
+        ident: tuple[Any, ...] = (KIND, (i + 1) * 7) if i % 3 == 0 else (KIND, f"e{i:02d}")
+        key = Key.of(*(parent.flat_path if parent is not None else ()), *ident, namespace=ns)
+        props: dict[str, Any] = {}
+        for name in SCALARS:
+            if rng.random() < 0.85:
+                props[name] = rng.choice(NUMBERS) if name == "n" else rng.choice(pool)
+        if rng.random() < 0.8:
+            props["l"] = [rng.choice(pool) for _ in range(rng.choice((0, 1, 2, 2, 3)))]
+        if rng.random() < 0.5:
+            props["u"] = rng.choice(pool)
+        if rng.random() < 0.15:
+            props["m"] = rng.choice(pool)
+        out.append(RawEntity(key, props, frozenset({"u"})))
+    return out
+
+
+# --- comparing values --------------------------------------------------------
+
+
+def canon(value: Any) -> Any:
+    """A value as a comparable, type-exact tuple (-0.0 is not 0.0; NaN is NaN)."""
+    if isinstance(value, list):
+        return ("list", tuple(canon(v) for v in value))
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int):
+        return ("int", value)
+    if isinstance(value, float):
+        return ("float", repr(value))
+    if isinstance(value, dt.datetime):
+        return ("time", value.astimezone(UTC).isoformat())
+    if isinstance(value, Key):
+        return ("key", value.namespace, value.flat_path)
+    if isinstance(value, Geopoint):
+        return ("geo", repr(value.latitude), repr(value.longitude))
+    if isinstance(value, RawEntity):
+        return ("entity", canon_entity(value, True))
+    return (type(value).__name__, value)
+
+
+def canon_entity(entity: RawEntity, with_properties: bool) -> Any:
+    key = entity.key.flat_path if entity.key is not None else None
+    if not with_properties:
+        return key
+    return (key, tuple(sorted((name, canon(v)) for name, v in entity.properties.items())))
+
+
+# --- the queries ----------------------------------------------------------------
+
+
+@attrs.frozen
+class Spec:
+    data_set: int
+    query: Query
+    page: int | None  # follow cursors in pages of this size
+
+    def describe(self) -> str:
+        q = self.query
+        parts = [f"set {self.data_set}", f"filter={q.filter!r}"]
+        for name in ("order", "projection", "distinct_on", "keys_only", "limit", "offset"):
+            value = getattr(q, name)
+            if value not in ((), False, None, 0):
+                parts.append(f"{name}={value!r}")
+        if self.page:
+            parts.append(f"pages of {self.page}")
+        return ", ".join(parts)
+
+
+def filter_values(ns: str) -> list[Any]:
+    return value_pool(ns)
+
+
+def leaves(ns: str) -> st.SearchStrategy[PropertyFilter]:
+    pool = filter_values(ns)
+    keys = [Key.of(*(p.flat_path if p else ()), KIND, name, namespace=ns) for p in parents(ns) for name in ("e05", "e10")]
+    keys += [Key.of(KIND, 7, namespace=ns), Key.of("P", "p1", namespace=ns)]
+    value = st.sampled_from(pool)
+    values = st.lists(value, min_size=1, max_size=4).map(tuple)
+    prop = st.builds(PropertyFilter, st.sampled_from(PROPERTIES), st.sampled_from(("=", "<", "<=", ">", ">=", "!=")), value)
+    member = st.builds(PropertyFilter, st.sampled_from(PROPERTIES), st.sampled_from(("IN", "NOT_IN")), values)
+    key_value = st.sampled_from(keys)
+    on_key = st.builds(PropertyFilter, st.just("__key__"), st.sampled_from(("=", "<", ">=", "!=")), key_value)
+    key_in = st.builds(PropertyFilter, st.just("__key__"), st.sampled_from(("IN", "NOT_IN")),
+                       st.lists(key_value, min_size=1, max_size=3).map(tuple))
+    ancestor = st.builds(PropertyFilter, st.just("__key__"), st.just("HAS_ANCESTOR"),
+                         st.sampled_from([p for p in parents(ns) if p is not None] + keys[:2]))
+    return st.one_of(prop, prop, prop, member, on_key, key_in, ancestor)
+
+
+def filters(ns: str) -> st.SearchStrategy[Any]:
+    leaf = leaves(ns)
+    return st.recursive(
+        leaf,
+        lambda inner: st.builds(CompositeFilter, st.sampled_from(("AND", "AND", "OR")), st.lists(inner, min_size=2, max_size=3)),
+        max_leaves=4,
+    )
+
+
+@st.composite
+def specs(draw: Any, namespaces: list[str]) -> Spec:
+    index = draw(st.integers(0, len(namespaces) - 1))
+    ns = namespaces[index]
+    flt = draw(st.one_of(st.none(), filters(ns)))
+    sortable = ("a", "b", "n", "l", "m", "__key__")
+    orders = draw(st.lists(st.builds(Order, st.sampled_from(sortable), st.booleans()), max_size=2, unique_by=lambda o: o.name))
+    mode = draw(st.sampled_from(("entity", "entity", "keys", "projection", "distinct", "distinct_on", "distinct_on_star")))
+    projection: tuple[str, ...] = ()
+    distinct_on: tuple[str, ...] = ()
+    keys_only = mode == "keys"
+    if mode in ("projection", "distinct", "distinct_on"):
+        projection = tuple(draw(st.lists(st.sampled_from(("a", "b", "n", "l")), min_size=1, max_size=2, unique=True)))
+        if mode == "distinct":
+            distinct_on = projection
+        elif mode == "distinct_on":
+            distinct_on = tuple(draw(st.lists(st.sampled_from(projection), min_size=1, max_size=len(projection), unique=True)))
+    elif mode == "distinct_on_star":
+        distinct_on = tuple(draw(st.lists(st.sampled_from(("a", "b", "n")), min_size=1, max_size=2, unique=True)))
+    limit = draw(st.one_of(st.none(), st.none(), st.integers(1, 8)))
+    offset = draw(st.sampled_from((0, 0, 0, 1, 3)))
+    page = draw(st.one_of(st.none(), st.none(), st.integers(1, 4)))
+    if repeats_per_element(orders, projection):
+        limit, offset, page = None, 0, None  # the emulator's repeats would shift them (deliberate())
+    query = Query(KIND, ns, flt, tuple(orders), projection, distinct_on, keys_only, limit, offset)
+    return Spec(index, query, page)
+
+
+def repeats_per_element(orders: Any, projection: Any) -> bool:
+    """Where the emulator returns an entity once per list element and the
+    embedded engine once: an explicit ORDER BY on the list property of a
+    query that does not project it."""
+    return any(o.name == LIST_PROPERTY for o in orders) and LIST_PROPERTY not in projection
+
+
+def deliberate(spec: Spec, rows: list[Any]) -> list[Any]:
+    """The emulator's rows with the README's deliberate difference undone:
+    each entity kept once, at its first row."""
+    if not repeats_per_element(spec.query.order, spec.query.projection):
+        return rows
+    seen = set()
+    out = []
+    for row in rows:
+        if row[0] not in seen:
+            seen.add(row[0])
+            out.append(row)
+    return out
+
+
+# --- running ------------------------------------------------------------------------
+
+
+def run(gateway: Any, spec: Spec) -> Any:
+    """The rows, or ('refused', error class) when the query is refused."""
+    query = spec.query
+    whole = not query.projection and not query.keys_only
+    try:
+        rows: list[Any] = []
+        if spec.page is None:
+            entities = [e for batch in iterate_batches(gateway, query) for e in batch.entities]
+        else:
+            entities, current = [], query.replace(limit=spec.page)
+            for _ in range(200):
+                result = gateway.run_query(current)
+                entities.extend(result.entities)
+                if not result.entities or result.end_cursor is None or not result.more_results:
+                    break
+                current = query.replace(limit=spec.page, offset=0, start_cursor=result.end_cursor)
+        for entity in entities:
+            rows.append((canon_entity(entity, False), canon_entity(entity, True)[1] if (whole or query.projection) else None))
+        return rows
+    except (BadValueError, GatewayError) as exc:  # refused
+        return ("refused", type(exc).__name__, str(exc)[:160])
+
+
+def show(result: Any) -> str:
+    if isinstance(result, tuple):
+        return repr(result)
+    return "[" + ", ".join("/".join(map(str, key)) + (f" {dict(props)}" if props else "") for key, props in result) + "]"
+
+
+def difference(spec: Spec, theirs: Any, ours: Any) -> str:
+    if not isinstance(theirs, tuple) and not isinstance(ours, tuple):
+        at = next((i for i, (a, b) in enumerate(zip(theirs, ours)) if a != b), min(len(theirs), len(ours)))
+        theirs, ours = theirs[max(0, at - 2) : at + 4], ours[max(0, at - 2) : at + 4]
+        where = f" (from row {max(0, at - 2)})"
+    else:
+        where = ""
+    return f"{spec.describe()}{where}\n    emulator: {show(theirs)}\n    embedded: {show(ours)}"
+
+
+def outcome(result: Any) -> Any:
+    return "refused" if isinstance(result, tuple) and result[:1] == ("refused",) else result
+
+
+@pytest.fixture(scope="module")
+def data_sets(firestore_emulator: Any) -> Iterator[tuple[Any, Any, list[str]]]:
+    """Both sides hold the same data sets, one namespace each."""
+    run_id = uuid.uuid4().hex[:8]
+    namespaces = [f"diff-{run_id}-{i}" for i in range(DATA_SETS)]
+    oracle = firestore_emulator.gateway(namespace=namespaces[0])
+    embedded = open_gateway("memory://")
+    for seed, ns in enumerate(namespaces):
+        entities = make_data_set(seed, ns)
+        for gateway in (oracle, embedded):
+            gateway.commit([Upsert(e) for e in entities])
+    try:
+        yield oracle, embedded, namespaces
+    finally:
+        oracle.close()
+        embedded.close()
+
+
+def test_embedded_answers_every_query_as_the_firestore_emulator(data_sets: Any) -> None:
+    oracle, embedded, namespaces = data_sets
+    differences: list[str] = []
+    counts = {"cases": 0, "rows": 0, "refused": 0}
+
+    @settings(max_examples=QUERIES, derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(specs(namespaces))
+    def check(spec: Spec) -> None:
+        counts["cases"] += 1
+        theirs = run(oracle, spec)
+        ours = run(embedded, spec)
+        if outcome(theirs) == "refused":
+            counts["refused"] += 1
+            if outcome(ours) != "refused":
+                differences.append(difference(spec, theirs, ours))
+            return
+        counts["rows"] += 1
+        theirs = deliberate(spec, theirs)
+        if outcome(ours) == "refused" or ours != theirs:
+            differences.append(difference(spec, theirs, ours))
+
+    check()
+    print(f"differential: {counts}")
+    assert counts["cases"] >= QUERIES
+    assert not differences, f"{len(differences)} of {counts['cases']} queries differ:\n" + "\n".join(differences[:40])
+
+
+def test_the_oracle_answers_and_refuses(data_sets: Any) -> None:
+    """The comparison means something only if the emulator runs the queries:
+    a plain one returns rows and an invalid one is refused."""
+    oracle, _, namespaces = data_sets
+    plain = Spec(0, Query(KIND, namespaces[0]), None)
+    assert len(run(oracle, plain)) == ENTITIES
+    bad = Spec(0, Query(KIND, namespaces[0], PropertyFilter("a", "IN", tuple(range(40)))), None)
+    assert outcome(run(oracle, bad)) == "refused"

@@ -223,11 +223,6 @@ def _composites(f: Filter) -> Iterator[CompositeFilter]:
             yield from _composites(child)
 
 
-def _equality_names(f: Filter | None) -> set[str]:
-    direct = [f] if isinstance(f, PropertyFilter) else list(f.filters) if isinstance(f, CompositeFilter) and f.op == "AND" else []
-    return {c.name for c in direct if isinstance(c, PropertyFilter) and c.op in ("=", "IN")}
-
-
 # --- candidate selection in SQL --------------------------------------------
 
 #: Source ranks: lower is more selective. Rank-0 sources are intersected.
@@ -336,7 +331,8 @@ class Plan:
         check_filter(query.filter)
         projection = tuple(p for p in query.projection if p != KEY_PROPERTY)
         keys_only = query.keys_only or (bool(query.projection) and not projection)
-        for name in set(projection) & _equality_names(query.filter):
+        equalities = {leaf.name for leaf in _leaves(query.filter) if leaf.op in ("=", "IN")} if query.filter is not None else set()
+        for name in set(projection) & equalities:  # anywhere in the filter, OR branches too (as Datastore refuses)
             raise BadValueError(f"cannot project property {name!r} that has an equality filter")
         if query.projection and query.distinct_on:
             missing = set(query.distinct_on) - set(projection)

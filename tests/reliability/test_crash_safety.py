@@ -53,9 +53,13 @@ def pair(db: Path) -> tuple[int, int]:
 def run_and_kill(db: Path, strategy: str, after: float) -> Counter:
     """Start a writer, let it write for ``after`` seconds, SIGKILL it; the
     complete lines it printed, counted."""
+    # Unbuffered: a buffered readline() of "ready" may also swallow the lines
+    # written right after it, which communicate() (reading the descriptor)
+    # then never sees; under load that undercounted what the writer saw
+    # succeed, and the test blamed the engine for it.
     proc = subprocess.Popen(
         [sys.executable, str(WRITER), str(db), strategy],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
     )
     try:
         first = proc.stdout.readline()

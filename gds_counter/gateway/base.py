@@ -83,8 +83,11 @@ class Gateway(Protocol):
     * ``lookup`` returns one item per key, in input order, None for missing;
       any number of keys (split into legal batches).
     * ``commit`` applies the mutations of a transaction atomically (at most
-      500). Without a transaction more than 500 mutations go in several
-      commits of at most 500, each atomic on its own. With a transaction it
+      500). Without a transaction, one complete key named twice is refused
+      with ``BadValueError`` before anything is written, as Datastore
+      refuses it (a transaction applies such mutations in order). Without
+      a transaction more than 500 mutations go in several commits of at
+      most 500, each atomic on its own. With a transaction it
       raises ``Contention`` (and writes nothing) if another writer won; the
       transaction is used up either way. Incomplete keys get ids allocated
       and returned in the ``MutationResult``. A commit whose outcome is
@@ -317,6 +320,24 @@ class BaseGateway(abc.ABC, Generic[T]):
         mutations = list(mutations)
         for mutation in mutations:
             check_mutation(mutation)
+        if transaction is None:
+            # Without a transaction, one complete key named twice (two
+            # upserts, an upsert and a delete) is refused before anything is
+            # written, as both emulators and Cloud Datastore refuse it
+            # (INVALID_ARGUMENT), instead of keeping whichever came last. In
+            # a transaction they accept it and apply the mutations in order
+            # (the last one wins), and so does every gateway. Incomplete
+            # keys are distinct entities: each gets its own id.
+            named: set[Key] = set()
+            for mutation in mutations:
+                key = mutation.key if isinstance(mutation, Delete) else mutation.entity.key
+                if key is not None and not key.is_partial:
+                    if key in named:
+                        raise BadValueError(
+                            f"{key} is named twice in one non-transactional commit; Datastore refuses that: "
+                            "send one mutation per key (a transaction applies them in order)"
+                        )
+                    named.add(key)
         txn = self._transaction(transaction, use_up=True)
         if txn is not None:
             if txn.read_only and mutations:

@@ -362,6 +362,109 @@ def test_reading_a_missing_entity_conflicts_with_its_creation(gw):
         gw.commit([Upsert(RawEntity(key, {"n": 1}))], transaction=txn)
 
 
+def test_transactions_on_different_entities_do_not_abort_each_other(gw):
+    """Validation is by what a transaction read, not by whether anything at
+    all was committed since its snapshot (which would abort every counter
+    shard transaction under load)."""
+    a_key, b_key = Key.of("Shard", 1), Key.of("Shard", 2)
+    put(gw, RawEntity(a_key, {"n": 0}), RawEntity(b_key, {"n": 0}))
+    query = Query("Shard", filter=PropertyFilter("__key__", "=", a_key))
+    a, b = gw.begin_transaction(), gw.begin_transaction()
+    gw.lookup([a_key], transaction=a)
+    assert len(gw.run_query(query, transaction=a).entities) == 1
+    gw.lookup([b_key], transaction=b)
+    gw.commit([Upsert(RawEntity(b_key, {"n": 1}))], transaction=b)
+    gw.commit([Upsert(RawEntity(a_key, {"n": 1}))], transaction=a)
+    assert [e.properties["n"] for e in gw.lookup([a_key, b_key])] == [1, 1]
+
+
+def test_a_memory_snapshot_is_copied_only_when_a_commit_would_change_what_it_reads(tmp_path):
+    gw = EmbeddedGateway(None)
+    key = Key.of("C", 1)
+    put(gw, RawEntity(key, {"n": 0}))
+    for n in range(1, 20):  # one transaction at a time: nothing to copy
+        txn = gw.begin_transaction()
+        (e,) = gw.lookup([key], transaction=txn)
+        gw.commit([Upsert(RawEntity(key, {"n": e.properties["n"] + 1}))], transaction=txn)
+    assert gw.stats["snapshot_copies"] == 0
+    ro1, ro2 = gw.begin_transaction(read_only=True), gw.begin_transaction(read_only=True)
+    gw.lookup([key], transaction=ro1)
+    gw.lookup([key], transaction=ro2)
+    put(gw, RawEntity(key, {"n": 100}))
+    put(gw, RawEntity(key, {"n": 200}))
+    assert gw.stats["snapshot_copies"] == 1  # one copy, shared by both
+    assert [gw.lookup([key], transaction=t)[0].properties["n"] for t in (ro1, ro2)] == [19, 19]
+    gw.close()
+
+
+def test_an_open_transaction_holds_one_connection_until_it_ends(tmp_path):
+    gw = EmbeddedGateway(str(tmp_path / "db.sqlite3"))
+    key = Key.of("C", 1)
+    put(gw, RawEntity(key, {"n": 0}))
+    pool = gw._pool
+    txns = [gw.begin_transaction() for _ in range(3)]
+    assert not pool._held  # begin holds nothing: the first read pins the snapshot
+    for txn in txns:
+        gw.lookup([key], transaction=txn)
+        gw.lookup([key], transaction=txn)
+    assert len(pool._held) == 3
+    gw.commit([Upsert(RawEntity(key, {"n": 1}))], transaction=txns[0])
+    gw.rollback(txns[1])
+    with pytest.raises(BadValueError):  # refused by BaseGateway, before the hook: the token is used up
+        gw.commit([Upsert(RawEntity(key, {"n": 2}))] * 2 + [Upsert(RawEntity(Key.of("C", 2)))] * 500, transaction=txns[2])
+    assert len(pool._held) == 1  # the third one's, until the next transaction takes a connection
+    gw.lookup([key], transaction=gw.begin_transaction())
+    assert len(pool._held) == 1  # the third one's came back: nothing referenced its transaction any more
+    assert not pool._lent
+    gw.close()
+
+
+def test_transactions_beyond_the_bound_end_the_oldest_snapshot(tmp_path, monkeypatch):
+    from gds_counter.gateway.embedded import _connections
+
+    monkeypatch.setattr(_connections, "HOLD_WAIT_S", 0.05)
+    gw = EmbeddedGateway(str(tmp_path / "db.sqlite3"))
+    key = Key.of("C", 1)
+    put(gw, RawEntity(key, {"n": 0}))
+    cap = POOL_SIZE - _connections.RESERVED_FOR_CALLS
+    txns = [gw.begin_transaction() for _ in range(cap + 1)]
+    for txn in txns:
+        gw.lookup([key], transaction=txn)
+    assert len(gw._pool._held) == cap and gw._pool._count <= POOL_SIZE
+    assert gw.lookup([key]) == [RawEntity(key, {"n": 0})]  # plain calls still find a connection
+    with pytest.raises(Contention, match="oldest"):
+        gw.lookup([key], transaction=txns[0])
+    for txn in txns[1:]:
+        gw.rollback(txn)
+    assert not gw._pool._held
+    gw.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_fork_ends_open_snapshots_without_waiting_for_them(tmp_path):
+    gw = EmbeddedGateway(str(tmp_path / "db.sqlite3"))
+    key = Key.of("C", 1)
+    put(gw, RawEntity(key, {"n": 0}))
+    txn = gw.begin_transaction()
+    gw.lookup([key], transaction=txn)
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child: its own connections, and the file is usable
+        code = 0
+        try:
+            put(gw, RawEntity(Key.of("C", 2), {"n": 2}))
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert time.monotonic() - started < 10
+    with pytest.raises(Contention, match="forked"):
+        gw.commit([Upsert(RawEntity(key, {"n": 1}))], transaction=txn)
+    assert gw.lookup([key, Key.of("C", 2)]) == [RawEntity(key, {"n": 0}), RawEntity(Key.of("C", 2), {"n": 2})]
+    gw.close()
+
+
 def test_transaction_tokens_are_used_up_and_read_only_rejects_writes(gw):
     txn = gw.begin_transaction()
     gw.rollback(txn)
@@ -378,8 +481,14 @@ def test_transaction_tokens_are_used_up_and_read_only_rejects_writes(gw):
 
 
 def test_mutations_apply_in_order_and_the_last_one_on_a_key_wins(gw):
+    """In a transaction, as both emulators do; without one, a key named
+    twice is refused before anything is written (as Datastore refuses it)."""
     key = Key.of("M", 1)
-    gw.commit([Upsert(RawEntity(key, {"v": 1})), Delete(key), Upsert(RawEntity(key, {"v": 3})), Delete(Key.of("M", 404))])
+    mutations = [Upsert(RawEntity(key, {"v": 1})), Delete(key), Upsert(RawEntity(key, {"v": 3})), Delete(Key.of("M", 404))]
+    with pytest.raises(BadValueError, match="named twice"):
+        gw.commit(mutations)
+    assert gw.lookup([key]) == [None]
+    gw.commit(mutations, transaction=gw.begin_transaction())
     assert gw.lookup([key]) == [RawEntity(key, {"v": 3})]
     assert names(query(gw, kind="M", filter=PropertyFilter("v", "=", 1))) == []
 

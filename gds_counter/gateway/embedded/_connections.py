@@ -29,6 +29,11 @@ Reliability section):
 * **Every failure is a GDSError that names the path**, with the reason where
   it can be told: a directory, a missing or non-directory parent, not a
   database, deleted while open.
+* **A transaction holds a connection for its snapshot** (a WAL read
+  transaction) from its first read to its end. At most ``POOL_SIZE -
+  RESERVED_FOR_CALLS`` do at once; beyond that one waits ``HOLD_WAIT_S``,
+  then ends the oldest one's snapshot (a dropped one's first). A fork closes
+  them with the idle ones. Either way that transaction raises ``Contention``.
 * **A commit checks its file.** Before ``COMMIT`` the path must still name
   the file the gateway opened, and the ``-wal`` file must still be the one
   the connection writes into; otherwise the commit is rolled back and
@@ -59,6 +64,13 @@ BUSY_TIMEOUT_S = 30.0
 #: Connections one file gateway keeps at most (each holds two descriptors).
 POOL_SIZE = 32
 
+#: Connections kept for plain calls: open transactions hold at most the rest.
+RESERVED_FOR_CALLS = 4
+
+#: How long a transaction waits for a connection to hold when as many
+#: transactions as allowed hold one, before it takes the oldest one's.
+HOLD_WAIT_S = 2.0
+
 #: How long ``fork()`` waits for calls in progress to finish (each is bounded
 #: by the busy timeout) before it gives the child a gateway that refuses work.
 FORK_DRAIN_S = 2 * BUSY_TIMEOUT_S + 5
@@ -72,6 +84,9 @@ class Connection(sqlite3.Connection):
 
     pid: int
     wal: FileId | None
+    #: Why this connection was taken from the transaction that held it
+    #: (closed at a fork, or given to another transaction); None while usable.
+    dropped: str | None
 
 
 def file_id(path: str) -> FileId | None:
@@ -131,6 +146,9 @@ class ConnectionPool:
         self._cond = threading.Condition(self._lock)
         self._idle: list[Connection] = []
         self._lent: dict[Connection, int] = {}  # connection -> the thread using it
+        # connection -> the transaction holding it (see ``hold``), oldest first
+        self._held: dict[Connection, weakref.ref[object]] = {}
+        self._held_cap = max(1, self._size - RESERVED_FOR_CALLS)
         self._count = 0  # connections that exist for this process: idle, lent, being opened
         self._opening = 0  # connections being opened now, outside the lock
         self._waiting = 0  # threads waiting in _acquire
@@ -177,7 +195,7 @@ class ConnectionPool:
         except sqlite3.Error as exc:
             raise self._open_error(exc) from exc
         assert isinstance(conn, Connection)
-        conn.pid, conn.wal = os.getpid(), None
+        conn.pid, conn.wal, conn.dropped = os.getpid(), None, None
         try:
             self._prepare(conn)
         except BaseException as exc:
@@ -232,18 +250,23 @@ class ConnectionPool:
         with SQLite errors turned into ours."""
         return Lease(self)
 
-    def _acquire(self) -> Connection:
+    def _acquire(self, owner: object | None = None) -> Connection:
         me = threading.get_ident()
         conn: Connection | None = None
         with self._lock:
-            if self._idle and self._pid == os.getpid() and not (self._forking or self._closed or self._refused):
+            if owner is None and self._idle and self._pid == os.getpid() and not (self._forking or self._closed or self._refused):
                 conn = self._idle.pop()  # the usual case, checked by the loop below otherwise
                 self._lent[conn] = me
                 return conn
+            deadline: float | None = None
             while True:
                 self._check_usable()
                 if self._forking:
                     self._wait()
+                elif owner is not None and not self._reclaim_forgotten():
+                    deadline = deadline or time.monotonic() + HOLD_WAIT_S
+                    if time.monotonic() < deadline or not self._evict_oldest():
+                        self._wait(max(deadline - time.monotonic(), 0.01))
                 elif self._idle:
                     conn = self._idle.pop()
                     break
@@ -254,7 +277,7 @@ class ConnectionPool:
                 else:
                     self._wait()
             if conn is not None:
-                self._lent[conn] = me
+                self._take(conn, owner, me)
                 return conn
         try:
             conn = self._connect(create=False)
@@ -266,17 +289,66 @@ class ConnectionPool:
             raise
         with self._lock:
             self._opening -= 1
-            self._lent[conn] = me
+            self._take(conn, owner, me)
             self._cond.notify_all()
         return conn
 
-    def _wait(self) -> None:
+    def _take(self, conn: Connection, owner: object | None, me: int) -> None:
+        if owner is None:
+            self._lent[conn] = me
+        else:
+            self._held[conn] = weakref.ref(owner)
+
+    def _wait(self, timeout: float | None = None) -> None:
         """Wait for a connection to come back, or for a fork to finish (under the lock)."""
         self._waiting += 1
         try:
-            self._cond.wait()
+            self._cond.wait(timeout)
         finally:
             self._waiting -= 1
+
+    def hold(self, owner: object) -> Connection:
+        """A connection for the transaction ``owner`` until ``unhold``; each
+        call on it goes through ``HeldLease``. File pools only."""
+        assert self.path is not None
+        return self._acquire(owner)
+
+    def unhold(self, conn: Connection) -> None:
+        """The transaction holding ``conn`` ended: its snapshot is rolled
+        back and the connection goes back to the pool."""
+        with self._lock:
+            if self._held.pop(conn, None) is None:
+                return  # taken already (evicted, closed at a fork): not counted any more
+            self._lent.pop(conn, None)
+        self._release(conn)
+
+    def _reclaim_forgotten(self) -> bool:
+        """Give back the connections of transactions no one references any
+        more (a token dropped without an end); whether one may now be held."""
+        for conn, owner in list(self._held.items()):
+            if owner() is None and conn not in self._lent:
+                del self._held[conn]
+                if conn.pid == os.getpid() and not self._closed and self._rolled_back(conn):
+                    self._idle.append(conn)
+                else:
+                    self._drop(conn, "its transaction was forgotten")
+        return len(self._held) < self._held_cap
+
+    def _evict_oldest(self) -> bool:
+        """End the snapshot of the oldest open transaction not in a call."""
+        for conn in self._held:
+            if conn not in self._lent:
+                del self._held[conn]
+                self._drop(conn, f"over {self._held_cap} transactions were open at once; this was the oldest")
+                log.warning("ended the oldest open transaction's snapshot on %s: over %d open at once", self.where, self._held_cap)
+                return True
+        return False
+
+    def _drop(self, conn: Connection, why: str) -> None:
+        conn.dropped = why
+        self._count -= 1
+        _close(conn)
+        self._cond.notify_all()
 
     def _check_usable(self) -> None:
         """Raise when this process may not use the pool (called under the lock)."""
@@ -345,7 +417,8 @@ class ConnectionPool:
     # -- ending --------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the idle connections now and the lent ones when their calls end."""
+        """Close the idle connections (and those that open transactions hold
+        between calls) now, and the lent ones when their calls end."""
         with self._lock:
             if self._closed:
                 return
@@ -354,6 +427,9 @@ class ConnectionPool:
                 _close(conn)
             self._count -= len(self._idle)
             self._idle.clear()
+            for conn in [c for c in self._held if c not in self._lent]:
+                del self._held[conn]
+                self._drop(conn, f"the embedded gateway on {self.where} was closed")
             self._cond.notify_all()
         with _POOLS_LOCK:
             _POOLS.discard(self)
@@ -386,6 +462,9 @@ class ConnectionPool:
                 _close(conn)
             self._count -= len(self._idle)
             self._idle.clear()
+            for conn in [c for c in self._held if c not in self._lent]:
+                del self._held[conn]
+                self._drop(conn, "the process forked while this transaction was open, which ends its snapshot; retry it")
 
     def _after_fork_in_parent(self) -> None:
         self._forking = False
@@ -399,12 +478,14 @@ class ConnectionPool:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._lent = {}
+        held, self._held = list(self._held), {}  # (none, unless a call was in progress at the fork)
         self._opening = self._waiting = 0
         self._forking = False
         self._fork_trouble = None
         if self._closed or os.getpid() == self._pid:
             return
         _ABANDONED.extend(lent)  # the parent's, in use at the fork: never closed here
+        _ABANDONED.extend(c for c in held if c not in lent)
         self._pid = os.getpid()
         if self.path is None:
             for conn in self._idle:
@@ -418,6 +499,38 @@ class ConnectionPool:
                 f"{self.where} cannot be used in this process (pid {self._pid}): {trouble}, so its SQLite "
                 "state was copied mid-call; open the database in a process started without such a fork"
             )
+
+
+class HeldLease:
+    """One call on a transaction's connection (``ConnectionPool.hold``), lent
+    like any other (a fork waits for it); Contention if it was taken away."""
+
+    __slots__ = ("_pool", "_conn")
+
+    def __init__(self, pool: ConnectionPool, conn: Connection) -> None:
+        self._pool, self._conn = pool, conn
+
+    def __enter__(self) -> Connection:
+        pool, conn = self._pool, self._conn
+        with pool._lock:
+            while True:
+                pool._check_usable()
+                if conn.dropped is not None:
+                    raise Contention(f"this transaction lost its snapshot: {conn.dropped}", attempts=1)
+                if pool._forking or conn in pool._lent:
+                    pool._wait()
+                    continue
+                pool._lent[conn] = threading.get_ident()
+                return conn
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        pool = self._pool
+        with pool._lock:
+            pool._lent.pop(self._conn, None)
+            if pool._waiting:
+                pool._cond.notify_all()
+        if isinstance(exc, sqlite3.Error):
+            raise translate(exc, pool.where) from exc
 
 
 class Lease:

@@ -1,28 +1,30 @@
 """``EmbeddedGateway``: the gateway hooks over SQLite connections.
 
 This module owns what is about running the engine rather than about data:
-optimistic transactions that record what they read and are checked at
-commit, query batches that follow the planner's rows, and the stats every
-RPC records. Connections (a bounded pool, safe across ``fork()``, errors
+serializable transactions that read one snapshot and are checked at commit
+(see ``_storage``), query batches that follow the planner's rows, and the
+stats every RPC records. Connections (a bounded pool, safe across ``fork()``, errors
 turned into ``Contention``/``GatewayError`` naming the file) live in
 ``_connections``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
 import time
-from typing import Any, Generator
+import weakref
+from typing import Any, Generator, Hashable, Iterator
 
 from gds_counter.errors import BadValueError, Contention
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
-from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, ConnectionPool, Lease
+from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, ConnectionPool, HeldLease, Lease
 from gds_counter.gateway.embedded._encoding import decode_cursor, encode_cursor, key_bytes, load_entity
 from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter
-from gds_counter.gateway.embedded._storage import Transaction, allocate, check_unchanged, upsert
+from gds_counter.gateway.embedded._storage import Transaction, allocate, check_unchanged, commit_seq, upsert
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Mutation, Upsert
 from gds_counter.gateway.query import Query, QueryResult
@@ -79,6 +81,10 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         self.path = os.path.abspath(os.fspath(path)) if path is not None else None
         self._min_write_gap = 1.0 / entity_writes_per_second if entity_writes_per_second else 0.0
         self._pool = ConnectionPool(self.path, read_only=read_only)  # opens the file now, so errors show at open
+        # In memory: transactions that read the one connection at the current
+        # commit, and need a copy of it before the next commit changes it.
+        self._pinned: weakref.WeakValueDictionary[bytes, Transaction] = weakref.WeakValueDictionary()
+        self._memory_seq = 0  # in memory: the last commit's number, known without asking (one connection)
 
     # -- connections -------------------------------------------------------
 
@@ -96,7 +102,51 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         return Transaction(os.urandom(16), read_only)
 
     def _rollback(self, txn: Transaction) -> None:
+        self._end(txn)
         self._record("rollback")
+
+    def _end(self, txn: Transaction) -> None:
+        """Release a finished transaction's snapshot."""
+        self._pinned.pop(txn.token, None)
+        txn.snapshot = None
+        if txn.conn is not None:
+            conn, txn.conn = txn.conn, None
+            self._pool.unhold(conn)
+
+    @contextlib.contextmanager
+    def _snapshot(self, txn: Transaction) -> Iterator[sqlite3.Connection]:
+        """A connection reading ``txn``'s snapshot; the first read pins it."""
+        if self.path is None:
+            with self._db() as main:
+                if txn.snapshot is not None:
+                    yield txn.snapshot
+                    return
+                if txn.seq is None:
+                    txn.seq = self._memory_seq
+                    self._pinned[txn.token] = txn
+                yield main  # no commit since txn.seq: see _freeze_pinned
+            return
+        if txn.conn is None:
+            txn.conn = self._pool.hold(txn)
+        with HeldLease(self._pool, txn.conn) as conn:
+            if txn.seq is None:
+                conn.execute("BEGIN")  # a WAL read transaction: the snapshot of its first read
+                txn.seq = commit_seq(conn)
+            elif not conn.in_transaction:
+                raise Contention("this transaction lost its snapshot; retry it", attempts=1)
+            yield conn
+
+    def _freeze_pinned(self, main: sqlite3.Connection, committing: Transaction | None) -> None:
+        """In memory, before a commit changes the one connection: give every
+        other transaction reading it a copy of the database as it is."""
+        waiting = [t for t in self._pinned.values() if t is not committing and t.snapshot is None]
+        self._pinned.clear()
+        if waiting:
+            copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            main.backup(copy)
+            self.stats.bump("snapshot_copies")
+            for txn in waiting:
+                txn.snapshot = copy
 
     # -- reads ---------------------------------------------------------------
 
@@ -105,7 +155,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         found: dict[bytes, tuple[int, str]] = {}
         if encoded:
             marks = ", ".join("?" * len(encoded))  # distinct: BaseGateway.lookup removed repeats
-            with self._db() as conn:
+            with self._db() if txn is None else self._snapshot(txn) as conn:
                 rows = conn.execute(f"SELECT key_bytes, version, data FROM entities WHERE key_bytes IN ({marks})", encoded)
                 found = {kb: (version, data) for kb, version, data in rows}
         out: list[RawEntity | None] = []
@@ -118,6 +168,21 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         return out
 
     def _run_query(self, query: Query, txn: Transaction | None) -> QueryResult:
+        with self._db() if txn is None else self._snapshot(txn) as conn:
+            batch, last, more = self._batch(conn, query)
+        if txn is not None:
+            for row in batch:
+                key = row.doc.entity.key
+                assert key is not None  # a stored entity always has its key
+                txn.saw(row.doc.key_enc, row.doc.version, key)
+            if not txn.read_only:  # checked again at commit: a phantom changes the answer
+                txn.queries.append((query, _answer(batch, last, more)))
+        self._record("run_query", reads=len(batch))
+        return QueryResult(tuple(r.entity for r in batch), encode_cursor(last) if last is not None else None, more)
+
+    def _batch(self, conn: sqlite3.Connection, query: Query) -> tuple[list[Row], tuple[bytes, ...] | None, bool]:
+        """One batch of a query: its rows, the position of the last row
+        read (offset included) and whether there are more."""
         plan = Plan.of(query)
         start = decode_cursor(query.start_cursor, plan.width) if query.start_cursor else None
         end = decode_cursor(query.end_cursor, plan.width) if query.end_cursor else None
@@ -125,30 +190,23 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         batch: list[Row] = []
         last = start
         more = False
-        with self._db() as conn:
-            rows = self._rows(conn, query, plan, start)
-            try:
-                skip = query.offset
-                for row in rows:
-                    if end is not None and row.position > end:
-                        break
-                    if len(batch) == wanted:
-                        more = query.limit is None or query.limit > wanted
-                        break
-                    last = row.position
-                    if skip:
-                        skip -= 1
-                    else:
-                        batch.append(row)
-            finally:
-                rows.close()
-        if txn is not None:
-            for row in batch:
-                key = row.doc.entity.key
-                assert key is not None  # a stored entity always has its key
-                txn.saw(row.doc.key_enc, row.doc.version, key)
-        self._record("run_query", reads=len(batch))
-        return QueryResult(tuple(r.entity for r in batch), encode_cursor(last) if last is not None else None, more)
+        rows = self._rows(conn, query, plan, start)
+        try:
+            skip = query.offset
+            for row in rows:
+                if end is not None and row.position > end:
+                    break
+                if len(batch) == wanted:
+                    more = query.limit is None or query.limit > wanted
+                    break
+                last = row.position
+                if skip:
+                    skip -= 1
+                else:
+                    batch.append(row)
+        finally:
+            rows.close()
+        return batch, last, more
 
     def explain_query(self, query: Query) -> str:
         """SQLite's plan for the SQL a query runs, so a workshop (and the
@@ -201,22 +259,33 @@ class EmbeddedGateway(BaseGateway[Transaction]):
 
     def _commit(self, mutations: list[Mutation], txn: Transaction | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
         try:
-            results = self._apply(mutations, txn)
+            if txn is not None and not mutations:
+                results = []  # nothing to write: what it read was one snapshot, so nothing to check
+            else:
+                results = self._apply(mutations, txn)
         except Contention as exc:
             log.debug("commit aborted: %s", exc)
             self._record("commit")  # an aborted commit is still an RPC
             self.stats.bump("aborts")
             raise
+        finally:
+            if txn is not None:
+                self._end(txn)
         upserts = sum(isinstance(m, Upsert) for m in mutations)
         self._record("commit", writes=upserts, deletes=len(mutations) - upserts)
         return results
 
     def _apply(self, mutations: list[Mutation], txn: Transaction | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
-        with self._db() as conn:
+        held = txn.conn if txn is not None else None
+        with HeldLease(self._pool, held) if held is not None else self._db() as conn:
+            if held is not None and conn.in_transaction:
+                conn.execute("ROLLBACK")  # end the snapshot: the write lock needs the newest data
+            elif self.path is None:
+                self._freeze_pinned(conn, txn)
             conn.execute("BEGIN IMMEDIATE")
             try:
-                if txn is not None:
-                    check_unchanged(conn, txn)
+                if txn is not None and txn.seq is not None:
+                    self._validate(conn, txn)
                 seq = conn.execute("UPDATE meta SET value = value + 1 WHERE name = 'commit_seq' RETURNING value").fetchall()[0][0]
                 partial = [m for m in mutations if isinstance(m, Upsert) and m.entity.key is not None and m.entity.key.is_partial]
                 new_ids = iter(allocate(conn, len(partial)))
@@ -237,10 +306,23 @@ class EmbeddedGateway(BaseGateway[Transaction]):
                         results.append(upsert(conn, mutation, key, seq, now))
                 self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
                 conn.execute("COMMIT")
+                if self.path is None:
+                    self._memory_seq = seq
             finally:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
         return results
+
+    def _validate(self, conn: sqlite3.Connection, txn: Transaction) -> None:
+        """Under the write lock: Contention unless what ``txn`` read in its
+        snapshot is what it would read now (nothing committed since, or
+        every entity and every query's answer unchanged)."""
+        if (self._memory_seq if self.path is None else commit_seq(conn)) == txn.seq:
+            return
+        check_unchanged(conn, txn)
+        for query, answer in txn.queries:
+            if _answer(*self._batch(conn, query)) != answer:
+                raise Contention(f"the results of a query on {query.kind!r} changed since this transaction ran it", attempts=1)
 
     def _check_write_rate(self, conn: sqlite3.Connection, key: Key, now: float) -> None:
         if not self._min_write_gap:
@@ -249,3 +331,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         if row is not None and now - row[0] < self._min_write_gap:
             self.stats.bump("write_rate_aborts")
             raise Contention(f"{key} was written {now - row[0]:.3f}s ago; the model allows one write per {self._min_write_gap:.3f}s")
+
+
+def _answer(batch: list[Row], last: tuple[bytes, ...] | None, more: bool) -> Hashable:
+    """What a query batch told its transaction, to compare at commit."""
+    return tuple((row.doc.key_enc, row.doc.version, row.position) for row in batch), last, more

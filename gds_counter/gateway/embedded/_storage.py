@@ -15,14 +15,30 @@ Storage layout (one SQLite file, WAL mode so readers never block the writer):
   index instead of scanning its kind.
 * ``meta``: the commit counter and the id allocator.
 
-Every function here runs inside a write transaction (``BEGIN IMMEDIATE``) that
-the gateway holds, so the checks and writes of one commit are atomic.
+Every write function here runs inside a write transaction (``BEGIN
+IMMEDIATE``) that the gateway holds, so the checks and writes of one commit
+are atomic.
+
+Transactions are serializable, with snapshot reads. A transaction reads one
+snapshot, pinned by its first read and named by its ``commit_seq``: a SQLite
+read transaction on a connection it holds (WAL), or, in memory, the one
+connection until a commit would change what it reads, then a copy of the
+database as it was (``EmbeddedGateway._freeze_pinned``). Its commit takes the
+write lock (writers are serial) and, if anything was committed since its
+snapshot, checks that what it read is what it would read now: every entity
+it looked up or a query returned has the version it read, and every query
+it ran returns the same rows (so an entity that now matches, a phantom, is
+seen). Otherwise it raises ``Contention``: the transaction behaves as if it
+ran alone at its commit. Checking rows rather than SQLite's own snapshot
+check (``SQLITE_BUSY_SNAPSHOT``, raised when anything at all was committed
+since) keeps transactions on different entities, such as counter shards,
+from aborting each other.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
+from typing import Any, Hashable
 
 import attrs
 
@@ -32,6 +48,7 @@ from gds_counter.gateway.base import TransactionState
 from gds_counter.gateway.embedded._encoding import dump_entity, index_entries, key_bytes, load_entity
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Upsert
+from gds_counter.gateway.query import Query
 from gds_counter.gateway.values import RawEntity
 
 SCHEMA = """
@@ -87,13 +104,27 @@ def create_schema(conn: sqlite3.Connection) -> None:
 
 @attrs.define
 class Transaction(TransactionState):
-    """An optimistic transaction: what it read, checked again at commit."""
+    """A transaction: its snapshot, and what it read there, checked again at
+    commit (see the module docstring)."""
 
     #: key encoding -> (version read, 0 if absent; the key, for messages)
     reads: dict[bytes, tuple[int, Key]] = attrs.field(factory=dict)
+    #: each query a read-write transaction ran, with what it returned
+    queries: list[tuple[Query, Hashable]] = attrs.field(factory=list)
+    #: the commit number of its snapshot, once its first read pinned it
+    seq: int | None = None
+    #: a file's connection holding the snapshot (``ConnectionPool.hold``)
+    conn: Any = None
+    #: in memory, once a commit changed the database: a copy as it was at ``seq``
+    snapshot: sqlite3.Connection | None = None
 
     def saw(self, key_enc: bytes, version: int, key: Key) -> None:
         self.reads.setdefault(key_enc, (version, key))  # the first read is what the caller acted on
+
+
+def commit_seq(conn: sqlite3.Connection) -> int:
+    """The number of the last commit: what a snapshot is named by."""
+    return int(conn.execute("SELECT value FROM meta WHERE name = 'commit_seq'").fetchone()[0])
 
 
 def check_unchanged(conn: sqlite3.Connection, txn: Transaction) -> None:

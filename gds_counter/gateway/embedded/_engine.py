@@ -36,8 +36,9 @@ log = logging.getLogger("gds_counter.gateway.embedded")
 
 #: What this engine does, known from its own code (no probe needed): it
 #: applies transforms and masks, keeps a transformed property's index flag as
-#: sent, and runs every filter; it has no aggregation queries.
-CAPABILITIES = Capabilities(applies_transforms=True, indexes_transformed=False, not_equal_in_or=True)
+#: sent, runs every filter, and runs aggregations (BaseGateway's default hook
+#: computes them from the query's rows).
+CAPABILITIES = Capabilities(applies_transforms=True, indexes_transformed=False, not_equal_in_or=True, aggregation=True)
 
 #: Results per batch: small enough that callers must follow cursors (as with
 #: Datastore), large enough that following them is cheap.

@@ -690,14 +690,15 @@ def plot(goals: list[dict[str, Any]], series: list[dict[str, Any]], args: argpar
             low.append(g["ratio"] - g["min"])
             high.append(g["max"] - g["ratio"])
             hatch.append(g["met"] is False)
+        processes, threads = layout.split("x")
         bars = left.bar(xs, heights, width * 0.95, yerr=[low, high], capsize=3, color=colours[j % 2],
-                        label=f"{layout.replace('x', ' process(es) x ', 1)} threads")
-        for bar, missed, value in zip(bars, hatch, heights):
+                        label=f"{processes} process{'es' if processes != '1' else ''} x {threads} threads")
+        for bar, missed, value, top in zip(bars, hatch, heights, high):
             if missed:
                 bar.set_hatch("//")
                 bar.set_edgecolor("black")
-            left.annotate(f"{value:.2f}", (bar.get_x() + bar.get_width() / 2, value), ha="center", va="bottom",
-                          fontsize="small", xytext=(0, 2), textcoords="offset points")
+            left.annotate(f"{value:.2f}", (bar.get_x() + bar.get_width() / 2, value + top), ha="center",
+                          va="bottom", fontsize="small", xytext=(0, 2), textcoords="offset points")
     for i, goal in enumerate(ratio_goals):
         left.hlines(goal.need, i - 0.45, i + 0.45, colors="red", linestyles="--",
                     label="threshold" if i == 0 else None)
@@ -709,18 +710,26 @@ def plot(goals: list[dict[str, Any]], series: list[dict[str, Any]], args: argpar
     left.legend(fontsize="small", loc="upper right")
     by_goal = verdicts(goals)
     met = sum(1 for ok in by_goal.values() if ok)
-    left.set_title(f"{met} of {len(by_goal)} goals met (goal 5, guarantees: "
-                   f"{_verdict(by_goal.get(5))}); hatched = missed", fontsize="medium")
+    missed_where = [f"{g['goal']} ({g['layout']})" for g in goals if g["met"] is False]
+    left.set_title(f"{met} of {len(by_goal)} goals met (5, the guarantees: {_verdict(by_goal.get(5))})"
+                   + (f"; missed, hatched: {', '.join(missed_where)}" if missed_where else ""), fontsize="medium")
     names = [s.name for s in SERIES]
     for j, layout in enumerate(layouts):
         rows = {s["series"]: s for s in series if s["layout"] == layout}
         ys = [i + (j - (len(layouts) - 1) / 2) * width for i in range(len(names))]
         values = [rows[n]["per_s"] if n in rows else 0 for n in names]
-        right.barh(ys, values, width * 0.95, color=colours[j % 2], label=layout)
+        bars = right.barh(ys, values, width * 0.95, color=colours[j % 2], label=layout)
+        for bar, value in zip(bars, values):
+            if value:
+                right.annotate(f"{value:,.0f}", (value, bar.get_y() + bar.get_height() / 2), va="center",
+                               fontsize="x-small", xytext=(2, 0), textcoords="offset points")
     right.set_yticks(range(len(names)), [f"{s.name} ({'SQLite' if s.backend == 'sqlite' else 'Firestore'})"
                                          for s in SERIES], fontsize="small")
     right.invert_yaxis()
     right.set_xscale("log")
+    biggest = max((s["per_s"] or 0 for s in series), default=0)
+    if biggest:
+        right.set_xlim(right=biggest * 4)
     right.set_xlabel("increments (puts, upserts) per second, over all rounds")
     right.grid(axis="x", alpha=0.3)
     right.set_title("what the ratios are made of", fontsize="medium")

@@ -687,8 +687,9 @@ def plot(goals: list[dict[str, Any]], series: list[dict[str, Any]], args: argpar
                 continue
             xs.append(i + (j - (len(layouts) - 1) / 2) * width)
             heights.append(g["ratio"])
-            low.append(g["ratio"] - g["min"])
-            high.append(g["max"] - g["ratio"])
+            # the pooled ratio may lie outside the single rounds' range: no negative whisker
+            low.append(max(0.0, g["ratio"] - g["min"]))
+            high.append(max(0.0, g["max"] - g["ratio"]))
             hatch.append(g["met"] is False)
         processes, threads = layout.split("x")
         bars = left.bar(xs, heights, width * 0.95, yerr=[low, high], capsize=3, color=colours[j % 2],

@@ -40,8 +40,8 @@ in both layouts (the emulator's JIT warms up; not reported), then
 in both layouts, the two series of each ratio next to each other;
 alternate rounds run the layouts and the series in reverse order, so slow
 drift hits numerators and denominators alike. A series' rate is pooled over
-its rounds (all its increments over all its measured time: one long run cut
-into alternating pieces), and a goal's figure is the ratio of two pooled
+its rounds (the calls that returned within the measured windows over the
+windows' time: one long run cut into alternating pieces), and a goal's figure is the ratio of two pooled
 rates; the ratios within each round give the spread (min-max), and their
 median is recorded too. Each run counts increments/s, RPCs and entity
 reads/writes (``gateway.stats``; Google's client is counted the same way),
@@ -175,6 +175,9 @@ class Job:
 class PartResult:
     load: LoadResult
     stats: dict[str, int] | None
+    #: Calls that returned within the measured window (``duration`` seconds
+    #: from the start): the rate's numerator.
+    in_window: int
     #: Totals returned by increment() that missed an increment this process
     #: had acknowledged before the call, and how many totals were checked.
     stale: int = 0
@@ -211,15 +214,24 @@ class _Totals:
 
 class Part:
     """One process's share of one run: storage opened, one op per writer
-    built and one call made, all before the clock starts."""
+    built and one call made, all before the clock starts.
+
+    The rate counts the calls that return within the window (``duration``
+    seconds from the start), not every call divided by the time until the
+    last one returned: a call stuck in a lock wait when the window closes
+    (on the Firestore emulator, up to a 2 s lock timeout and its retries)
+    would otherwise stretch the time by a random amount. Calls that return
+    later still count in the totals (acknowledged, stored, lost)."""
 
     def __init__(self, job: Job) -> None:
         self.job = job
         self.closers: list[Callable[[], None]] = []
         self.totals: _Totals | None = None
         self.stats: Stats | None = None
+        self.window_end = 0.0  # nothing counts before run()
+        self.in_window = [0] * job.threads  # one slot per writer: no lock needed
         try:
-            self.ops = self._ops(job)
+            self.ops = [self._windowed(op, i) for i, op in enumerate(self._ops(job))]
             self.ops[0]()  # warm-up: channel, capability probe, config entity; off the clock
             if self.stats is not None:
                 self.stats.reset()
@@ -252,15 +264,27 @@ class Part:
         self.totals = _Totals()
         return [self.totals.wrap(counter.increment)] * n
 
+    def _windowed(self, op: Callable[[], Any], slot: int) -> Callable[[], None]:
+        counts = self.in_window
+
+        def call() -> None:
+            op()
+            if time.perf_counter() <= self.window_end:
+                counts[slot] += 1
+
+        return call
+
     def run(self) -> PartResult:
         ops = iter(self.ops)
+        self.window_end = time.perf_counter() + self.job.duration
         load = run_load(lambda: next(ops), writers=self.job.threads, duration=self.job.duration)
         load.warmup = 1
         stats = None if self.stats is None else self.stats.snapshot()
         totals = self.totals
         if totals is None:
-            return PartResult(load, stats)
-        return PartResult(load, stats, totals.stale, totals.checked - 1, totals.first_stale)  # not the warm-up
+            return PartResult(load, stats, sum(self.in_window))
+        return PartResult(load, stats, sum(self.in_window), totals.stale, totals.checked - 1,  # not the warm-up
+                          totals.first_stale)
 
     def close(self) -> None:
         while self.closers:
@@ -342,14 +366,15 @@ def run_cell(pool: WorkerPool, backend: Backend, series: str, layout: Layout, du
         if stats is not None and part.stats is not None:
             for name, value in part.stats.items():
                 stats[name] = stats.get(name, 0) + value
-    row = _row(series, layout, phase, repeat, load, stats, parts, _stored(series, spec, shards, prefix))
+    row = _row(series, layout, phase, repeat, duration, load, stats, parts, _stored(series, spec, shards, prefix))
     row["kind_prefix"] = prefix
     return row
 
 
-def _row(series: str, layout: Layout, phase: str, repeat: int | None, load: LoadResult,
+def _row(series: str, layout: Layout, phase: str, repeat: int | None, window: float, load: LoadResult,
          stats: dict[str, int] | None, parts: list[PartResult], stored: dict[str, Any]) -> dict[str, Any]:
     ok = load.ok
+    in_window = sum(p.in_window for p in parts)
 
     def per(name: str) -> float | None:
         return None if stats is None or not ok else round(stats.get(name, 0) / ok, 3)
@@ -364,12 +389,15 @@ def _row(series: str, layout: Layout, phase: str, repeat: int | None, load: Load
         "layout": layout.name,
         "processes": layout.processes,
         "threads": layout.threads,
+        "window_s": window,
+        "in_window": in_window,
+        "per_s": round(in_window / window, 2),
         "elapsed_s": round(load.elapsed, 3),
         "ok": ok,
+        "per_s_until_last_returned": round(load.rate, 2),
         "failed": load.failed,
         "errors": dict(load.errors),
         "first_error": load.first_error,
-        "per_s": round(load.rate, 2),
         "rpcs_per_inc": per("rpcs"),
         "reads_per_inc": per("entity_reads"),
         "writes_per_inc": per("entity_writes"),
@@ -479,11 +507,12 @@ def summarize(rows: list[dict[str, Any]], layouts: list[str]) -> list[dict[str, 
 
 
 def pooled(rows: list[dict[str, Any]], series: str, layout: str) -> float | None:
-    """A series' rate over all its rounds: every increment counted over all
-    the time measured (a long run cut into alternating pieces)."""
+    """A series' rate over all its rounds: the calls that returned within
+    the measured windows over the windows' time (a long run cut into
+    alternating pieces)."""
     mine = [r for r in rows if r["series"] == series and r["layout"] == layout]
-    elapsed = sum(r["elapsed_s"] for r in mine)
-    return sum(r["ok"] for r in mine) / elapsed if elapsed else None
+    window = sum(r["window_s"] for r in mine)
+    return sum(r["in_window"] for r in mine) / window if window else None
 
 
 def _round(value: float | None, digits: int) -> float | None:

@@ -777,7 +777,7 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-QUICK = {"duration": 2.5, "repeats": 6, "warmup": 2.0}
+QUICK = {"duration": 4.0, "repeats": 4, "warmup": 2.0}
 FULL = {"duration": 5.0, "repeats": 12, "warmup": 5.0}
 
 

@@ -801,6 +801,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--compare", type=Path, help="a previous contention.json to compare the goal ratios with "
                                                      "(default: the one in the results folder, if same settings)")
     parser.add_argument("--no-compare", action="store_true", help="compare with no previous run")
+    parser.add_argument("--markdown", type=Path, metavar="JSON",
+                        help="print the README's tables from a recorded run (docs/benchmarks/contention.json) and exit")
     args = parser.parse_args(argv)
     for name, value in (QUICK if args.quick else FULL).items():
         if getattr(args, name) is None:
@@ -815,8 +817,74 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+LABELS = {
+    1: "1. `CounterShardDS(...).increment()`, defaults / the PHP article's algorithm",
+    2: "2. `add()`, defaults / raw puts (`Client.put`, 1 entity of 20 per commit)",
+    3: '3. `strategy="transactional"` `increment()` / the PHP article\'s algorithm',
+    4: "4. embedded `increment()` / raw sqlite3 upserts",
+}
+
+
+def markdown(payload: dict[str, Any]) -> str:
+    """The README's tables, from a recorded run."""
+    goals = payload["goals"]
+    layouts = sorted({g["layout"] for g in goals if g["goal"] != 5}, key=lambda name: int(name.split("x")[0]))
+
+    def heading(layout: str) -> str:
+        processes, threads = layout.split("x")
+        return f"{processes} process{'es' if processes != '1' else ''} × {threads} threads"
+
+    out = [f"| goal | {' | '.join(heading(layout) for layout in layouts)} | need | |",
+           "| --- |" + " --- |" * (len(layouts) + 2)]
+    verdict = verdicts(goals)
+    for number, label in LABELS.items():
+        cells = []
+        for layout in layouts:
+            [g] = [x for x in goals if x["goal"] == number and x["layout"] == layout]
+            cell = "n/a" if g["ratio"] is None else f"{g['ratio']:.2f} ({g['min']:.2f}–{g['max']:.2f})"
+            cells.append(cell if g["met"] is not False else f"**{cell}**")
+        need = next(g["need"] for g in goals if g["goal"] == number)
+        out.append(f"| {label} | {' | '.join(cells)} | ≥ {need:.1f} | {_verdict(verdict[number])} |")
+    five = goals[-1]
+    ours = [r for r in payload["runs"] if r["phase"] == "measure" and BY_NAME[r["series"]].ours]
+    cells = []
+    for layout in layouts:
+        runs = [r for r in ours if r["layout"] == layout]
+        lost = sum(r["lost"] or 0 for r in runs)
+        stale = sum(r.get("stale_totals", 0) for r in runs)
+        checked = sum(r.get("totals_checked", 0) for r in runs)
+        cells.append(f"{lost:,} lost, {stale:,} stale of {checked:,} totals")
+    out.append(f"| 5. no guarantee weakened (our series) | {' | '.join(cells)} | 0 | {_verdict(five['met'])} |")
+    out += ["", f"Goal 5: {five['notes']}."]
+    agreed = payload.get("agreement", {}).get("ratios") or []
+    if agreed:
+        gap = max(a["apart"] for a in agreed)
+        out += ["", f"Every goal ratio {'was' if all(a['agree'] for a in agreed) else 'was NOT'} within "
+                f"{payload['agreement']['limit']:.0%} of the run before it (largest gap {gap:.0%}): "
+                + ", ".join(f"{a['goal']} ({a['layout']}) {a['previous']:.2f} then {a['this']:.2f}" for a in agreed)
+                + "."]
+    out += ["", f"| series | {' | '.join(heading(layout) + ', /s' for layout in layouts)} | RPCs per call "
+            f"({' / '.join(layouts)}) | lost |",
+            "| --- |" + " --- |" * (len(layouts) + 2)]
+    for series in SERIES:
+        mine = {s["layout"]: s for s in payload["series"] if s["series"] == series.name}
+        if not mine:
+            continue
+        rates = [f"{mine[layout]['per_s']:,.0f}" if layout in mine else "n/a" for layout in layouts]
+        rpcs = [mine[layout]["rpcs_per_inc"] for layout in layouts if layout in mine]
+        lost = [s for s in mine.values() if s["lost"] is not None]
+        lost_text = ("n/a" if not lost else ", ".join(f"{s['lost']:,} of {s['acked']:,}" for s in lost)
+                     if any(s["lost"] for s in lost) else "0")
+        rpc_text = "n/a" if None in rpcs else " / ".join(f"{r:.2f}" for r in rpcs)
+        out.append(f"| `{series.name}`: {series.label} | {' | '.join(rates)} | {rpc_text} | {lost_text} |")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.markdown is not None:
+        print(markdown(json.loads(args.markdown.read_text())))
+        return 0
     began = time.monotonic()
     previous, compared = load_previous(args)
     cells = schedule(args)

@@ -1,88 +1,37 @@
-"""The sharded counter engine, shared by every layout.
+"""``ShardedCounter``: the blocking face of the sharded counter engine.
 
-Why shards: Datastore and Firestore sustain only a few writes per second on
-one entity. A counter spread over N shard entities takes about N times the
-write rate; its total is the sum of the shards.
-
-What this engine adds to the articles it ports:
-
-* **Counted once or raised.** Each attempt commits the amount to one random
-  shard or raises. ``Contention`` is retried with backoff on a *fresh*
-  random shard; when retries run out, ``Contention`` names the counter and
-  the attempts. ``Unavailable`` (storage not reached, nothing applied) is
-  retried the same way, within the same attempts; when they run out the last
-  ``Unavailable`` is raised. (On the Datastore gateway each attempt has
-  already retried for up to the gateway's ``timeout``, so a server that stays
-  down makes an increment raise after at most ``attempts`` x ``timeout``.)
-  Outcomes that cannot be known (``CommitUnknown``) are raised,
-  never retried, because a blind retry could count twice.
-* **Reads are one RPC.** ``get_count()`` is one batch lookup of every shard
-  key plus the counter's config entity: strongly consistent, and no query.
-  It reads one integer per shard straight from the stored values (the keys
-  are built once per counter), without mapping shards to entities.
-* **Shards only grow, and readers always see them.** How many shards a
-  counter has is recorded in its config entity (kind ``layout.config_kind``,
-  key name = counter name, ``num_shards``), which every read fetches in the
-  same lookup. A reader learns a larger count there, reads the missing shards
-  at once (a second lookup, once per process) and remembers it. A writer
-  never writes a shard beyond ``layout.default_shards`` before the config
-  records it, and a reader always reads at least ``default_shards`` shards,
-  so nothing written is ever outside what readers look up. PHP's own reader
-  queries by ``target`` and so sees grown shards anyway.
+Every rule (shards, growth, reads, retries, the cache) lives in
+``engine.CounterCore`` as plans; this class runs them on a blocking gateway
+(``gds_counter.gateway.plan.run``), as ``gds_counter.aio`` runs the same
+plans on an async one. See ``engine`` for what the engine does and why.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
-from typing import Callable, Hashable, Iterable, Sequence
+from typing import Iterable
 
-import attrs
-
-from gds_counter._checks import INT64_MAX, check_int
-from gds_counter.counter._affinity import holding_shard
-from gds_counter.counter.cache import CountCache, shared_cache
+from gds_counter.counter.cache import CountCache
+from gds_counter.counter.engine import (
+    AutoGrow,
+    CounterCore,
+    by_gateway,
+    check_counters,
+    check_num_shards,
+    check_store_kind,
+    counts_plan,
+)
 from gds_counter.counter.layout import Layout
-from gds_counter.counter.strategy import Shard, Strategy, get_strategy
-from gds_counter.errors import BadValueError, Contention, GDSError, TotalUnavailable, Unavailable
-from gds_counter.gateway import resolve_gateway
-from gds_counter.gateway.base import Gateway, commit_in_transaction, run_query_all
-from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import Mutation, Upsert
-from gds_counter.gateway.query import PropertyFilter, Query
-from gds_counter.gateway.values import RawEntity
+from gds_counter.counter.strategy import Strategy
+from gds_counter.errors import BadValueError
+from gds_counter.gateway import plan, resolve_gateway
+from gds_counter.gateway.base import Gateway
 from gds_counter.gds.store import Store
-from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy, retry_contention
+from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy
 
 __all__ = ["AutoGrow", "ShardedCounter", "check_num_shards", "get_counts"]
 
-log = logging.getLogger(__name__)
 
-#: Datastore (legacy, and its emulator) limits a transaction to 25 entity
-#: groups; reset() zeroes shards in transactions of at most this many.
-_MAX_GROUPS_PER_TRANSACTION = 25
-
-
-@attrs.frozen
-class AutoGrow:
-    """Grow a counter's shards when writers keep colliding.
-
-    After ``after_attempts`` conflicting attempts in a row, the shard count
-    is multiplied by ``factor`` (up to ``max_shards``), recorded in the
-    config entity so every process spreads its writes wider, and the
-    increment is tried again on the larger set. Growth is never undone.
-    """
-
-    after_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
-    factor: int = attrs.field(default=2, validator=attrs.validators.ge(2))
-    max_shards: int = attrs.field(default=320, validator=attrs.validators.ge(1))
-
-
-def check_num_shards(num_shards: object, what: str = "num_shards") -> int:
-    return check_int(num_shards, what, low=1, high=None)
-
-
-class ShardedCounter:
+class ShardedCounter(CounterCore):
     """One counter, stored as shards in the given ``layout``.
 
     ``CounterShardDS`` (PHP layout) and ``GeneralCounter`` (ndb layout) are
@@ -109,141 +58,23 @@ class ShardedCounter:
     ) -> None:
         if not isinstance(name, str) or not name:
             raise BadValueError(f"a counter needs a non-empty string name, got {name!r}")
-        if not isinstance(retry, RetryPolicy):
-            raise BadValueError(f"retry must be a RetryPolicy, got {type(retry).__name__} {retry!r}")
-        self.layout = layout
-        self.name = name
-        #: num_shards None: write into as many shards as the config entity
-        #: says (the default when there is none), as ndb did, so that readers
-        #: that trust the config (ndb's get_count) see every write.
-        self._follow_config = num_shards is None
-        self._min_shards = 1 if num_shards is None else check_num_shards(num_shards)
-        self._strategy = get_strategy(strategy)
-        if auto_grow is None:
-            auto_grow = strategy == "auto-grow"
-        self._auto_grow: AutoGrow | None = (AutoGrow() if auto_grow is True else auto_grow) or None
-        self._retry = retry
-
         if store is not None:
             if not isinstance(store, Store):
                 raise BadValueError(f"store must be a gds Store, got {type(store).__name__} {store!r}")
-            if store.schema.kind != layout.shard_kind:
-                raise BadValueError(
-                    f"store is for kind {store.schema.kind!r} but counter {name!r} keeps its shards "
-                    f"in kind {layout.shard_kind!r} (layout {layout.name!r})"
-                )
-            self._gateway, self.namespace = store.gateway, store.namespace
+            check_store_kind(store.schema.kind, layout, name)
+            resolved, namespace = store.gateway, store.namespace
         else:
-            self._gateway = resolve_gateway(gateway)
-            self.namespace = self._gateway.namespace
-        self._cache: CountCache | None = shared_cache(self._gateway) if cache is True else (cache or None)
-        # Check the key names now, so a bad name fails before any write: up
-        # to the last shard this counter may write (growth included), or an
-        # increment on a low shard could land where no read can reach it.
-        grow_cap = self._auto_grow.max_shards if self._auto_grow is not None else 0
-        self._shard_key(layout.shard_numbers(max(self._min_shards, layout.default_shards, grow_cap))[-1])
-        self._config_key = layout.config_key(name, self.namespace)
-
-        self._lock = threading.Lock()
-        #: Shards this process writes into: the constructor's number, raised
-        #: to whatever the config entity was seen to hold.
-        self._num_shards = 0 if self._follow_config else self._min_shards
-        self._config_seen = not self._follow_config
-        #: The largest shard count known to be recorded in the config entity.
-        self._recorded = 0
-        #: Shard keys built so far, in shard order: a read reuses them.
-        self._keys: list[Key] = []
-
-    # --- where it lives -------------------------------------------------------
+            resolved = resolve_gateway(gateway)
+            namespace = resolved.namespace
+        super().__init__(
+            name, layout=layout, gateway=resolved, namespace=namespace, num_shards=num_shards,
+            strategy=strategy, retry=retry, cache=cache, auto_grow=auto_grow,
+        )
 
     @property
     def gateway(self) -> Gateway:
-        return self._gateway
-
-    @property
-    def num_shards(self) -> int:
-        """Shards this counter writes into (grows, never shrinks)."""
-        return self._num_shards or self.layout.default_shards
-
-    def _read_shards(self) -> int:
-        """Shards a read looks up: never fewer than the layout's default,
-        because a writer built with the default (or PHP's NUM_SHARDS) may
-        have written them without recording anything."""
-        return max(self._num_shards, self.layout.default_shards)
-
-    def _shard_key(self, number: int) -> Key:
-        return self.layout.shard_key(self.name, number, self.namespace)
-
-    def _shard_keys(self, count: int) -> list[Key]:
-        """The first ``count`` shard keys, built once per counter."""
-        keys = self._keys
-        if len(keys) < count:
-            with self._lock:
-                keys = self._keys
-                if len(keys) < count:
-                    numbers = self.layout.shard_numbers(count)[len(keys):]
-                    keys = self._keys = keys + [self._shard_key(n) for n in numbers]
-        return keys[:count]
-
-    def _shard(self, number: int) -> Shard:
-        return Shard(self._gateway, self.layout, self.name, number, self.namespace)
-
-    def _identity(self) -> Hashable:
-        return (self.namespace, self.layout.shard_kind, self.name)
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self} shards={self._num_shards}>"
-
-    def __str__(self) -> str:
-        return f"{self.layout.shard_kind} {self.name!r}"
-
-    # --- the config entity ------------------------------------------------------
-
-    def _writable(self) -> None:
-        """Know how many shards to write into before the first write."""
-        if not self._config_seen:
-            self._learn(self.layout.config_of(self._gateway.lookup([self._config_key])[0]))
-
-    def _learn(self, recorded: int | None) -> None:
-        with self._lock:
-            self._config_seen = True
-            if recorded is None:
-                self._num_shards = self._num_shards or self.layout.default_shards
-                return
-            self._recorded = max(self._recorded, recorded)
-            if recorded > self._num_shards:
-                if self._num_shards:
-                    log.info("%s has grown to %d shards", self, recorded)
-                self._num_shards = recorded
-
-    def _record(self, decide: Callable[[int | None], int]) -> None:
-        """In one transaction (retried on conflict), read the recorded shard
-        count, let ``decide`` say what it should be, write it if it grew, and
-        learn the result."""
-
-        def attempt() -> int:
-            outcome: list[int] = []
-
-            def work(token: bytes) -> Sequence[Mutation]:
-                [stored] = self._gateway.lookup([self._config_key], transaction=token)
-                recorded = self.layout.config_of(stored)
-                outcome[:] = [decide(recorded)]
-                if outcome[0] <= (recorded or 0):
-                    return []
-                fields = {self.layout.config_property: outcome[0]}
-                return [Upsert(RawEntity(self._config_key, fields))]
-
-            commit_in_transaction(self._gateway, work)
-            return outcome[0]
-
-        self._learn(retry_contention(attempt, self._retry, what=f"recording the shards of {self}"))
-
-    def _ensure_recorded(self) -> None:
-        """Before writing beyond the default shards, make sure the config
-        says so, or a reader built with the default would miss those shards."""
-        wanted = self._num_shards
-        if wanted > self.layout.default_shards and wanted > self._recorded:
-            self._record(lambda stored: max(stored or 0, wanted))
+        gateway: Gateway = self._gateway
+        return gateway
 
     # --- reads ------------------------------------------------------------------
 
@@ -261,36 +92,7 @@ class ShardedCounter:
         ``"auto"`` (default): ``"query"`` for layouts that store a target
         (the PHP article's), ``"lookup"`` for the others (ndb's, whose
         writers all follow the config entity)."""
-        return self._total(self._read_method(method), use_cache=True)
-
-    def _read_method(self, method: str) -> str:
-        if method not in ("auto", "query", "lookup"):
-            raise BadValueError(f"get_count method must be 'auto', 'query' or 'lookup', got {method!r}")
-        if method == "auto":
-            return "query" if self.layout.target_property is not None else "lookup"
-        if method == "query" and self.layout.target_property is None:
-            raise BadValueError(
-                f"layout {self.layout.name!r} stores no target property, so its shards cannot be "
-                "queried; use get_count() (a key lookup)"
-            )
-        return method
-
-    def _total(self, method: str, *, use_cache: bool) -> int:
-        if method == "lookup":
-            return get_counts([self], use_cache=use_cache)[0]
-        return _through_cache(self, lambda: sum(count for _, count in self._query_shards()), use_cache=use_cache)
-
-    def _query_shards(self) -> list[tuple[Key, int]]:
-        """Every stored shard of this counter, by the article's target query.
-        The total is their sum, as PHP's ``getCount()`` sums whatever its
-        query finds."""
-        assert self.layout.target_property is not None
-        query = Query(
-            self.layout.shard_kind,
-            namespace=self.namespace,
-            filter=PropertyFilter(self.layout.target_property, "=", self.name),
-        )
-        return [(shard.key, self.layout.count_of(shard)) for shard in run_query_all(self._gateway, query) if shard.key]
+        return plan.run(self._get_count(method), self._gateway)
 
     def shards(self, method: str = "auto") -> list[tuple[int, int]]:
         """``(shard number, count)`` for every shard a read covers, missing
@@ -298,16 +100,7 @@ class ShardedCounter:
         for ``get_count``; a query also lists shards beyond the recorded
         shard count (a PHP writer with a larger ``NUM_SHARDS``), and reads
         the config entity too (two RPCs)."""
-        if self._read_method(method) == "lookup":
-            return sorted(_read_shards([self])[0].items())
-        # A breakdown also lists recorded shards nobody has written yet.
-        self._learn(self.layout.config_of(self._gateway.lookup([self._config_key])[0]))
-        every = dict.fromkeys(self.layout.shard_numbers(self._read_shards()), 0)
-        for key, count in self._query_shards():
-            number = self.layout.shard_number(self.name, key)
-            if number is not None:  # an entity with this target but another key name is in no shard
-                every[number] = count
-        return sorted(every.items())
+        return plan.run(self._shards(method), self._gateway)
 
     # --- writes -------------------------------------------------------------------
 
@@ -317,220 +110,38 @@ class ShardedCounter:
         Returns once the amount is committed exactly once; raises otherwise
         (``Contention`` after retries, with the attempts in its message).
         """
-        amount = check_int(amount, "amount", low=-INT64_MAX)
-        if amount == 0:
-            return
-        self._writable()
-        self._ensure_recorded()
-        if self._cache is None:
-            self._commit(amount)
-            return
-        with self._cache.writing(self._identity(), amount):
-            self._commit(amount)
+        plan.run(self._add(amount), self._gateway)
 
     def increment(self, amount: int = 1) -> int:
         """Add ``amount`` and return the total after it: one read after the
         write (``get_count``'s), where the article read before it and
         returned that plus one."""
-        self.add(amount)
-        try:
-            return self._total(self._read_method("auto"), use_cache=False)
-        except GDSError as exc:
-            raise TotalUnavailable(
-                f"{self}: the increment by {amount} WAS counted, but reading the new total "
-                f"failed ({exc}); do not retry the increment"
-            ) from exc
+        return plan.run(self._increment(amount), self._gateway)
 
     def decrement(self, amount: int = 1) -> int:
         """Subtract ``amount``; one shard may go below zero, the total is exact."""
-        return self.increment(-check_int(amount, "amount", low=-INT64_MAX))
+        return plan.run(self._decrement(amount), self._gateway)
 
     def reset(self) -> None:
         """Set every shard to 0, in transactions of at most 25 shards (so an
         increment racing with it is either wiped or kept whole, never half)."""
-        numbers = list(self.layout.shard_numbers(self._read_shards()))
-        for start in range(0, len(numbers), _MAX_GROUPS_PER_TRANSACTION):
-            chunk = [self._shard(n) for n in numbers[start : start + _MAX_GROUPS_PER_TRANSACTION]]
-
-            def zero(token: bytes, chunk: list[Shard] = chunk) -> Sequence[Mutation]:
-                found = self._gateway.lookup([shard.key for shard in chunk], transaction=token)
-                return [
-                    Upsert(shard.entity(0))
-                    for shard, raw in zip(chunk, found)
-                    if raw is not None and raw.properties.get(self.layout.count_property) != 0
-                ]
-
-            def attempt(zero: Callable[[bytes], Sequence[Mutation]] = zero) -> None:
-                commit_in_transaction(self._gateway, zero)
-
-            retry_contention(attempt, self._retry, what=f"resetting {self}")
-        if self._cache is not None:
-            self._cache.invalidate(self._identity())
-        log.info("reset %s (%d shards)", self, len(numbers))
+        plan.run(self._reset(), self._gateway)
 
     def increase_shards(self, num_shards: int) -> int:
         """Spread future writes over ``num_shards`` shards, recorded for every
         process. Fewer than now is refused: a shard dropped from the count
         would vanish from reads. Returns the shard count."""
-        num_shards = check_num_shards(num_shards)
-        self.layout.shard_key(self.name, self.layout.shard_numbers(num_shards)[-1])  # every new key fits
-
-        def decide(stored: int | None) -> int:
-            # No config means the default, for a counter that follows it (ndb's reading).
-            current = max(stored or (self.layout.default_shards if self._follow_config else 0), self._num_shards)
-            if num_shards < current:
-                raise BadValueError(
-                    f"counter {self.name!r} has {current} shards; increase_shards({num_shards}) would "
-                    f"decrease it from {current} to {num_shards} (shards only grow)"
-                )
-            return num_shards
-
-        self._record(decide)
-        return self._num_shards
-
-    def _grow(self, seen: int) -> bool:
-        """Multiply the shard count after sustained contention. True if this
-        counter now has more shards than ``seen`` (grown by us or by another
-        process meanwhile)."""
-        grow = self._auto_grow
-        assert grow is not None
-
-        def decide(stored: int | None) -> int:
-            stored = stored or 0
-            if stored > seen:
-                return stored  # another process grew it already
-            current = max(stored, seen, self._min_shards)
-            target = min(current * grow.factor, grow.max_shards)
-            return target if target > current else stored  # at the cap: record nothing
-
-        try:
-            self._record(decide)
-        except Contention as exc:
-            # The config is itself contended: not growing now is safe (the
-            # increment is then raised, not dropped).
-            log.warning("%s could not record more shards: %s", self, exc)
-        if self._num_shards > seen:
-            self._gateway.stats.bump("counter.grown")
-            log.warning("%s kept conflicting on %d shards; now %d", self, seen, self._num_shards)
-            return True
-        return False
-
-    # --- committing one amount ---------------------------------------------------------
-
-    def _commit(self, amount: int) -> None:
-        stats = self._gateway.stats
-        attempts = 0
-        what = f"increment of counter {self} by {amount}"
-
-        def attempt() -> None:
-            with holding_shard(self._gateway, self._identity(), self.layout.shard_numbers(self._num_shards)) as number:
-                self._strategy.add(self._shard(number), amount)
-
-        grow = self._auto_grow
-        growing = grow is not None
-        while True:
-            may_grow = growing and grow is not None and self._num_shards < grow.max_shards
-            policy = self._retry
-            if may_grow:
-                assert grow is not None
-                policy = attrs.evolve(policy, attempts=min(policy.attempts, grow.after_attempts))
-            seen = self._num_shards
-            try:
-                # Unavailable means nothing was applied (the Datastore gateway
-                # raises it only then, after its own retries), so it is as
-                # safe to retry as Contention; CommitUnknown never is.
-                retry_contention(
-                    attempt, policy, what=what, on_retry=lambda _: stats.bump("counter.retries"),
-                    also_retry=(Unavailable,),
-                )
-                return
-            except Contention as exc:
-                attempts += exc.attempts
-                if may_grow:
-                    # Grown: retry on more shards. Not grown (capped, or the
-                    # config is contended): one last full round, then raise.
-                    growing = self._grow(seen)
-                    continue
-                raise Contention(
-                    f"counter {self}: the increment by {amount} was NOT counted; "
-                    f"it conflicted on all {attempts} attempts (over {self._num_shards} shards). "
-                    f"Retry later, add shards (increase_shards) or use auto_grow. Last: {exc}",
-                    attempts=attempts,
-                ) from exc
+        return plan.run(self._increase_shards(num_shards), self._gateway)
 
 
 def get_counts(counters: Iterable[ShardedCounter], *, use_cache: bool = True) -> list[int]:
     """Totals of many counters in input order, with one batch lookup per
     gateway (for up to 1000 keys): a page listing 30 counters costs one RPC,
     not 30. Counters with a fresh cached total are not read."""
-    counters = list(counters)
-    for counter in counters:
-        if not isinstance(counter, ShardedCounter):
-            raise BadValueError(f"get_counts takes counters, got {type(counter).__name__} {counter!r}")
-    totals: list[int | None] = [None] * len(counters)
-    tickets: list[int] = [-1] * len(counters)
-    for i, counter in enumerate(counters):
-        if counter._cache is not None:
-            if use_cache:
-                totals[i] = counter._cache.get(counter._identity())
-            tickets[i] = counter._cache.reading(counter._identity())
-    todo = [i for i, total in enumerate(totals) if total is None]
-    for i, counts in zip(todo, _read_shards([counters[i] for i in todo])):
-        total = totals[i] = sum(counts.values())
-        cache = counters[i]._cache
-        if cache is not None:
-            cache.store(counters[i]._identity(), total, tickets[i])
-    return [int(total or 0) for total in totals]
-
-
-def _through_cache(counter: ShardedCounter, read: Callable[[], int], *, use_cache: bool) -> int:
-    """``read()`` a counter's total, served from and kept in its cache (a
-    total is kept only if no write of it overlapped the read)."""
-    cache = counter._cache
-    if cache is None:
-        return read()
-    key = counter._identity()
-    if use_cache:
-        cached = cache.get(key)
-        if cached is not None:
-            return cached
-    ticket = cache.reading(key)
-    total = read()
-    cache.store(key, total, ticket)
-    return total
-
-
-def _read_shards(counters: Sequence[ShardedCounter]) -> list[dict[int, int]]:
-    """Every counter's shard counts: one lookup of all their shard and config
-    keys per gateway, plus one more only for counters found to have grown
-    beyond what this process knew."""
-    results: list[dict[int, int]] = [{} for _ in counters]
-    by_gateway: dict[Gateway, list[int]] = {}
-    for i, counter in enumerate(counters):
-        by_gateway.setdefault(counter.gateway, []).append(i)
-    for gateway, indexes in by_gateway.items():
-        spans: list[tuple[int, int]] = []  # (counter index, shards read)
-        keys: list[Key] = []
-        for i in indexes:
-            counter = counters[i]
-            shard_keys = counter._shard_keys(counter._read_shards())
-            spans.append((i, len(shard_keys)))
-            keys += [counter._config_key, *shard_keys]
-        found = iter(gateway.lookup(keys))
-        grown: list[tuple[int, int]] = []  # (counter index, shards read before)
-        for i, width in spans:
-            counter = counters[i]
-            counter._learn(counter.layout.config_of(next(found)))
-            numbers = counter.layout.shard_numbers(width)
-            results[i] = {n: counter.layout.count_of(next(found)) for n in numbers}
-            if counter._read_shards() > width:
-                grown.append((i, width))
-        if grown:
-            extra: list[tuple[int, int, Key]] = []
-            for i, width in grown:
-                counter = counters[i]
-                numbers = counter.layout.shard_numbers(counter._read_shards())[width:]
-                extra += zip([i] * len(numbers), numbers, counter._shard_keys(counter._read_shards())[width:])
-            for (i, number, _), raw in zip(extra, gateway.lookup([key for _, _, key in extra])):
-                results[i][number] = counters[i].layout.count_of(raw)
-    return results
+    listed = check_counters(counters, ShardedCounter)
+    totals = [0] * len(listed)
+    for gateway, indexes in by_gateway(listed).items():
+        found = plan.run(counts_plan([listed[i] for i in indexes], use_cache=use_cache), gateway)
+        for i, total in zip(indexes, found):
+            totals[i] = total
+    return totals

@@ -33,18 +33,21 @@ import attrs
 from gds_counter._checks import INT64_MAX, INT64_MIN
 from gds_counter.counter.layout import Layout
 from gds_counter.errors import BadValueError, TransformsIgnored
-from gds_counter.gateway.base import Gateway, commit_in_transaction
+from gds_counter.gateway import plan
+from gds_counter.gateway.base import Gateway
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Increment, Mutation, Upsert
 from gds_counter.gateway.values import RawEntity
 
-__all__ = ["STRATEGIES", "Shard", "Strategy", "get_strategy"]
+__all__ = ["STRATEGIES", "Shard", "Strategy", "add_plan", "get_strategy"]
 
 
 @attrs.frozen
 class Shard:
     """One shard to write: all a strategy is given."""
 
+    #: The gateway ``add`` writes through (a blocking one; a plan is run
+    #: against whichever gateway its driver holds, blocking or async).
     gateway: Gateway
     layout: Layout
     target: str
@@ -64,6 +67,11 @@ class Shard:
 
 @runtime_checkable
 class Strategy(Protocol):
+    """One attempt on one shard. A strategy may also define ``plan_add(shard,
+    amount)``, the attempt as a plan (``gds_counter.gateway.plan``): the
+    built-in ones do, and that is what lets ``gds_counter.aio`` run them on
+    non-blocking I/O. One with only ``add`` runs in a worker thread there."""
+
     name: str
 
     def add(self, shard: Shard, amount: int) -> None:
@@ -71,18 +79,31 @@ class Strategy(Protocol):
         another writer won; it is then safe to retry)."""
 
 
+def add_plan(strategy: Strategy, shard: Shard, amount: int) -> plan.Plan[None]:
+    """The strategy's attempt as a plan: its own ``plan_add`` when it has
+    one, else its blocking ``add`` as a ``Call``."""
+    planned = getattr(strategy, "plan_add", None)
+    if planned is not None:
+        result: plan.Plan[None] = planned(shard, amount)
+        return result
+    return plan.call(lambda: strategy.add(shard, amount))
+
+
 class Transactional:
     name = "transactional"
 
     def add(self, shard: Shard, amount: int) -> None:
-        def write(token: bytes) -> list[Mutation]:
-            [stored] = shard.gateway.lookup([shard.key], transaction=token)
+        plan.run(self.plan_add(shard, amount), shard.gateway)
+
+    def plan_add(self, shard: Shard, amount: int) -> plan.Plan[None]:
+        def write(token: bytes) -> plan.Plan[list[Mutation]]:
+            [stored] = yield from plan.lookup([shard.key], transaction=token)
             count = shard.layout.count_of(stored) + amount
             if not INT64_MIN <= count <= INT64_MAX:
                 raise BadValueError(f"adding {amount} to {shard} ({shard.key}) would pass 64 bits; nothing was written")
             return [Upsert(shard.entity(count))]
 
-        commit_in_transaction(shard.gateway, write)
+        yield from plan.in_transaction(write)
 
 
 class ServerIncrement:
@@ -94,10 +115,13 @@ class ServerIncrement:
     name = "increment"
 
     def add(self, shard: Shard, amount: int) -> None:
-        gateway = shard.gateway
-        if not gateway.capabilities.applies_transforms:
+        plan.run(self.plan_add(shard, amount), shard.gateway)
+
+    def plan_add(self, shard: Shard, amount: int) -> plan.Plan[None]:
+        capabilities = yield from plan.capabilities()
+        if not capabilities.applies_transforms:
             raise TransformsIgnored(
-                f"{gateway!r} does not apply increment transforms, so the server-side increment of "
+                f"{shard.gateway!r} does not apply increment transforms, so the server-side increment of "
                 f"{shard} was not sent; nothing was counted (use strategy 'auto' or 'transactional')"
             )
         # The entity carries only the target; the mask keeps the stored count
@@ -108,7 +132,7 @@ class ServerIncrement:
             property_mask=tuple(sorted(entity.properties)),
             transforms=(Increment(shard.layout.count_property, amount),),
         )
-        [result] = gateway.commit([mutation]).mutation_results
+        [result] = (yield from plan.commit([mutation])).mutation_results
         if result.transform_results is None:
             raise TransformsIgnored(f"the server ignored the increment of {shard} by {amount}; nothing was counted")
         [value] = result.transform_results
@@ -128,7 +152,12 @@ class Auto:
     name = "auto"
 
     def add(self, shard: Shard, amount: int) -> None:
-        (INCREMENT if shard.gateway.capabilities.applies_transforms else TRANSACTIONAL).add(shard, amount)
+        plan.run(self.plan_add(shard, amount), shard.gateway)
+
+    def plan_add(self, shard: Shard, amount: int) -> plan.Plan[None]:
+        capabilities = yield from plan.capabilities()
+        chosen = INCREMENT if capabilities.applies_transforms else TRANSACTIONAL
+        yield from chosen.plan_add(shard, amount)
 
 
 TRANSACTIONAL = Transactional()

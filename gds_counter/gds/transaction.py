@@ -16,6 +16,7 @@ import attrs
 from google.api_core.retry import exponential_sleep_generator
 
 from gds_counter.errors import BadValueError, Contention
+from gds_counter.gateway import plan
 
 log = logging.getLogger(__name__)
 
@@ -55,9 +56,27 @@ def retry_contention(
     sleep: Callable[[float], None] = time.sleep,
     also_retry: tuple[type[BaseException], ...] = (),
 ) -> T:
-    """Run ``work`` until it does not raise ``Contention`` or attempts run out.
+    """Run ``work`` until it does not raise ``Contention`` or attempts run out
+    (``retry_plan`` with a blocking ``work``; see there)."""
+    return plan.run(
+        retry_plan(lambda: plan.call(work), policy, what=what, on_retry=on_retry, also_retry=also_retry),
+        None,
+        wait=sleep,
+    )
 
-    ``work`` must be safe to repeat: each attempt starts a fresh transaction
+
+def retry_plan(
+    attempt: Callable[[], plan.Plan[T]],
+    policy: RetryPolicy = DEFAULT_RETRY,
+    *,
+    what: str = "transaction",
+    on_retry: Callable[[int], None] | None = None,
+    also_retry: tuple[type[BaseException], ...] = (),
+) -> plan.Plan[T]:
+    """Run the plan ``attempt()`` makes until it does not raise ``Contention``
+    or attempts run out: the one retry rule of the blocking and async APIs.
+
+    Each attempt must be safe to repeat: it starts a fresh transaction
     (and, for counters, picks a fresh shard). ``on_retry(attempt)`` is called
     before each wait, for stats. The final ``Contention`` names ``what`` and
     carries the number of attempts. ``also_retry`` names more errors that
@@ -67,24 +86,25 @@ def retry_contention(
     delays = exponential_sleep_generator(policy.initial, policy.maximum, policy.multiplier)
     retried: tuple[type[BaseException], ...] = (Contention, *also_retry)
     started = time.monotonic()
-    for attempt in range(1, policy.attempts + 1):
+    for number in range(1, policy.attempts + 1):
         try:
-            return work()
+            result: T = yield from attempt()
+            return result
         except retried as exc:
             delay = next(delays)
             out_of_time = policy.deadline is not None and time.monotonic() - started + delay > policy.deadline
-            if attempt < policy.attempts and not out_of_time:
+            if number < policy.attempts and not out_of_time:
                 if on_retry is not None:
-                    on_retry(attempt)
-                log.debug("%s failed (attempt %d: %s), retrying in %.3fs", what, attempt, exc, delay)
-                sleep(delay)
+                    on_retry(number)
+                log.debug("%s failed (attempt %d: %s), retrying in %.3fs", what, number, exc, delay)
+                yield from plan.sleep(delay)
                 continue
             if not isinstance(exc, Contention):
                 raise
             why = f"its {policy.deadline:g} s deadline passed" if out_of_time else "attempts ran out"
             raise Contention(
-                f"{what} still conflicted after {attempt} attempts in {time.monotonic() - started:.1f} s "
+                f"{what} still conflicted after {number} attempts in {time.monotonic() - started:.1f} s "
                 f"({why}): {exc}",
-                attempts=attempt,
+                attempts=number,
             ) from exc
     raise AssertionError("unreachable")  # pragma: no cover

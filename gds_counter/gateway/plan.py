@@ -1,0 +1,240 @@
+"""Plans: the rules of an operation, written once, run blocking or async.
+
+A plan is a generator that says what it needs from storage instead of doing
+the I/O itself: it yields an effect (``Op``: call the gateway; ``Sleep``:
+wait; ``Call``: run a blocking function) and is sent back the result, or has
+the error thrown in at that point, so its own ``try``/``except``/``with``
+blocks work as in straight-line code. Plans compose with ``yield from``.
+
+That is what lets the blocking API and ``gds_counter.aio`` share every rule
+(validation, mapping, layouts, strategies, retry decisions): ``run`` drives
+a plan against a blocking ``Gateway``; ``gds_counter.aio`` drives the very
+same generator against an async gateway, awaiting each effect. Only the
+drivers differ, and they hold no rules.
+
+The typed helpers (``lookup``, ``commit``, ...) are the gateway calls a plan
+may make, named and typed like the ``Gateway`` protocol's methods:
+``found = yield from lookup(keys, transaction=token)``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Generator, Sequence, TypeVar, Union
+
+import attrs
+
+from gds_counter.errors import GDSError
+from gds_counter.gateway.capabilities import Capabilities
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import CommitResult, Mutation
+from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
+from gds_counter.gateway.values import RawEntity
+
+__all__ = [
+    "Call",
+    "Effect",
+    "Op",
+    "Plan",
+    "Sleep",
+    "allocate_ids",
+    "begin_transaction",
+    "call",
+    "capabilities",
+    "commit",
+    "in_transaction",
+    "just",
+    "next_batch",
+    "query_all",
+    "query_batches",
+    "lookup",
+    "rollback",
+    "run",
+    "run_aggregation",
+    "run_query",
+    "sleep",
+]
+
+T = TypeVar("T")
+
+#: The gateway methods an ``Op`` may name ("capabilities" is the property).
+OP_NAMES = frozenset(
+    {"lookup", "run_query", "run_aggregation", "begin_transaction", "commit", "rollback", "allocate_ids", "capabilities"}
+)
+
+
+@attrs.frozen
+class Op:
+    """Call ``name`` on the gateway the plan runs against."""
+
+    name: str = attrs.field(validator=attrs.validators.in_(OP_NAMES))
+    args: tuple[Any, ...] = ()
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+
+@attrs.frozen
+class Sleep:
+    """Wait ``seconds`` (a backoff): ``time.sleep`` blocking, ``asyncio.sleep`` async."""
+
+    seconds: float
+
+
+@attrs.frozen
+class Call:
+    """Run a blocking function (a user's own strategy, say). The async
+    drivers run it in a worker thread, never on the event loop."""
+
+    function: Callable[[], Any]
+
+
+Effect = Union[Op, Sleep, Call]
+Plan = Generator[Effect, Any, T]
+
+
+# --- the calls a plan may make ---------------------------------------------------
+
+
+def _op(name: str, *args: Any, **kwargs: Any) -> Plan[Any]:
+    return (yield Op(name, args, tuple(kwargs.items())))
+
+
+def lookup(keys: Sequence[Key], *, transaction: bytes | None = None) -> Plan[list[RawEntity | None]]:
+    result: list[RawEntity | None] = yield from _op("lookup", list(keys), transaction=transaction)
+    return result
+
+
+def run_query(query: Query, *, transaction: bytes | None = None) -> Plan[QueryResult]:
+    result: QueryResult = yield from _op("run_query", query, transaction=transaction)
+    return result
+
+
+def run_aggregation(aggregation: AggregationQuery, *, transaction: bytes | None = None) -> Plan[AggregationResult]:
+    result: AggregationResult = yield from _op("run_aggregation", aggregation, transaction=transaction)
+    return result
+
+
+def begin_transaction(*, read_only: bool = False) -> Plan[bytes]:
+    result: bytes = yield from _op("begin_transaction", read_only=read_only)
+    return result
+
+
+def commit(mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> Plan[CommitResult]:
+    result: CommitResult = yield from _op("commit", list(mutations), transaction=transaction)
+    return result
+
+
+def rollback(transaction: bytes) -> Plan[None]:
+    yield from _op("rollback", transaction)
+
+
+def allocate_ids(keys: Sequence[Key]) -> Plan[list[Key]]:
+    result: list[Key] = yield from _op("allocate_ids", list(keys))
+    return result
+
+
+def capabilities() -> Plan[Capabilities]:
+    """The gateway's capabilities (learned by a probe the first time)."""
+    result: Capabilities = yield from _op("capabilities")
+    return result
+
+
+def sleep(seconds: float) -> Plan[None]:
+    yield Sleep(seconds)
+
+
+def call(function: Callable[[], T]) -> Plan[T]:
+    result: T = yield Call(function)
+    return result
+
+
+def just(value: T) -> Plan[T]:
+    """A plan that needs nothing and returns ``value``."""
+    return value
+    yield  # pragma: no cover  (makes this a generator)
+
+
+# --- plans every layer shares -----------------------------------------------------
+
+
+def in_transaction(work: Callable[[bytes], Plan[Sequence[Mutation]]]) -> Plan[None]:
+    """One attempt at a read-write transaction: the plan ``work(token)``
+    reads with the token and returns what to write, which is committed
+    atomically. Any error rolls the transaction back (freeing a locking
+    server's locks at once) and is raised; ``Contention`` means it is safe
+    to try again."""
+    token = yield from begin_transaction()
+    try:
+        mutations = yield from work(token)
+        yield from commit(mutations, transaction=token)
+    except BaseException:
+        try:
+            yield from rollback(token)  # a no-op once the commit used it up
+        except GDSError:
+            pass
+        raise
+
+
+def next_batch(query: Query, result: QueryResult, remaining: int | None) -> Query | None:
+    """The query that continues ``query`` after its batch ``result`` (with
+    ``remaining`` results of its limit still wanted, None for no limit), or
+    None when it is finished: php-gds stopped at the first batch, silently
+    truncating results; every reader here follows them all."""
+    if not result.more_results or result.end_cursor is None or (remaining is not None and remaining <= 0):
+        return None
+    return query.replace(start_cursor=result.end_cursor, offset=0, limit=remaining)
+
+
+def query_batches(query: Query, *, transaction: bytes | None = None) -> Plan[list[QueryResult]]:
+    """Every batch of ``query``, to the end or to its limit."""
+    batches: list[QueryResult] = []
+    remaining = query.limit
+    current: Query | None = query
+    while current is not None:
+        result = yield from run_query(current, transaction=transaction)
+        batches.append(result)
+        if remaining is not None:
+            remaining -= len(result.entities)
+        current = next_batch(current, result, remaining)
+    return batches
+
+
+def query_all(query: Query, *, transaction: bytes | None = None) -> Plan[list[RawEntity]]:
+    """Every result of ``query``, across all batches."""
+    batches = yield from query_batches(query, transaction=transaction)
+    return [entity for batch in batches for entity in batch.entities]
+
+
+# --- the blocking driver ------------------------------------------------------------
+
+
+def perform(gateway: Any, op: Op) -> Any:
+    """Carry out one ``Op`` on a blocking gateway."""
+    if op.name == "capabilities":
+        return gateway.capabilities
+    return getattr(gateway, op.name)(*op.args, **dict(op.kwargs))
+
+
+def run(plan: Plan[T], gateway: Any, *, wait: Callable[[float], None] = time.sleep) -> T:
+    """Drive ``plan`` against a blocking ``gateway``: each effect is carried
+    out here, its result sent back (or its error thrown in), until the plan
+    returns. ``wait`` carries out ``Sleep`` (tests pass a fake clock's)."""
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = plan.send(send) if error is None else plan.throw(error)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        send, error = None, None
+        try:
+            if isinstance(effect, Op):
+                send = perform(gateway, effect)
+            elif isinstance(effect, Sleep):
+                wait(effect.seconds)
+            elif isinstance(effect, Call):
+                send = effect.function()
+            else:  # pragma: no cover  (a plan's own bug)
+                raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
+        except BaseException as exc:  # thrown into the plan, which may handle it
+            error = exc

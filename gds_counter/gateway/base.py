@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 import collections
 import contextlib
+import contextvars
 import inspect
 import logging
 import threading
@@ -33,6 +34,7 @@ from typing_extensions import TypeIs
 
 from gds_counter._checks import check_int
 from gds_counter.errors import BadKeyError, BadValueError, GatewayError, GDSError, Unavailable
+from gds_counter.gateway import plan
 from gds_counter.gateway.aggregation import aggregate_rows, billed_reads, check_aggregation
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.keys import Key
@@ -156,8 +158,12 @@ class TransactionState:
 T = TypeVar("T", bound=TransactionState)
 
 
-class BaseGateway(abc.ABC, Generic[T]):
-    """The shared rules of every gateway (see the module docstring)."""
+class GatewayRules(Generic[T]):
+    """The shared rules of every gateway (see the module docstring), with the
+    I/O left out: each public call is a plan (``gateway.plan``) that yields
+    the backend hooks it needs (``Op("_lookup", ...)``). ``BaseGateway`` runs
+    those plans on blocking hooks; the asyncio face's Datastore gateway runs
+    the same plans on async ones."""
 
     def __init__(self, namespace: str = "", *, capabilities: Capabilities | None = None) -> None:
         """``capabilities``: for a backend that knows its own behaviour (the
@@ -167,71 +173,13 @@ class BaseGateway(abc.ABC, Generic[T]):
         self._open_transactions: collections.OrderedDict[bytes, T] = collections.OrderedDict()
         self._transactions_lock = threading.Lock()
         self._capabilities: Capabilities | None = capabilities
-        self._capabilities_lock = threading.RLock()  # the probe commits while holding it
-        self._probing = threading.local()
-        self._aggregating = threading.local()  # the default aggregation hook's own reads
-
-    # --- hooks: what a backend implements ----------------------------------
-
-    @abc.abstractmethod
-    def _lookup(self, keys: list[Key], txn: T | None) -> list[RawEntity | None]:
-        """At most ``MAX_KEYS_PER_LOOKUP`` distinct complete keys, in order."""
-
-    @abc.abstractmethod
-    def _run_query(self, query: Query, txn: T | None) -> QueryResult:
-        """One batch; limit and offset are already checked."""
-
-    @abc.abstractmethod
-    def _begin(self, read_only: bool) -> T:
-        """Start a transaction on the server and describe it."""
-
-    @abc.abstractmethod
-    def _commit(self, mutations: list[Mutation], txn: T | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
-        """At most 500 checked mutations, atomically. For each: the key (the
-        allocated one for an incomplete key) and the transform results as the
-        server sent them (None, or fewer than asked, when it sent none)."""
-
-    @abc.abstractmethod
-    def _rollback(self, txn: T) -> None:
-        """End an open transaction on the server without writing."""
-
-    @abc.abstractmethod
-    def _allocate_ids(self, keys: list[Key]) -> list[Key]:
-        """At most 500 incomplete keys, completed."""
-
-    def _run_aggregation(self, aggregation: AggregationQuery, txn: T | None) -> AggregationResult:
-        """A checked aggregation. The default computes it from the rows of
-        the query (``gateway.aggregation.aggregate_rows``), read through this
-        gateway's own ``run_query`` (and ``lookup``) in ``txn``. Those reads
-        are not what Datastore would bill: they count as
-        ``aggregation_batches``, and the aggregation as one
-        ``run_aggregation_query`` RPC reading one entity per started 1,000
-        rows."""
-        token = txn.token if txn is not None else None
-        self._aggregating.depth = getattr(self._aggregating, "depth", 0) + 1
-        try:
-            values, rows = aggregate_rows(
-                aggregation,
-                lambda query: (batch.entities for batch in iterate_batches(self, query, transaction=token)),
-                lambda keys: self.lookup(keys, transaction=token),
-            )
-        finally:
-            self._aggregating.depth -= 1
-        self._record("run_aggregation_query", reads=billed_reads(rows))
-        return AggregationResult(values)
+        # Per thread, and per asyncio task: a context variable is both.
+        self._probing: contextvars.ContextVar[bool] = contextvars.ContextVar("gds_probing", default=False)
+        self._aggregating: contextvars.ContextVar[int] = contextvars.ContextVar("gds_aggregating", default=0)
 
     #: What a backend says of aggregations before it is probed: only the
-    #: probe (``_probe``) finds out whether a server runs them.
+    #: probe (``_plan_probe``) finds out whether a server runs them.
     _aggregation = False
-
-    def close(self) -> None:
-        """Release connections; the default has none."""
-
-    def __enter__(self: "BaseGateway[T]") -> "BaseGateway[T]":
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
     # --- cost accounting -----------------------------------------------------
 
@@ -239,9 +187,9 @@ class BaseGateway(abc.ABC, Generic[T]):
         """Count one RPC, unless it is the gateway's own capability probe,
         which the caller did not ask for and which therefore goes to
         ``probe_rpcs`` instead of ``rpcs``."""
-        if getattr(self._probing, "active", False):
+        if self._probing.get():
             self.stats.bump("probe_rpcs")
-        elif getattr(self._aggregating, "depth", 0):
+        elif self._aggregating.get():
             self.stats.bump("aggregation_batches")
         else:
             self.stats.record(rpc, reads=reads, writes=writes, deletes=deletes)
@@ -262,8 +210,8 @@ class BaseGateway(abc.ABC, Generic[T]):
             )
         return txn
 
-    def begin_transaction(self, *, read_only: bool = False) -> bytes:
-        txn = self._begin(bool(read_only))
+    def _plan_begin(self, read_only: bool) -> plan.Plan[bytes]:
+        txn: T = yield from _hook("_begin", bool(read_only))
         with self._transactions_lock:
             self._open_transactions[txn.token] = txn
             while len(self._open_transactions) > MAX_OPEN_TRANSACTIONS:
@@ -271,7 +219,7 @@ class BaseGateway(abc.ABC, Generic[T]):
                 log.warning("forgot transaction %r: over %d open at once", forgotten, MAX_OPEN_TRANSACTIONS)
         return txn.token
 
-    def rollback(self, transaction: bytes) -> None:
+    def _plan_rollback(self, transaction: bytes) -> plan.Plan[None]:
         with self._transactions_lock:
             txn = self._open_transactions.pop(transaction, None)
         if txn is None:
@@ -279,11 +227,11 @@ class BaseGateway(abc.ABC, Generic[T]):
             # the transaction up: it must not hide the error being handled.
             log.debug("rollback of a finished transaction %r ignored", transaction)
             return
-        self._rollback(txn)
+        yield from _hook("_rollback", txn)
 
     # --- reads ---------------------------------------------------------------
 
-    def lookup(self, keys: Sequence[Key], *, transaction: bytes | None = None) -> list[RawEntity | None]:
+    def _plan_lookup(self, keys: Sequence[Key], transaction: bytes | None) -> plan.Plan[list[RawEntity | None]]:
         keys = list(keys)
         for key in keys:
             require_complete(key, "lookup")
@@ -292,31 +240,36 @@ class BaseGateway(abc.ABC, Generic[T]):
         found: dict[Key, RawEntity | None] = {}
         for start in range(0, len(unique), MAX_KEYS_PER_LOOKUP):
             batch = unique[start : start + MAX_KEYS_PER_LOOKUP]
-            found.update(zip(batch, self._lookup(batch, txn)))
+            found.update(zip(batch, (yield from _hook("_lookup", batch, txn))))
         return [found[key] for key in keys]
 
-    def run_query(self, query: Query, *, transaction: bytes | None = None) -> QueryResult:
+    def _plan_run_query(self, query: Query, transaction: bytes | None) -> plan.Plan[QueryResult]:
         if query.limit is not None:
             check_int(query.limit, "query limit", low=0)
         check_int(query.offset, "query offset", low=0)
-        return self._run_query(query, self._transaction(transaction))
+        result: QueryResult = yield from _hook("_run_query", query, self._transaction(transaction))
+        return result
 
-    def run_aggregation(self, aggregation: AggregationQuery, *, transaction: bytes | None = None) -> AggregationResult:
-        return self._run_aggregation(check_aggregation(aggregation), self._transaction(transaction))
+    def _plan_run_aggregation(
+        self, aggregation: AggregationQuery, transaction: bytes | None
+    ) -> plan.Plan[AggregationResult]:
+        checked = check_aggregation(aggregation)
+        result: AggregationResult = yield from _hook("_run_aggregation", checked, self._transaction(transaction))
+        return result
 
     # --- writes --------------------------------------------------------------
 
-    def allocate_ids(self, keys: Sequence[Key]) -> list[Key]:
+    def _plan_allocate_ids(self, keys: Sequence[Key]) -> plan.Plan[list[Key]]:
         keys = list(keys)
         for key in keys:
             if not isinstance(key, Key) or not key.is_partial:
                 raise BadKeyError(f"allocate_ids needs incomplete keys, got {key}")
         out: list[Key] = []
         for start in range(0, len(keys), MAX_MUTATIONS_PER_COMMIT):
-            out += self._allocate_ids(keys[start : start + MAX_MUTATIONS_PER_COMMIT])
+            out += yield from _hook("_allocate_ids", keys[start : start + MAX_MUTATIONS_PER_COMMIT])
         return out
 
-    def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult:
+    def _plan_commit(self, mutations: Sequence[Mutation], transaction: bytes | None) -> plan.Plan[CommitResult]:
         mutations = list(mutations)
         for mutation in mutations:
             check_mutation(mutation)
@@ -355,7 +308,7 @@ class BaseGateway(abc.ABC, Generic[T]):
             ]
         results: list[MutationResult] = []
         for chunk in chunks:
-            for mutation, (key, values) in zip(chunk, self._commit(chunk, txn)):
+            for mutation, (key, values) in zip(chunk, (yield from _hook("_commit", chunk, txn))):
                 results.append(self._result(mutation, key, values))
         return CommitResult(tuple(results))
 
@@ -368,10 +321,10 @@ class BaseGateway(abc.ABC, Generic[T]):
             return MutationResult(key, ())
         if values is not None and len(values) == len(mutation.transforms):
             return MutationResult(key, tuple(values))
-        if getattr(self._probing, "active", False):
+        if self._probing.get():
             return MutationResult(key, None)  # the probe is asking exactly this
         self.stats.bump("transforms_ignored")
-        with self._capabilities_lock:
+        with self._transactions_lock:  # a short lock of its own; the probe may be running
             known = self._capabilities
             if known is None or known.applies_transforms:
                 log.warning("%r ignored property transforms (legacy Datastore emulator?); it will not be sent them again", self)
@@ -383,22 +336,7 @@ class BaseGateway(abc.ABC, Generic[T]):
 
     # --- capabilities -------------------------------------------------------
 
-    @property
-    def capabilities(self) -> Capabilities:
-        """What this gateway's server can do, learned on first use (one probe
-        of increment transforms, on a throwaway entity: see ``_probe``) and
-        kept for the gateway's lifetime."""
-        with self._capabilities_lock:
-            if self._capabilities is None:
-                self._probing.active = True
-                try:
-                    self._capabilities = self._probe()
-                finally:
-                    self._probing.active = False
-                log.info("%r: %s", self, self._capabilities)
-            return self._capabilities
-
-    def _probe(self) -> Capabilities:
+    def _plan_probe(self) -> plan.Plan[Capabilities]:
         """Ask the server, on a throwaway entity that is deleted after.
 
         A server-side increment with a property mask, then a read: does the
@@ -410,15 +348,15 @@ class BaseGateway(abc.ABC, Generic[T]):
         These RPCs count as ``probe_rpcs``, not as the caller's ``rpcs``.
         """
         key = Key.of(PROBE_KIND, f"probe-{uuid.uuid4().hex}", namespace=self.namespace)
-        self.commit([Upsert(RawEntity(key, {"keep": True, "n": 1}, frozenset({"n"})))])
+        yield from plan.commit([Upsert(RawEntity(key, {"keep": True, "n": 1}, frozenset({"n"})))])
         try:
             mask = Upsert(
                 RawEntity(key, {"keep": True}, frozenset({"n"})), property_mask=("keep",), transforms=(Increment("n", 1),)
             )
-            [sent] = self.commit([mask]).mutation_results
-            [after] = self.lookup([key])
+            [sent] = (yield from plan.commit([mask])).mutation_results
+            [after] = yield from plan.lookup([key])
             try:
-                self.run_query(
+                yield from plan.run_query(
                     Query(PROBE_KIND, namespace=self.namespace, filter=PropertyFilter("n", "!=", 0), keys_only=True, limit=1)
                 )
                 not_equal = True
@@ -427,7 +365,7 @@ class BaseGateway(abc.ABC, Generic[T]):
             except (BadValueError, GatewayError):
                 not_equal = False  # the legacy emulator answers UNKNOWN
             try:
-                self.run_aggregation(
+                yield from plan.run_aggregation(
                     AggregationQuery(
                         Query(PROBE_KIND, namespace=self.namespace, filter=PropertyFilter("__key__", "=", key)),
                         (Aggregation.count(),),
@@ -439,7 +377,7 @@ class BaseGateway(abc.ABC, Generic[T]):
             except (BadValueError, GatewayError):
                 aggregation = False  # the legacy emulator answers UNIMPLEMENTED
         finally:
-            self.commit([Delete(key)])
+            yield from plan.commit([Delete(key)])
         applied = (
             sent.transform_results == (2,)
             and after is not None
@@ -452,6 +390,127 @@ class BaseGateway(abc.ABC, Generic[T]):
             not_equal_in_or=not_equal,
             aggregation=aggregation,
         )
+
+    def _learned(self, capabilities: Capabilities) -> Capabilities:
+        """Keep what the probe found (unless the gateway learned meanwhile
+        that its server ignores transforms), and say so."""
+        with self._transactions_lock:
+            known = self._capabilities
+            if known is not None and not known.applies_transforms:
+                capabilities = attrs.evolve(capabilities, applies_transforms=False)
+            self._capabilities = capabilities
+            log.info("%r: %s", self, self._capabilities)
+            return self._capabilities
+
+
+def _hook(name: str, *args: Any) -> plan.Plan[Any]:
+    """Call the backend hook ``name`` of the gateway whose plan this is."""
+    return (yield plan.Op(name, args))
+
+
+class BaseGateway(GatewayRules[T], abc.ABC):
+    """The shared rules (``GatewayRules``) run on blocking backend hooks."""
+
+    def __init__(self, namespace: str = "", *, capabilities: Capabilities | None = None) -> None:
+        super().__init__(namespace, capabilities=capabilities)
+        self._capabilities_lock = threading.RLock()  # the probe commits while holding it
+
+    # --- hooks: what a backend implements ----------------------------------
+
+    @abc.abstractmethod
+    def _lookup(self, keys: list[Key], txn: T | None) -> list[RawEntity | None]:
+        """At most ``MAX_KEYS_PER_LOOKUP`` distinct complete keys, in order."""
+
+    @abc.abstractmethod
+    def _run_query(self, query: Query, txn: T | None) -> QueryResult:
+        """One batch; limit and offset are already checked."""
+
+    @abc.abstractmethod
+    def _begin(self, read_only: bool) -> T:
+        """Start a transaction on the server and describe it."""
+
+    @abc.abstractmethod
+    def _commit(self, mutations: list[Mutation], txn: T | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
+        """At most 500 checked mutations, atomically. For each: the key (the
+        allocated one for an incomplete key) and the transform results as the
+        server sent them (None, or fewer than asked, when it sent none)."""
+
+    @abc.abstractmethod
+    def _rollback(self, txn: T) -> None:
+        """End an open transaction on the server without writing."""
+
+    @abc.abstractmethod
+    def _allocate_ids(self, keys: list[Key]) -> list[Key]:
+        """At most 500 incomplete keys, completed."""
+
+    def _run_aggregation(self, aggregation: AggregationQuery, txn: T | None) -> AggregationResult:
+        """A checked aggregation. The default computes it from the rows of
+        the query (``gateway.aggregation.aggregate_rows``), read through this
+        gateway's own ``run_query`` (and ``lookup``) in ``txn``. Those reads
+        are not what Datastore would bill: they count as
+        ``aggregation_batches``, and the aggregation as one
+        ``run_aggregation_query`` RPC reading one entity per started 1,000
+        rows."""
+        token = txn.token if txn is not None else None
+        depth = self._aggregating.set(self._aggregating.get() + 1)
+        try:
+            values, rows = aggregate_rows(
+                aggregation,
+                lambda query: (batch.entities for batch in iterate_batches(self, query, transaction=token)),
+                lambda keys: self.lookup(keys, transaction=token),
+            )
+        finally:
+            self._aggregating.reset(depth)
+        self._record("run_aggregation_query", reads=billed_reads(rows))
+        return AggregationResult(values)
+
+    def close(self) -> None:
+        """Release connections; the default has none."""
+
+    def __enter__(self: "BaseGateway[T]") -> "BaseGateway[T]":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def begin_transaction(self, *, read_only: bool = False) -> bytes:
+        return plan.run(self._plan_begin(read_only), self)
+
+    def rollback(self, transaction: bytes) -> None:
+        plan.run(self._plan_rollback(transaction), self)
+
+    def lookup(self, keys: Sequence[Key], *, transaction: bytes | None = None) -> list[RawEntity | None]:
+        return plan.run(self._plan_lookup(keys, transaction), self)
+
+    def run_query(self, query: Query, *, transaction: bytes | None = None) -> QueryResult:
+        return plan.run(self._plan_run_query(query, transaction), self)
+
+    def run_aggregation(self, aggregation: AggregationQuery, *, transaction: bytes | None = None) -> AggregationResult:
+        return plan.run(self._plan_run_aggregation(aggregation, transaction), self)
+
+    def allocate_ids(self, keys: Sequence[Key]) -> list[Key]:
+        return plan.run(self._plan_allocate_ids(keys), self)
+
+    def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult:
+        return plan.run(self._plan_commit(mutations, transaction), self)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this gateway's server can do, learned on first use (one probe
+        of increment transforms, on a throwaway entity: see ``_plan_probe``)
+        and kept for the gateway's lifetime."""
+        known = self._capabilities
+        if known is not None:
+            return known
+        with self._capabilities_lock:
+            if self._capabilities is not None:
+                return self._capabilities
+            probing = self._probing.set(True)
+            try:
+                found = plan.run(self._plan_probe(), self)
+            finally:
+                self._probing.reset(probing)
+            return self._learned(found)
 
 
 # --- the checks every backend shares ----------------------------------------
@@ -484,17 +543,15 @@ def check_mutation(mutation: Any) -> None:
 
 def iterate_batches(gateway: Gateway, query: Query, *, transaction: bytes | None = None) -> Iterator[QueryResult]:
     """Follow a query's batches to the end or to its limit, yielding each
-    batch (php-gds stopped at the first one, silently truncating results)."""
+    batch as it arrives (``plan.next_batch`` says how to go on)."""
     remaining = query.limit
-    current = query
-    while True:
+    current: Query | None = query
+    while current is not None:
         result = gateway.run_query(current, transaction=transaction)
         yield result
         if remaining is not None:
             remaining -= len(result.entities)
-        if not result.more_results or result.end_cursor is None or (remaining is not None and remaining <= 0):
-            return
-        current = current.replace(start_cursor=result.end_cursor, offset=0, limit=remaining)
+        current = plan.next_batch(current, result, remaining)
 
 
 def run_query_all(gateway: Gateway, query: Query, *, transaction: bytes | None = None) -> Iterator[RawEntity]:
@@ -503,16 +560,9 @@ def run_query_all(gateway: Gateway, query: Query, *, transaction: bytes | None =
         yield from batch.entities
 
 
-
 def commit_in_transaction(gateway: Gateway, work: Callable[[bytes], Sequence[Mutation]]) -> None:
-    """One attempt at a read-write transaction: ``work(token)`` reads with
-    the token and returns what to write, which is committed atomically.
-    Any error rolls the transaction back (freeing a locking server's locks
-    at once) and is raised; ``Contention`` means it is safe to try again."""
-    token = gateway.begin_transaction()
-    try:
-        gateway.commit(work(token), transaction=token)
-    except BaseException:
-        with contextlib.suppress(GDSError):
-            gateway.rollback(token)  # a no-op once the commit used it up
-        raise
+    """One attempt at a read-write transaction (``plan.in_transaction``,
+    with a blocking ``work(token)`` that reads with the token and returns
+    what to write). Any error rolls back and is raised; ``Contention``
+    means it is safe to try again."""
+    plan.run(plan.in_transaction(lambda token: plan.call(lambda: work(token))), gateway)

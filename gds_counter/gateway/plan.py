@@ -19,6 +19,7 @@ may make, named and typed like the ``Gateway`` protocol's methods:
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any, Callable, Generator, Sequence, TypeVar, Union
 
@@ -38,6 +39,7 @@ __all__ = [
     "Plan",
     "Sleep",
     "allocate_ids",
+    "arun",
     "begin_transaction",
     "call",
     "capabilities",
@@ -63,11 +65,18 @@ OP_NAMES = frozenset(
 )
 
 
+def _check_op_name(name: str) -> None:
+    if name not in OP_NAMES and not name.startswith("_"):
+        raise ValueError(f"an Op names a gateway method {sorted(OP_NAMES)} or a hook (_name), got {name!r}")
+
+
 @attrs.frozen
 class Op:
-    """Call ``name`` on the gateway the plan runs against."""
+    """Call ``name`` on the gateway the plan runs against: one of its
+    public methods (``OP_NAMES``), or, for a gateway's own plans, one of its
+    hooks (``_lookup``, ...), which are blocking or async with the gateway."""
 
-    name: str = attrs.field(validator=attrs.validators.in_(OP_NAMES))
+    name: str = attrs.field(validator=lambda _, __, name: _check_op_name(name))
     args: tuple[Any, ...] = ()
     kwargs: tuple[tuple[str, Any], ...] = ()
 
@@ -234,6 +243,47 @@ def run(plan: Plan[T], gateway: Any, *, wait: Callable[[float], None] = time.sle
                 wait(effect.seconds)
             elif isinstance(effect, Call):
                 send = effect.function()
+            else:  # pragma: no cover  (a plan's own bug)
+                raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
+        except BaseException as exc:  # thrown into the plan, which may handle it
+            error = exc
+
+
+# --- the async driver ---------------------------------------------------------------
+
+
+async def aperform(gateway: Any, op: Op) -> Any:
+    """Carry out one ``Op`` on an async gateway (``learn_capabilities()``
+    is how an async gateway answers "capabilities")."""
+    if op.name == "capabilities":
+        return await gateway.learn_capabilities()
+    return await getattr(gateway, op.name)(*op.args, **dict(op.kwargs))
+
+
+async def arun(plan: Plan[T], gateway: Any) -> T:
+    """Drive ``plan`` against the async ``gateway`` until it returns: the
+    same plan ``run`` drives, each effect awaited. A ``Sleep`` is
+    ``asyncio.sleep`` (other tasks run meanwhile), a ``Call`` (a blocking
+    function, such as a user's own strategy with only ``add``) runs in a
+    worker thread so the event loop never blocks. Errors, cancellation
+    included, are thrown into the plan where its effect was yielded, so its
+    cleanup (a rollback) still runs."""
+    send: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            effect = plan.send(send) if error is None else plan.throw(error)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        send, error = None, None
+        try:
+            if isinstance(effect, Op):
+                send = await aperform(gateway, effect)
+            elif isinstance(effect, Sleep):
+                await asyncio.sleep(effect.seconds)
+            elif isinstance(effect, Call):
+                send = await asyncio.to_thread(effect.function)
             else:  # pragma: no cover  (a plan's own bug)
                 raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
         except BaseException as exc:  # thrown into the plan, which may handle it

@@ -299,6 +299,25 @@ def test_a_read_only_transaction_keeps_its_snapshot_across_queries_and_lookups(g
     assert gw.lookup([x])[0].properties["n"] == 2
 
 
+@pytest.mark.parametrize("gw", ISOLATING, indirect=True)
+def test_a_read_only_transaction_reads_as_of_its_begin(gw):
+    """A write committed after a read-only transaction began, but before its
+    first read, is not seen: the Firestore emulator reads a read-only
+    transaction at the time it began (found by the generated schedules of
+    test_transaction_schedules.py). A read-write transaction reads the newest
+    committed data (its commit is checked), so it sees the write."""
+    x = key(gw, "Thing", "x")
+    put(gw, x, n=1)
+    ro = gw.begin_transaction(read_only=True)
+    rw = gw.begin_transaction()
+    put(gw, x, n=2)
+    assert gw.lookup([x], transaction=ro)[0].properties["n"] == 1
+    assert [e.properties["n"] for e in gw.run_query(Query("Thing", namespace=gw.namespace), transaction=ro).entities] == [1]
+    assert gw.lookup([x], transaction=rw)[0].properties["n"] == 2
+    gw.rollback(ro)
+    gw.rollback(rw)
+
+
 # --- one key twice in one commit --------------------------------------------------------------
 
 

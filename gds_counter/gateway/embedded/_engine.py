@@ -100,7 +100,15 @@ class EmbeddedGateway(BaseGateway[Transaction]):
 
     def _begin(self, read_only: bool) -> Transaction:
         self._record("begin_transaction")
-        return Transaction(os.urandom(16), read_only)
+        txn = Transaction(os.urandom(16), read_only)
+        if read_only:
+            # A read-only transaction reads as of its begin, as on the
+            # Firestore emulator (tests/conformance/test_transactions.py):
+            # its snapshot is pinned now. A read-write one reads the newest
+            # data at its first read, which its commit then checks.
+            with self._snapshot(txn):
+                pass
+        return txn
 
     def _rollback(self, txn: Transaction) -> None:
         self._end(txn)

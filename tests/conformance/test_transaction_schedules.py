@@ -31,7 +31,7 @@ is what both guarantee:
   written by the other) must commit as asked, read the same rows and leave
   the same final state on every backend.
 
-``GDS_TRANSACTION_SCHEDULES`` (default 60) sets how many schedules run;
+``GDS_TRANSACTION_SCHEDULES`` (default 100) sets how many schedules run;
 ``derandomize`` keeps CI deterministic.
 """
 
@@ -46,7 +46,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import attrs
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from gds_counter.errors import Contention
@@ -56,7 +56,7 @@ from gds_counter.gateway.mutations import Delete, Upsert
 from gds_counter.gateway.query import CompositeFilter, PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 
-SCHEDULES = int(os.environ.get("GDS_TRANSACTION_SCHEDULES", "60"))
+SCHEDULES = int(os.environ.get("GDS_TRANSACTION_SCHEDULES", "100"))
 #: How long the schedule waits for one step before moving on (the step is
 #: then waiting for a lock the other actor holds).
 STEP_WAIT = 0.4
@@ -419,6 +419,56 @@ def show(history: History) -> str:
     return "\n".join(lines)
 
 
+#: Found by this suite: B commits between read-only A's begin and its first
+#: read; the emulator's A reads as of its begin (the embedded engine then
+#: pinned its snapshot at the first read and saw B's write).
+READ_ONLY_AFTER_A_COMMIT = Schedule(
+    (1, None, 0, 1, None, 2),
+    (True, False),
+    ((0, Op("begin", (True,))), (1, Op("begin", (False,))), (1, Op("put", (0, 2))), (1, Op("end", (True,))),
+     (0, Op("lookup", (0, 1))), (0, Op("query", ("kind", None))), (0, Op("end", (False,)))),
+)
+
+
+def test_the_model_refuses_histories_no_serial_order_explains() -> None:
+    """The checker can fail: write skew, a torn read-only read and an
+    aborted transaction that wrote are each refused; their serial
+    counterparts are accepted."""
+    skew = Schedule(
+        (1, 1, None, None, None, None),
+        (False, False),
+        ((0, Op("begin", (False,))), (1, Op("begin", (False,))), (0, Op("lookup", (0, 1))), (1, Op("lookup", (0, 1))),
+         (0, Op("put", (0, 0))), (1, Op("put", (1, 0))), (0, Op("end", (True,))), (1, Op("end", (True,)))),
+    )
+    a, b = Outcome([(Op("lookup", (0, 1)), (1, 1))], True, True), Outcome([(Op("lookup", (0, 1)), (1, 1))], True, True)
+    assert serial_order(skew, History((a, b), (0, 0, None, None, None, None), 0)) is None
+    b_later = Outcome([(Op("lookup", (0, 1)), (0, 1))], True, True)
+    assert serial_order(skew, History((a, b_later), (0, 0, None, None, None, None), 0)) == (0, 1)
+    b_aborted = Outcome([(Op("lookup", (0, 1)), (1, 1))], True, False, "commit")
+    assert serial_order(skew, History((a, b_aborted), (0, 1, None, None, None, None), 0)) == (0,)
+    assert serial_order(skew, History((a, b_aborted), (0, 0, None, None, None, None), 0)) is None  # B's write leaked
+    move = Schedule(
+        (1, 1, None, None, None, None),
+        (True, False),
+        ((0, Op("begin", (True,))), (1, Op("begin", (False,))), (0, Op("lookup", (0,))), (1, Op("put", (0, 0))),
+         (1, Op("put", (1, 0))), (1, Op("end", (True,))), (0, Op("query", ("g1", 1))), (0, Op("end", (False,)))),
+    )
+    mover = Outcome([], True, True)
+    after = (0, 0, None, None, None, None)
+    torn = Outcome([(Op("lookup", (0,)), (1,)), (Op("query", ("g1", 1)), ())], False, False)
+    assert serial_order(move, History((torn, mover), after, 0)) is None
+    snapshot = Outcome([(Op("lookup", (0,)), (1,)), (Op("query", ("g1", 1)), ((1, 1), (0, 1)))], False, False)
+    assert serial_order(move, History((snapshot, mover), after, 0)) == (1,)
+
+
+def test_disjoint_schedules_take_query_locks_into_account() -> None:
+    a_query = [Op("begin", (False,)), Op("query", ("g2", None)), Op("end", (True,))]
+    for written, expected in ((4, False), (0, False), (5, True)):  # another namespace, another group, another kind
+        b = [Op("begin", (False,)), Op("put", (written, 1)), Op("end", (True,))]
+        steps = tuple((0, op) for op in a_query) + tuple((1, op) for op in b)
+        assert disjoint(Schedule((None,) * KEY_COUNT, (False, False), steps)) is expected, written
+
+
 # --- the test ---------------------------------------------------------------------------
 
 
@@ -444,6 +494,7 @@ def test_generated_schedules_are_serializable_and_match_the_emulator(backends: d
     @settings(max_examples=SCHEDULES, derandomize=True, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(schedules())
+    @example(READ_ONLY_AFTER_A_COMMIT)
     def run(schedule: Schedule) -> None:
         counts["schedules"] += 1
         histories = {name: play(gw, schedule) for name, gw in backends.items()}

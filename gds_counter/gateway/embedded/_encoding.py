@@ -216,7 +216,48 @@ def load_entity(text: str, key: Key | None = None) -> RawEntity:
     """The entity stored as ``text``; ``key``, when the caller already holds
     the very key it was found under (a lookup), is used instead of parsing
     and validating the stored one again."""
-    return _entity_from_json(json.loads(text), key)
+    return load_indexed(text, key)[0]
+
+
+#: Index values by property name, as ``index_entries`` gives them.
+Index = dict[str, list[tuple[bytes, Any]]]
+
+#: Stored texts up to this many characters are decoded once and remembered.
+_REMEMBERED_TEXT = 4096
+
+#: Values a remembered entity may hold: immutable, so callers can share them.
+_SHAREABLE = (bool, int, float, str, bytes, _dt.datetime, Key, Geopoint)
+
+
+@functools.lru_cache(maxsize=8192)
+def _decoded(text: str) -> tuple[Key | None, dict[str, Any], frozenset[str], Index] | None:
+    """A stored text decoded, with its index values: a pure function of the
+    text, remembered because a hot entity (a counter shard) is read far more
+    often than it changes, and decoding it (JSON, then a validated Key) was
+    most of a query's time. None for entities holding a mutable value (a
+    list, an embedded entity), which are decoded afresh on every read."""
+    entity = _entity_from_json(json.loads(text))
+    if not all(value is None or isinstance(value, _SHAREABLE) for value in entity.properties.values()):
+        return None
+    index: Index = {}
+    try:
+        for name, enc, value in index_entries(entity):
+            index.setdefault(name, []).append((enc, value))
+    except BadValueError:
+        return None  # not indexable here: the query that needs it says so itself
+    return entity.key, entity.properties, entity.unindexed, index
+
+
+def load_indexed(text: str, key: Key | None = None) -> tuple[RawEntity, Index | None]:
+    """``load_entity``, and the entity's index values when they are known
+    (None: compute them from the entity). Each call returns its own
+    ``RawEntity`` and properties dict, so a caller that changes one changes
+    nobody else's; the values in it are immutable and shared."""
+    decoded = _decoded(text) if len(text) <= _REMEMBERED_TEXT else None
+    if decoded is None:
+        return _entity_from_json(json.loads(text), key), None
+    stored_key, properties, unindexed, index = decoded
+    return RawEntity(key if key is not None else stored_key, dict(properties), unindexed), index
 
 
 # --- cursors ----------------------------------------------------------------

@@ -21,8 +21,8 @@ from typing import Any, Generator, Hashable, Iterator
 from gds_counter.errors import BadValueError, Contention
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
-from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, ConnectionPool, HeldLease, Lease
-from gds_counter.gateway.embedded._encoding import decode_cursor, encode_cursor, key_bytes, load_entity
+from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
+from gds_counter.gateway.embedded._encoding import decode_cursor, encode_cursor, key_bytes, load_entity, load_indexed
 from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter
 from gds_counter.gateway.embedded._storage import Transaction, allocate, check_unchanged, commit_seq, upsert
 from gds_counter.gateway.keys import Key
@@ -239,7 +239,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
             docs = []
             for kb, version, data in cursor:
                 examined += 1
-                doc = Doc(kb, version, load_entity(data))
+                entity, index = load_indexed(data)
+                doc = Doc(kb, version, entity, index)
                 if not matches(doc):
                     continue
                 if plan.streams:
@@ -291,35 +292,43 @@ class EmbeddedGateway(BaseGateway[Transaction]):
                 conn.execute("ROLLBACK")  # end the snapshot: the write lock needs the newest data
             elif self.path is None:
                 self._freeze_pinned(conn, txn)
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                if txn is not None and txn.seq is not None:
-                    self._validate(conn, txn)
-                seq = conn.execute("UPDATE meta SET value = value + 1 WHERE name = 'commit_seq' RETURNING value").fetchall()[0][0]
-                partial = [m for m in mutations if isinstance(m, Upsert) and m.entity.key is not None and m.entity.key.is_partial]
-                new_ids = iter(allocate(conn, len(partial)))
-                results: list[tuple[Key | None, tuple[Any, ...] | None]] = []
-                now = time.time()
-                for mutation in mutations:
-                    if isinstance(mutation, Delete):
-                        self._check_write_rate(conn, mutation.key, now)
-                        kb = key_bytes(mutation.key)
-                        conn.execute("DELETE FROM entities WHERE key_bytes = ?", (kb,))
-                        conn.execute("DELETE FROM props WHERE key_bytes = ?", (kb,))
-                        results.append((mutation.key, None))
-                    else:
-                        key = mutation.entity.key
-                        assert key is not None  # checked by BaseGateway.commit
-                        key = key.completed(next(new_ids)) if key.is_partial else key
-                        self._check_write_rate(conn, key, now)
-                        results.append(upsert(conn, mutation, key, seq, now))
-                self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
-                conn.execute("COMMIT")
-                if self.path is None:
-                    self._memory_seq = seq
-            finally:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+            with self._pool.writing():
+                return self._write(conn, mutations, txn)
+
+    def _write(
+        self, conn: Connection, mutations: list[Mutation], txn: Transaction | None
+    ) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
+        """One write transaction: validate ``txn``'s reads, apply the
+        mutations, commit (or roll back on any error)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if txn is not None and txn.seq is not None:
+                self._validate(conn, txn)
+            seq = conn.execute("UPDATE meta SET value = value + 1 WHERE name = 'commit_seq' RETURNING value").fetchall()[0][0]
+            partial = [m for m in mutations if isinstance(m, Upsert) and m.entity.key is not None and m.entity.key.is_partial]
+            new_ids = iter(allocate(conn, len(partial)))
+            results: list[tuple[Key | None, tuple[Any, ...] | None]] = []
+            now = time.time()
+            for mutation in mutations:
+                if isinstance(mutation, Delete):
+                    self._check_write_rate(conn, mutation.key, now)
+                    kb = key_bytes(mutation.key)
+                    conn.execute("DELETE FROM entities WHERE key_bytes = ?", (kb,))
+                    conn.execute("DELETE FROM props WHERE key_bytes = ?", (kb,))
+                    results.append((mutation.key, None))
+                else:
+                    key = mutation.entity.key
+                    assert key is not None  # checked by BaseGateway.commit
+                    key = key.completed(next(new_ids)) if key.is_partial else key
+                    self._check_write_rate(conn, key, now)
+                    results.append(upsert(conn, mutation, key, seq, now))
+            self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
+            conn.execute("COMMIT")
+            if self.path is None:
+                self._memory_seq = seq
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
         return results
 
     def _validate(self, conn: sqlite3.Connection, txn: Transaction) -> None:

@@ -154,13 +154,21 @@ def allocate(conn: sqlite3.Connection, count: int) -> list[int]:
 
 def upsert(conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now: float) -> tuple[Key, tuple[Any, ...]]:
     """Write one entity (after its property mask and transforms) and its index
-    rows; return the key and the transform results."""
+    rows; return the key and the transform results.
+
+    A row that exists is updated in place, and its index rows are rewritten
+    only when they change: a counter shard's increment changes its unindexed
+    ``count`` alone, so its commit writes the row's page and nothing of
+    ``props`` or ``entities_by_kind`` (every page a commit touches is another
+    write into the WAL). The stored index rows are compared, not the old
+    entity's, so rows written under an older encoding are still replaced."""
     entity = mutation.entity
+    kb = key_bytes(key)
+    row = conn.execute("SELECT data FROM entities WHERE key_bytes = ?", (kb,)).fetchone()
     if mutation.property_mask is None:
         properties = dict(entity.properties)
         unindexed = set(entity.unindexed) & set(properties)
     else:
-        row = conn.execute("SELECT data FROM entities WHERE key_bytes = ?", (key_bytes(key),)).fetchone()
         old = load_entity(row[0]) if row else RawEntity(key)
         properties, unindexed = dict(old.properties), set(old.unindexed)
         for name in mutation.property_mask:
@@ -183,14 +191,22 @@ def upsert(conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now: 
         (unindexed.add if transform.name in entity.unindexed else unindexed.discard)(transform.name)
         transform_results.append(total)
     stored = RawEntity(key, properties, frozenset(unindexed & set(properties)))
-    kb = key_bytes(key)
-    conn.execute(
-        "INSERT OR REPLACE INTO entities (key_bytes, ns, kind, version, written_at, data) VALUES (?, ?, ?, ?, ?, ?)",
-        (kb, key.namespace, key.kind, seq, now, dump_entity(stored)),
-    )
-    conn.execute("DELETE FROM props WHERE key_bytes = ?", (kb,))
+    entries = {(name, enc) for name, enc, _ in index_entries(stored)}
+    if row is None:
+        conn.execute(
+            "INSERT INTO entities (key_bytes, ns, kind, version, written_at, data) VALUES (?, ?, ?, ?, ?, ?)",
+            (kb, key.namespace, key.kind, seq, now, dump_entity(stored)),
+        )
+    else:
+        conn.execute(
+            "UPDATE entities SET version = ?, written_at = ?, data = ? WHERE key_bytes = ?",
+            (seq, now, dump_entity(stored), kb),
+        )
+        if set(conn.execute("SELECT name, value FROM props WHERE key_bytes = ?", (kb,))) == entries:
+            return key, tuple(transform_results)
+        conn.execute("DELETE FROM props WHERE key_bytes = ?", (kb,))
     conn.executemany(
         "INSERT OR IGNORE INTO props (ns, kind, name, value, key_bytes) VALUES (?, ?, ?, ?, ?)",
-        [(key.namespace, key.kind, name, enc, kb) for name, enc, _ in index_entries(stored)],
+        [(key.namespace, key.kind, name, enc, kb) for name, enc in entries],
     )
     return key, tuple(transform_results)

@@ -1,0 +1,133 @@
+"""The embedded engine's shortcuts on the counter's hot path keep its meaning.
+
+Reads remember decoded entities by their stored text, a write rewrites a
+row's index entries only when they change, and one process's writers queue
+on a lock instead of SQLite's busy handler. Each test here states what a
+caller must still see.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import pytest
+
+from gds_counter.errors import BadValueError
+from gds_counter.gateway.base import run_query_all
+from gds_counter.gateway.embedded import EmbeddedGateway
+from gds_counter.gateway.embedded._encoding import key_bytes, sortable
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Increment, Upsert
+from gds_counter.gateway.query import PropertyFilter, Query
+from gds_counter.gateway.values import RawEntity
+
+
+
+@pytest.fixture(params=["memory", "file"])
+def gw(request, tmp_path):
+    gateway = EmbeddedGateway(None if request.param == "memory" else str(tmp_path / "db.sqlite3"))
+    yield gateway
+    gateway.close()
+
+
+def shard(name: str, count: int, target: str = "T_1") -> RawEntity:
+    return RawEntity(Key.of("Shard", name), {"target": target, "count": count}, frozenset({"count"}))
+
+
+def by_target(gw, target: str) -> list[RawEntity]:
+    return list(run_query_all(gw, Query("Shard", filter=PropertyFilter("target", "=", target))))
+
+
+def increment(gw, name: str, amount: int = 1, target: str = "T_1") -> tuple:
+    entity = RawEntity(Key.of("Shard", name), {"target": target}, frozenset({"count"}))
+    [result] = gw.commit([Upsert(entity, property_mask=("target",), transforms=(Increment("count", amount),))]).mutation_results
+    return result.transform_results
+
+
+def test_a_caller_changing_a_read_entity_changes_no_later_read(gw):
+    gw.commit([Upsert(shard("T_1_1", 5))])
+    for read in (lambda: by_target(gw, "T_1")[0], lambda: gw.lookup([Key.of("Shard", "T_1_1")])[0]):
+        first = read()
+        first.properties["count"] = 999
+        first.properties["extra"] = "x"
+        again = read()
+        assert again.properties == {"target": "T_1", "count": 5}
+        assert again is not first and again.properties is not first.properties
+
+
+def test_mutable_values_are_never_shared_between_reads(gw):
+    key = Key.of("Doc", "d")
+    inner = RawEntity(None, {"a": 1})
+    gw.commit([Upsert(RawEntity(key, {"tags": ["x", "y"], "inner": inner}))])
+    first = gw.lookup([key])[0]
+    first.properties["tags"].append("z")
+    first.properties["inner"].properties["a"] = 2
+    [again] = list(run_query_all(gw, Query("Doc")))
+    assert again.properties["tags"] == ["x", "y"]
+    assert again.properties["inner"].properties == {"a": 1}
+
+
+def test_equal_texts_of_other_keys_or_types_stay_apart(gw):
+    """Remembering decodes by text must not merge values that only compare
+    equal (1, 1.0 and True; naive text vs the same digits)."""
+    gw.commit([Upsert(RawEntity(Key.of("V", n), {"v": v})) for n, v in (("i", 1), ("f", 1.0), ("b", True), ("s", "1"))])
+    for _ in range(2):
+        found = {e.key.name: e.properties["v"] for e in run_query_all(gw, Query("V"))}
+        assert {n: (type(v), v) for n, v in found.items()} == {
+            "i": (int, 1), "f": (float, 1.0), "b": (bool, True), "s": (str, "1"),
+        }
+
+
+def test_an_increment_keeps_the_shard_in_its_target_query_and_out_of_counts_index(gw):
+    gw.commit([Upsert(shard("T_1_1", 0))])
+    assert [increment(gw, "T_1_1") for _ in range(3)] == [(1,), (2,), (3,)]
+    assert [e.properties["count"] for e in by_target(gw, "T_1")] == [3]
+    assert list(run_query_all(gw, Query("Shard", filter=PropertyFilter("count", "=", 3)))) == []
+
+
+def test_a_changed_indexed_value_moves_the_entity_between_query_answers(gw):
+    gw.commit([Upsert(shard("s", 1, target="old"))])
+    increment(gw, "s", target="new")
+    assert by_target(gw, "old") == []
+    assert [(e.key.name, e.properties["count"]) for e in by_target(gw, "new")] == [("s", 2)]
+    gw.commit([Upsert(RawEntity(Key.of("Shard", "s"), {"target": "new", "count": 7}))])  # count now indexed
+    assert [e.key.name for e in run_query_all(gw, Query("Shard", filter=PropertyFilter("count", "=", 7)))] == ["s"]
+    gw.commit([Upsert(shard("s", 8, target="new"))])  # and unindexed again
+    assert list(run_query_all(gw, Query("Shard", filter=PropertyFilter("count", ">=", 0)))) == []
+
+
+def test_a_rewrite_replaces_index_rows_of_an_older_encoding(tmp_path):
+    """The index rows kept are compared with the stored ones, not with the
+    old entity's: a row written under another encoding is replaced when the
+    entity is written again, even with the same values."""
+    path = str(tmp_path / "db.sqlite3")
+    gw = EmbeddedGateway(path)
+    try:
+        key = Key.of("Shard", "s")
+        gw.commit([Upsert(shard("s", 1))])
+        stale = b"\x01stale"
+        with sqlite3.connect(path) as raw:
+            raw.execute("UPDATE props SET value = ? WHERE key_bytes = ? AND name = 'target'", (stale, key_bytes(key)))
+        gw.commit([Upsert(shard("s", 1))])
+        with sqlite3.connect(path) as raw:
+            rows = raw.execute("SELECT name, value FROM props WHERE key_bytes = ?", (key_bytes(key),)).fetchall()
+        assert rows == [("target", sortable("T_1"))]
+    finally:
+        gw.close()
+
+
+def test_a_failed_write_lets_the_next_writer_of_the_process_in(tmp_path):
+    gw = EmbeddedGateway(str(tmp_path / "db.sqlite3"))
+    try:
+        gw.commit([Upsert(shard("s", 2**63 - 1))])
+        with pytest.raises(BadValueError, match="overflows 64 bits"):
+            increment(gw, "s")
+        done: list[tuple] = []
+        writer = threading.Thread(target=lambda: done.append(increment(gw, "t")))
+        writer.start()
+        writer.join(timeout=60)
+        assert done == [(1,)]
+        assert gw.lookup([Key.of("Shard", "s")])[0].properties["count"] == 2**63 - 1
+    finally:
+        gw.close()

@@ -1,18 +1,24 @@
-"""The like-button example, called as WSGI (no server, no network)."""
+"""The like-button example (examples/like_app), called as an ASGI app over
+HTTP in this process (Starlette's TestClient). The real server in a real
+browser, and 200 concurrent likes, are in tests/browser/."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
-import io
-import json
+import re
 from pathlib import Path
+from urllib.parse import unquote
 from typing import Any, Iterator
-from wsgiref.util import setup_testing_defaults
 
 import pytest
+from starlette.testclient import TestClient
 
+from gds_counter import aio
 from gds_counter.counter import CounterShardDS
-from gds_counter.gateway import open_gateway
+from gds_counter.errors import CommitUnknown, Contention, TotalUnavailable, Unavailable
+from gds_counter.gateway import Gateway, open_gateway
+from gds_counter.gateway.query import Query
 
 APP_PATH = Path(__file__).resolve().parent.parent / "examples" / "like_app" / "app.py"
 
@@ -29,74 +35,198 @@ like_app = _load_module()
 
 
 @pytest.fixture
-def app() -> Iterator[Any]:
-    gateway = open_gateway("memory://")
-    yield like_app.LikeApp(gateway)
+def url(tmp_path: Path) -> str:
+    """The app's storage: a SQLite file, so the test can read what was
+    stored through a gateway of its own, as another process would."""
+    return f"sqlite:///{tmp_path / 'likes.sqlite3'}"
+
+
+@pytest.fixture
+def client(url: str) -> Iterator[TestClient]:
+    with TestClient(like_app.create_app(url), follow_redirects=False) as client:
+        yield client
+
+
+@pytest.fixture
+def storage(url: str) -> Iterator[Gateway]:
+    gateway = open_gateway(url)
+    yield gateway
     gateway.close()
 
 
-def call(app: Any, method: str, path: str) -> tuple[str, dict[str, str], bytes]:
-    environ: dict[str, Any] = {"REQUEST_METHOD": method, "PATH_INFO": path, "wsgi.input": io.BytesIO(b"")}
-    setup_testing_defaults(environ)
-    seen: dict[str, Any] = {}
-
-    def start_response(status: str, headers: list[tuple[str, str]]) -> None:
-        seen["status"], seen["headers"] = status, dict(headers)
-
-    body = b"".join(app(environ, start_response))
-    assert seen["headers"]["Content-Length"] == str(len(body))
-    return seen["status"], seen["headers"], body
+def stored_likes(storage: Gateway, item: str) -> int:
+    """The total as a PHP app reads it: the article's query over every shard."""
+    return CounterShardDS("like", item, gateway=storage).get_count(method="query")
 
 
-def test_page_lists_every_item_with_zero_likes(app):
-    status, headers, body = call(app, "GET", "/")
-    assert status == "200 OK"
-    assert headers["Content-Type"].startswith("text/html")
-    for item in like_app.ITEMS:
-        assert f'<b id="likes-{item}">0</b>' in body.decode()
+def every_stored_key(storage: Gateway) -> list[Any]:
+    return [entity.key for entity in storage.run_query(Query(keys_only=True)).entities]
 
 
-def test_form_like_redirects_and_the_page_shows_it(app):
+def shown_likes(page: str, item: str) -> int:
+    match = re.search(rf'<span class="count" id="likes-{item}" data-count="(\d+)">(\d+)</span>', page)
+    assert match is not None, f"no count for {item!r} on the page"
+    assert match.group(1) == match.group(2)
+    return int(match.group(2))
+
+
+def test_page_lists_every_item_with_its_form_and_zero_likes(client):
+    response = client.get("/")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    for item, label in like_app.ITEMS.items():
+        assert shown_likes(response.text, item) == 0
+        assert f'<form method="post" action="/like/{item}"' in response.text
+        assert f'data-api="/api/likes/{item}"' in response.text
+        assert f'<h2 id="label-{item}">{label}</h2>' in response.text
+
+
+def test_page_serves_its_script_and_stylesheet(client):
+    page = client.get("/").text
+    for asset, kind in (("like.js", "javascript"), ("style.css", "text/css")):
+        assert f"/static/{asset}" in page
+        response = client.get(f"/static/{asset}")
+        assert response.status_code == 200 and kind in response.headers["content-type"]
+
+
+def test_form_like_redirects_to_the_item_and_the_page_shows_it(client, storage):
     for _ in range(3):
-        status, headers, _ = call(app, "POST", "/like/tea")
-        assert status == "303 See Other" and headers["Location"] == "/"
-    page = call(app, "GET", "/")[2].decode()
-    assert '<b id="likes-tea">3</b>' in page
-    assert '<b id="likes-coffee">0</b>' in page
+        response = client.post("/like/tea")
+        assert response.status_code == 303
+        assert response.headers["location"] == "/#tea"
+    page = client.get("/").text
+    assert shown_likes(page, "tea") == 3
+    assert shown_likes(page, "coffee") == 0
+    assert '3</span>\n          <span class="unit">likes</span>' in page
+    assert stored_likes(storage, "tea") == 3
 
 
-def test_api_counts_into_the_php_articles_counter(app):
-    assert json.loads(call(app, "POST", "/api/likes/coffee")[2]) == {"item": "coffee", "likes": 1}
-    assert json.loads(call(app, "POST", "/api/likes/coffee")[2]) == {"item": "coffee", "likes": 2}
-    assert json.loads(call(app, "GET", "/api/likes/coffee")[2]) == {"item": "coffee", "likes": 2}
-    # The same counter a PHP app would open with new CounterShardDS("like", "coffee"),
-    # read with no cache and by the article's query.
-    fresh = CounterShardDS("like", "coffee", gateway=app.gateway)
-    assert fresh.get_count() == fresh.get_count(method="query") == 2
+def test_api_counts_into_the_php_articles_counter(client, storage):
+    assert client.post("/api/likes/coffee").json() == {"item": "coffee", "likes": 1}
+    assert client.post("/api/likes/coffee").json() == {"item": "coffee", "likes": 2}
+    assert client.get("/api/likes/coffee").json() == {"item": "coffee", "likes": 2}
+    assert client.get("/api/likes").json() == {"tea": 0, "coffee": 2, "cocoa": 0}
+    # The very counter a PHP app opens with new CounterShardDS("like", "coffee").
+    assert stored_likes(storage, "coffee") == 2
+    assert {key.kind for key in every_stored_key(storage)} <= {"IK_CounterShardEntity", "IK_CounterShardConfig"}
+
+
+def test_likes_stored_by_another_writer_show_on_the_page(url, storage):
+    CounterShardDS("like", "cocoa", gateway=storage).add(7)
+    with TestClient(like_app.create_app(url, cache_ttl=None)) as client:
+        assert client.get("/api/likes/cocoa").json()["likes"] == 7
+        assert shown_likes(client.get("/").text, "cocoa") == 7
+        CounterShardDS("like", "cocoa", gateway=storage).add(2)
+        assert shown_likes(client.get("/").text, "cocoa") == 9
+
+
+def test_a_page_shown_often_is_served_from_the_cache(url):
+    gateway = aio.open_gateway(url)
+    try:
+        with TestClient(like_app.create_app(gateway=gateway, cache_ttl=60)) as client:
+            client.get("/")
+            assert client.post("/api/likes/tea").json()["likes"] == 1
+            rpcs = gateway.stats["rpcs"]
+            pages = [client.get("/").text for _ in range(5)]
+            assert gateway.stats["rpcs"] == rpcs  # no read: this process's like updated the cache
+            assert {shown_likes(page, "tea") for page in pages} == {1}
+    finally:
+        asyncio.run(gateway.close())
+
+
+@pytest.mark.parametrize("item", ["anything-i-want", "Tea", "tea2", "__x__", "x" * 2000, "caf%C3%A9", "t%00a"])
+@pytest.mark.parametrize("method, path", [("POST", "/like/{}"), ("POST", "/api/likes/{}"), ("GET", "/api/likes/{}")])
+def test_an_unlisted_item_is_a_404_that_writes_nothing(client, storage, method, path, item):
+    response = client.request(method, path.format(item))
+    assert response.status_code == 404
+    if path.startswith("/api/"):
+        assert response.json()["detail"] == f"There is no item {unquote(item)!r} to like."
+    assert every_stored_key(storage) == []
 
 
 @pytest.mark.parametrize(
     "method, path, status",
     [
-        ("GET", "/nowhere", "404 Not Found"),
-        ("GET", "/like/tea", "405 Method Not Allowed"),
-        ("DELETE", "/api/likes/tea", "405 Method Not Allowed"),
-        ("POST", "/like/bad item!", "400 Bad Request"),
-        ("POST", "/api/likes/" + "x" * 65, "400 Bad Request"),
+        ("GET", "/nowhere", 404),
+        ("GET", "/like/tea", 405),
+        ("POST", "/", 405),
+        ("DELETE", "/api/likes/tea", 405),
+        ("PUT", "/api/likes", 405),
     ],
 )
-def test_bad_requests_are_refused_and_count_nothing(app, method, path, status):
-    assert call(app, method, path)[0] == status
-    assert json.loads(call(app, "GET", "/api/likes/tea")[2])["likes"] == 0
+def test_other_requests_are_refused_and_count_nothing(client, storage, method, path, status):
+    response = client.request(method, path)
+    assert response.status_code == status
+    if status == 405:
+        assert method not in response.headers["allow"]
+    assert every_stored_key(storage) == []
 
 
-def test_contention_is_a_503_and_nothing_is_counted(app, monkeypatch):
-    from gds_counter.errors import Contention
+def test_storage_comes_from_gds_url_when_no_url_is_given(monkeypatch, url, storage):
+    monkeypatch.setenv("GDS_URL", url)
+    with TestClient(like_app.create_app()) as client:
+        assert client.post("/api/likes/tea").json()["likes"] == 1
+    assert stored_likes(storage, "tea") == 1
 
-    def refuse(self, amount=1):
-        raise Contention("still conflicting", attempts=6)
 
-    monkeypatch.setattr(CounterShardDS, "add", refuse)
-    status, _, body = call(app, "POST", "/like/tea")
-    assert status == "503 Service Unavailable"
-    assert b"not counted" in body
+def test_a_gateway_passed_in_is_used_and_left_open(url):
+    gateway = aio.open_gateway(url)
+    try:
+        with TestClient(like_app.create_app(gateway=gateway)) as client:
+            assert client.post("/api/likes/tea").json()["likes"] == 1
+        # The app has shut down; the gateway it was handed still works.
+        assert asyncio.run(aio.CounterShardDS("like", "tea", gateway=gateway).get_count()) == 1
+    finally:
+        asyncio.run(gateway.close())
+
+
+@pytest.mark.parametrize(
+    "error, status, says",
+    [
+        (Contention("still conflicting", attempts=6), 503, "not counted"),
+        (Unavailable("storage down"), 503, "not counted"),
+        (CommitUnknown("deadline after the commit was sent"), 503, "may have been counted"),
+    ],
+)
+def test_a_failed_like_is_a_503_that_says_whether_it_counted(client, monkeypatch, error, status, says):
+    async def fail(self: Any, amount: int = 1) -> Any:
+        raise error
+
+    monkeypatch.setattr(aio.CounterShardDS, "add", fail)
+    monkeypatch.setattr(aio.CounterShardDS, "increment", fail)
+    form = client.post("/like/tea")
+    assert form.status_code == status and says in form.text
+    api = client.post("/api/likes/tea")
+    assert api.status_code == status and says in api.json()["detail"]
+
+
+@pytest.mark.parametrize("path", ["/", "/api/likes", "/api/likes/tea"])
+def test_a_failed_read_is_a_503_that_says_so(url, monkeypatch, path):
+    async def fail(*args: Any, **kwargs: Any) -> Any:
+        raise Unavailable("storage down")
+
+    monkeypatch.setattr(aio.CounterShardDS, "get_count", fail)
+    monkeypatch.setattr(like_app.aio, "get_counts", fail)
+    with TestClient(like_app.create_app(url, cache_ttl=None)) as client:
+        response = client.get(path)
+    assert response.status_code == 503 and "could not be read" in response.text
+
+
+def test_a_like_whose_total_cannot_be_read_is_accepted_without_a_total(client, monkeypatch, storage):
+    real_add = aio.CounterShardDS.add
+
+    async def counted_but_unread(self: Any, amount: int = 1) -> int:
+        await real_add(self, amount)
+        raise TotalUnavailable("counted; reading the total failed")
+
+    monkeypatch.setattr(aio.CounterShardDS, "increment", counted_but_unread)
+    response = client.post("/api/likes/tea")
+    assert response.status_code == 202
+    assert response.json()["likes"] is None
+    assert stored_likes(storage, "tea") == 1
+
+
+def test_labels_are_escaped_on_the_page(url):
+    with TestClient(like_app.create_app(url, items={"cake": "Tea & <Cake>"})) as client:
+        page = client.get("/").text
+    assert "Tea &amp; &lt;Cake&gt;" in page and "<Cake>" not in page

@@ -1,5 +1,5 @@
-"""A real browser for the tests in this folder: Debian's Chromium, driven by
-Playwright.
+"""A real browser and a real server for the tests in this folder: Debian's
+Chromium, driven by Playwright, and the like-button example served by uvicorn.
 
 Playwright normally downloads a browser build of its own; that is not
 possible here (and not wanted in CI), so it launches the system's Chromium
@@ -12,12 +12,20 @@ mean the browser test really ran.
 from __future__ import annotations
 
 import os
+import queue
+import re
 import shutil
-from typing import Any, Iterator
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import pytest
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+APP_PATH = Path(__file__).resolve().parents[2] / "examples" / "like_app" / "app.py"
+STARTUP_TIMEOUT = 60.0
 
 
 def find_chromium() -> str | None:
@@ -64,3 +72,63 @@ def page(browser: Any) -> Iterator[Any]:
         yield opened
     finally:
         context.close()
+
+
+class RunningApp:
+    """The like-button example started as a user starts it,
+    ``python examples/like_app/app.py --port 0 --url URL``, in a process of
+    its own; uvicorn picks a free port and prints it."""
+
+    def __init__(self, url: str, env: dict[str, str] | None = None) -> None:
+        self.url = url
+        self.process = subprocess.Popen(
+            [sys.executable, str(APP_PATH), "--host", "127.0.0.1", "--port", "0", "--url", url],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})},
+        )
+        self.output: list[str] = []
+        self._started: queue.Queue[str] = queue.Queue()
+        # Drained by a thread: the server's log must never fill the pipe and stall it.
+        threading.Thread(target=self._drain, daemon=True).start()
+        try:
+            self.base_url = self._started.get(timeout=STARTUP_TIMEOUT)
+        except queue.Empty:
+            self.stop()
+            raise AssertionError(f"the like app did not start in {STARTUP_TIMEOUT} s:\n{self.log}") from None
+
+    def _drain(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.output.append(line)
+            match = re.search(r"Uvicorn running on (http://\S+)", line)
+            if match:
+                self._started.put(match.group(1))
+
+    @property
+    def log(self) -> str:
+        return "".join(self.output)
+
+    def stop(self) -> None:
+        """SIGTERM, uvicorn's graceful shutdown (the app closes its gateway), then SIGKILL."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def serve_like_app() -> Iterator[Callable[..., RunningApp]]:
+    """``serve_like_app(url, env)``: the example serving on a free port,
+    stopped after the test."""
+    started: list[RunningApp] = []
+
+    def serve(url: str, env: dict[str, str] | None = None) -> RunningApp:
+        app = RunningApp(url, env)
+        started.append(app)
+        return app
+
+    yield serve
+    for app in started:
+        app.stop()

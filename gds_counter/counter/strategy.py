@@ -31,6 +31,7 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from gds_counter._checks import INT64_MAX, INT64_MIN
+from gds_counter.counter import _affinity
 from gds_counter.counter.layout import Layout
 from gds_counter.errors import BadValueError, TransformsIgnored
 from gds_counter.gateway import plan
@@ -96,14 +97,20 @@ class Transactional:
         plan.run(self.plan_add(shard, amount), shard.gateway)
 
     def plan_add(self, shard: Shard, amount: int) -> plan.Plan[None]:
+        found: list[int] = []
+
         def write(token: bytes) -> plan.Plan[list[Mutation]]:
             [stored] = yield from plan.lookup([shard.key], transaction=token)
-            count = shard.layout.count_of(stored) + amount
+            found[:] = [shard.layout.count_of(stored)]
+            count = found[0] + amount
             if not INT64_MIN <= count <= INT64_MAX:
                 raise BadValueError(f"adding {amount} to {shard} ({shard.key}) would pass 64 bits; nothing was written")
             return [Upsert(shard.entity(count))]
 
         yield from plan.in_transaction(write)
+        # What the shard held tells the affinity whether another process
+        # writes it too (then this process moves elsewhere).
+        _affinity.wrote(found[0], found[0] + amount)
 
 
 class ServerIncrement:
@@ -143,6 +150,7 @@ class ServerIncrement:
                 f"{shard} ({shard.key}) reached {value} after adding {amount}: the server saturates at the "
                 "64-bit bound, so the amount may not have been counted in full and the shard needs repair"
             )
+        _affinity.wrote(value - amount, value)
 
 
 class Auto:

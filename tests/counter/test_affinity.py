@@ -1,0 +1,239 @@
+"""Shard affinity: which shard each attempt takes.
+
+Writers of one process never share a shard while a free one remains; a
+process stays on its own few shards, and leaves a shard where an attempt
+met ``Contention`` or where it finds another writer's count, so that
+processes settle onto disjoint shards. Two gateways on one SQLite file stand
+for two processes: affinity is kept per gateway, as it is per process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+
+import pytest
+
+from gds_counter.counter import CounterShardDS, _affinity
+from gds_counter.counter.strategy import TRANSACTIONAL, Shard
+from gds_counter.errors import Contention
+from gds_counter.gateway.embedded import EmbeddedGateway
+from gds_counter.gds import RetryPolicy
+
+FAST_RETRY = RetryPolicy(attempts=5, initial=0.001, maximum=0.002)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    clock = Clock()
+    monkeypatch.setattr(_affinity, "_clock", clock)
+    return clock
+
+
+@pytest.fixture
+def dice(monkeypatch) -> random.Random:
+    """Seeded choices, so a run is repeatable."""
+    dice = random.Random(14)
+    monkeypatch.setattr(_affinity, "_random", dice)
+    return dice
+
+
+@pytest.fixture
+def open_process(tmp_path):
+    """``open_process()``: a gateway on one shared SQLite file, standing for
+    another process (affinity is per gateway)."""
+    opened: list[EmbeddedGateway] = []
+
+    def open_process() -> EmbeddedGateway:
+        opened.append(EmbeddedGateway(str(tmp_path / "shared.sqlite3")))
+        return opened[-1]
+
+    yield open_process
+    for gateway in opened:
+        gateway.close()
+
+
+class Recording:
+    """A strategy that writes nothing and records the shard of each attempt."""
+
+    name = "recording"
+
+    def __init__(self, fail_on: set[int] | None = None, barrier: threading.Barrier | None = None) -> None:
+        self.attempts: list[int] = []
+        self.fail_on = fail_on or set()
+        self.barrier = barrier
+        self.lock = threading.Lock()
+
+    def add(self, shard: Shard, amount: int) -> None:
+        with self.lock:
+            self.attempts.append(shard.number)
+        if self.barrier is not None:
+            self.barrier.wait(timeout=30)
+        if shard.number in self.fail_on:
+            self.fail_on.discard(shard.number)
+            raise Contention(f"{shard} is taken (test)", attempts=1)
+
+
+def shards_written(counter: CounterShardDS) -> set[int]:
+    return {number for number, count in counter.shards() if count}
+
+
+def test_writers_of_one_process_never_share_a_shard_while_one_is_free(memory_gateway):
+    # 16 writers all inside an attempt at once, on 20 shards: 16 different shards.
+    for _ in range(3):
+        strategy = Recording(barrier=threading.Barrier(16))
+        counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy)
+        threads = [threading.Thread(target=counter.add) for _ in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(strategy.attempts) == 16
+        assert len(set(strategy.attempts)) == 16
+
+
+def test_when_every_shard_is_held_the_least_held_is_shared(memory_gateway):
+    counter = ("ns", "Kind", "c")
+    with _affinity.holding_shard(memory_gateway, counter, range(1, 4)) as a:
+        with _affinity.holding_shard(memory_gateway, counter, range(1, 4)) as b:
+            with _affinity.holding_shard(memory_gateway, counter, range(1, 4)) as c:
+                assert {a, b, c} == {1, 2, 3}
+                with _affinity.holding_shard(memory_gateway, counter, range(1, 4)) as d:
+                    with _affinity.holding_shard(memory_gateway, counter, range(1, 4)) as e:
+                        assert d in {1, 2, 3} and e in {1, 2, 3} and d != e
+
+
+def test_a_process_stays_on_its_first_shard_while_nobody_else_writes_it(memory_gateway):
+    counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy="transactional")
+    for expected in range(1, 31):
+        assert counter.increment() == expected
+    assert len(shards_written(counter)) == 1
+    assert memory_gateway.stats["counter.shard_moves"] == 0
+
+
+def test_a_writer_moves_off_a_shard_after_contention_and_comes_back_later(memory_gateway, clock):
+    strategy = Recording()
+    counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy, retry=FAST_RETRY)
+    counter.add()
+    first = strategy.attempts[-1]
+    strategy.fail_on = {first}
+    counter.add()  # contention on `first`, then a retry
+    assert strategy.attempts[-2:][0] == first and strategy.attempts[-1] != first
+    moved_to = strategy.attempts[-1]
+    for _ in range(5):  # this process keeps off `first` ...
+        counter.add()
+        assert strategy.attempts[-1] == moved_to
+    clock.now += _affinity.AVOID_SECONDS + 1  # ... for a while
+    counter.add()
+    assert strategy.attempts[-1] == first
+    assert memory_gateway.stats["counter.shard_moves"] == 1
+
+
+@pytest.mark.parametrize("yield_probability, moves", [(1.0, True), (0.0, False)])
+def test_a_process_leaves_a_shard_where_it_finds_another_writers_count(
+    open_process, clock, monkeypatch, yield_probability, moves
+):
+    monkeypatch.setattr(_affinity, "YIELD_PROBABILITY", yield_probability)
+    ours, php = open_process(), open_process()
+    counter = CounterShardDS("Counter Test", 1, 20, gateway=ours, strategy="transactional")
+    assert counter.increment() == 1
+    [(mine, _)] = [(n, c) for n, c in counter.shards() if c]
+    # Another writer (a PHP app, another process) adds 5 to that very shard.
+    TRANSACTIONAL.add(Shard(php, counter.layout, counter.name, mine), 5)
+    assert counter.increment() == 7  # found 6 where this process left 1
+    assert counter.increment() == 8
+    written = dict(counter.shards())
+    if moves:
+        assert written[mine] == 7 and sum(1 for c in written.values() if c) == 2
+        assert ours.stats["counter.shard_moves"] == 1
+    else:
+        assert written[mine] == 8
+        assert ours.stats["counter.shard_moves"] == 0
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_processes_settle_onto_disjoint_shards(open_process, clock, dice, seed):
+    dice.seed(seed)
+    processes = [open_process() for _ in range(4)]
+    counters = [CounterShardDS("Counter Test", 1, 20, gateway=p, strategy="transactional") for p in processes]
+    used: list[list[int]] = [[] for _ in counters]
+
+    def spy(i: int) -> None:
+        before = dict(counters[i].shards(method="lookup"))
+        counters[i].add()
+        after = dict(counters[i].shards(method="lookup"))
+        [shard] = [n for n in after if after[n] != before.get(n, 0)]
+        used[i].append(shard)
+
+    for _ in range(40):
+        for i in range(len(counters)):
+            spy(i)
+    last = [set(shards[-10:]) for shards in used]
+    for i in range(len(last)):
+        for j in range(i + 1, len(last)):
+            assert not last[i] & last[j], f"processes {i} and {j} still share shards {last[i] & last[j]}"
+    total = sum(len(shards) for shards in used)
+    assert counters[0].get_count() == total
+
+
+def test_a_grown_counter_spreads_over_its_new_shards_too(memory_gateway):
+    counter = ("ns", "Kind", "grown")
+    with _affinity.holding_shard(memory_gateway, counter, range(1, 3)):
+        pass
+    held = []
+    with contextlib.ExitStack() as stack:
+        for _ in range(6):
+            held.append(stack.enter_context(_affinity.holding_shard(memory_gateway, counter, range(1, 7))))
+    assert sorted(held) == [1, 2, 3, 4, 5, 6]
+
+
+def test_knowledge_is_kept_for_the_most_recent_counters_only(memory_gateway, monkeypatch):
+    monkeypatch.setattr(_affinity, "MAX_COUNTERS", 3)
+    with _affinity.holding_shard(memory_gateway, "held", range(1, 3)):
+        for i in range(10):
+            with _affinity.holding_shard(memory_gateway, f"c{i}", range(1, 3)):
+                pass
+        known = _affinity._known[memory_gateway]
+        assert len(known) <= 4 and "held" in known and "c9" in known
+
+
+def test_a_strategy_used_outside_a_counter_reports_to_nobody(memory_gateway):
+    counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway)
+    TRANSACTIONAL.add(Shard(memory_gateway, counter.layout, counter.name, 3), 2)
+    assert counter.get_count() == 2
+    assert memory_gateway not in _affinity._known
+
+
+def test_processes_on_a_locking_server_count_every_increment_once(firestore_emulator):
+    # Two gateways in one namespace stand for two processes on the Firestore
+    # emulator (pessimistic locks): 2 x 3 writers, whichever shards they settle on.
+    namespace = f"t-affinity-{random.randrange(1 << 32):08x}"
+    processes = [firestore_emulator.gateway(namespace=namespace) for _ in range(2)]
+    try:
+        counters = [CounterShardDS("Counter Test", 1, 20, gateway=p, strategy="transactional") for p in processes]
+        totals: list[int] = []
+
+        def write(counter: CounterShardDS) -> None:
+            for _ in range(10):
+                totals.append(counter.increment())
+
+        threads = [threading.Thread(target=write, args=(c,)) for c in counters for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(totals) == 60
+        assert counters[0].get_count() == counters[1].get_count("lookup") == 60
+        assert max(totals) == 60
+    finally:
+        for gateway in processes:
+            gateway.close()

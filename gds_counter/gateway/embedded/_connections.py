@@ -144,9 +144,7 @@ class ConnectionPool:
         self._size = 1 if path is None else size
         self._lock = threading.Lock()  # taken directly on the hot path; waits go through _cond
         self._cond = threading.Condition(self._lock)
-        #: This process's write transactions on the file, one at a time (see
-        #: ``writing``); never held while waiting for ``_lock``'s connections.
-        self._write_lock = threading.Lock()
+        self.write_lock = threading.Lock()  # this process's write transactions, one at a time (EmbeddedGateway._apply)
         self._idle: list[Connection] = []
         self._lent: dict[Connection, int] = {}  # connection -> the thread using it
         # connection -> the transaction holding it (see ``hold``), oldest first
@@ -400,16 +398,6 @@ class ConnectionPool:
             conn.execute("ROLLBACK")
         return not conn.in_transaction
 
-    def writing(self) -> threading.Lock:
-        """Held around each write transaction (``BEGIN IMMEDIATE`` to
-        ``COMMIT``) on a connection already lent: threads of this process
-        queue here and each is woken the moment the one before commits.
-        Without it they meet in SQLite's busy handler, which polls the file
-        lock with sleeps growing to 100 ms, so under 16 writers one commit
-        in a hundred waited 0.4 s while the lock sat free. Other processes
-        still meet in the busy handler (``BUSY_TIMEOUT_S``)."""
-        return self._write_lock
-
     # -- checks --------------------------------------------------------------
 
     def check_file(self, conn: Connection) -> None:
@@ -490,7 +478,7 @@ class ConnectionPool:
         # The parent's other threads do not exist here: a fresh lock, nothing lent.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._write_lock = threading.Lock()
+        self.write_lock = threading.Lock()
         self._lent = {}
         held, self._held = list(self._held), {}  # (none, unless a call was in progress at the fork)
         self._opening = self._waiting = 0
@@ -548,8 +536,7 @@ class HeldLease:
 
 
 class Lease:
-    """One call's use of a pooled connection: a context manager, written
-    out rather than with ``contextlib`` because every read pays for it."""
+    """One call's use of a pooled connection (not ``contextlib``: every read pays for it)."""
 
     __slots__ = ("_pool", "_conn")
 

@@ -168,6 +168,11 @@ def _inequality_names(f: Filter | None) -> set[str]:
     return set()
 
 
+def _key_inequality(f: Filter | None) -> bool:
+    """Whether ``__key__`` has an inequality anywhere in the filter."""
+    return f is not None and any(leaf.name == KEY_PROPERTY and leaf.op in _INEQUALITY_OPS for leaf in _leaves(f))
+
+
 def projected(value: Any) -> Any:
     """A projected value as Datastore returns it from an index: a timestamp as
     integer microseconds since the epoch, a byte string that is valid UTF-8 as
@@ -198,17 +203,61 @@ def _leaves(f: Filter) -> Iterator[PropertyFilter]:
             yield from _leaves(child)
 
 
+#: Beyond this many disjunctions the ancestor rule is not worked out
+#: (Datastore refuses far fewer; the query then fails elsewhere or scans).
+_MAX_DISJUNCTIONS = 1000
+
+
+def _disjunctions(f: Filter) -> list[list[PropertyFilter]] | None:
+    """The filter in disjunctive normal form, each disjunction as its
+    leaves (a filter repeated in one AND, nested ANDs flattened, counted
+    once, as the emulator does), or None when there would be more than
+    ``_MAX_DISJUNCTIONS``."""
+    if isinstance(f, PropertyFilter):
+        return [[f]]
+    if f.op == "OR":
+        out: list[list[PropertyFilter]] = []
+        for child in f.filters:
+            part = _disjunctions(child)
+            if part is None:
+                return None
+            out += part
+        return out if len(out) <= _MAX_DISJUNCTIONS else None
+    product: list[list[PropertyFilter]] = [[]]
+    for child in dict.fromkeys(_conjuncts(f)):  # nested ANDs flattened, repeats counted once
+        part = _disjunctions(child)
+        if part is None or len(product) * len(part) > _MAX_DISJUNCTIONS:
+            return None
+        product = [a + b for a in product for b in part]
+    return product
+
+
+def _check_ancestors(f: Filter, ancestors: list[PropertyFilter]) -> None:
+    """Every disjunction of the filter must have exactly one ancestor
+    filter, the same in all (measured on the Firestore emulator: an OR whose
+    branches each repeat ``HAS ANCESTOR k`` runs; a branch without it, another
+    ancestor, or ``k`` twice in one disjunction is refused)."""
+    if not ancestors:
+        return
+    groups = _disjunctions(f)
+    if groups is None:  # too many to work out: the top-level rule alone
+        valid = len({a.value for a in ancestors}) == 1 and all(any(c is a for c in _conjuncts(f)) for a in ancestors)
+    else:
+        found = [[leaf.value for leaf in group if leaf.op == "HAS_ANCESTOR"] for group in groups]
+        valid = all(len(values) == 1 for values in found) and len({values[0] for values in found}) == 1
+    if not valid:
+        raise BadValueError("All disjunctions must have a common and unique ancestor constraint.")
+
+
 def check_filter(f: Filter | None) -> None:
     """Refuse what Datastore refuses (the Firestore emulator's rules and
-    messages): one ancestor at most (repeated, it is the same filter), at the top level (never inside an
-    OR); one != or NOT_IN at most; NOT_IN never with IN or OR."""
+    messages): one ancestor per disjunction, the same in all
+    (``_check_ancestors``); one != or NOT_IN at most; NOT_IN never with IN
+    or OR."""
     if f is None:
         return
     leaves = list(_leaves(f))
-    ancestors = [leaf for leaf in leaves if leaf.op == "HAS_ANCESTOR"]
-    top = _conjuncts(f)
-    if len({a.value for a in ancestors}) > 1 or any(not any(c is a for c in top) for a in ancestors):
-        raise BadValueError("All disjunctions must have a common and unique ancestor constraint.")
+    _check_ancestors(f, [leaf for leaf in leaves if leaf.op == "HAS_ANCESTOR"])
     if sum(leaf.op in ("!=", "NOT_IN") for leaf in leaves) > 1:
         raise BadValueError("Only a single 'NOT_EQUAL' or 'NOT_IN' is allowed per query.")
     has_or = any(isinstance(c, CompositeFilter) and c.op == "OR" for c in _composites(f))
@@ -334,6 +383,8 @@ class Plan:
         equalities = {leaf.name for leaf in _leaves(query.filter) if leaf.op in ("=", "IN")} if query.filter is not None else set()
         for name in set(projection) & equalities:  # anywhere in the filter, OR branches too (as Datastore refuses)
             raise BadValueError(f"cannot project property {name!r} that has an equality filter")
+        for name in set(query.distinct_on) & equalities:  # also for DISTINCT ON with *: "Cannot use group by ..."
+            raise BadValueError(f"cannot use DISTINCT ON property {name!r} that has an equality filter")
         if query.projection and query.distinct_on:
             missing = set(query.distinct_on) - set(projection)
             if missing:
@@ -344,6 +395,8 @@ class Plan:
                 raise BadValueError("all DISTINCT ON properties must be ordered before any other sort order")
         descending_last = bool(orders) and orders[-1].descending
         implied = [*query.distinct_on, *sorted(_inequality_names(query.filter))]
+        if _key_inequality(query.filter):
+            implied.append(KEY_PROPERTY)  # then by key, before the projected properties (as the emulator does)
         implied += sorted(projection)  # Datastore reads the projected properties' index (by name)
         for name in implied:
             if name not in {o.name for o in orders}:

@@ -20,11 +20,12 @@ from typing import Any, Callable, Generator, Hashable, Iterator
 
 import attrs
 
-from gds_counter.errors import BadValueError, Contention
+from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
 from gds_counter.gateway.embedded._encoding import decode_cursor, encode_cursor, key_bytes, load_entity, load_indexed
+from gds_counter.gateway.embedded._group_commit import GroupCommit, Request
 from gds_counter.gateway.embedded._shared_reads import SharedReads
 from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter
 from gds_counter.gateway.embedded._storage import Transaction, allocate, check_unchanged, commit_seq, upsert
@@ -109,6 +110,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         self._memory_seq = 0  # in memory: the last commit's number, known without asking (one connection)
         self._compiled_queries: dict[str, _Compiled] = {}
         self._shared_reads: SharedReads[_Batch] = SharedReads()
+        self._group = GroupCommit()
 
     # -- connections -------------------------------------------------------
 
@@ -341,6 +343,11 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         return results
 
     def _apply(self, mutations: list[Mutation], txn: Transaction | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
+        if txn is None and self.path is not None:
+            results: list[tuple[Key | None, tuple[Any, ...] | None]] = self._group.commit(
+                mutations, self._pool.write_lock, self._write_group, _for_another
+            )
+            return results
         held = txn.conn if txn is not None else None
         with HeldLease(self._pool, held) if held is not None else self._db() as conn:
             if held is not None and conn.in_transaction:
@@ -361,26 +368,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         mutations, commit (or roll back on any error)."""
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if txn is not None and txn.seq is not None:
-                self._validate(conn, txn)
-            seq = conn.execute("UPDATE meta SET value = value + 1 WHERE name = 'commit_seq' RETURNING value").fetchall()[0][0]
-            partial = [m for m in mutations if isinstance(m, Upsert) and m.entity.key is not None and m.entity.key.is_partial]
-            new_ids = iter(allocate(conn, len(partial)))
-            results: list[tuple[Key | None, tuple[Any, ...] | None]] = []
-            now = time.time()
-            for mutation in mutations:
-                if isinstance(mutation, Delete):
-                    self._check_write_rate(conn, mutation.key, now)
-                    kb = key_bytes(mutation.key)
-                    conn.execute("DELETE FROM entities WHERE key_bytes = ?", (kb,))
-                    conn.execute("DELETE FROM props WHERE key_bytes = ?", (kb,))
-                    results.append((mutation.key, None))
-                else:
-                    key = mutation.entity.key
-                    assert key is not None  # checked by BaseGateway.commit
-                    key = key.completed(next(new_ids)) if key.is_partial else key
-                    self._check_write_rate(conn, key, now)
-                    results.append(upsert(conn, mutation, key, seq, now))
+            seq, results = self._mutate(conn, mutations, txn)
             self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
             conn.execute("COMMIT")
             if self.path is None:
@@ -389,6 +377,63 @@ class EmbeddedGateway(BaseGateway[Transaction]):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
         return results
+
+    def _write_group(self, batch: list[Request]) -> None:
+        """Several callers' commits in one write transaction (``_group_commit``):
+        each in a savepoint, rolled back alone if it raises; results are
+        handed out only once the transaction committed."""
+        with self._db() as conn:
+            if len(batch) == 1:
+                batch[0].results = self._write(conn, batch[0].mutations, None)
+                return
+            written: list[tuple[Request, Any]] = []
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for request in batch:
+                    conn.execute("SAVEPOINT one_commit")
+                    try:
+                        written.append((request, self._mutate(conn, request.mutations, None)[1]))
+                    except sqlite3.Error:
+                        raise  # the file, not this commit: the whole transaction fails
+                    except Exception as exc:
+                        conn.execute("ROLLBACK TO one_commit")
+                        request.error = exc
+                    conn.execute("RELEASE one_commit")
+                self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
+                conn.execute("COMMIT")
+            finally:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+            self.stats.bump("grouped_commits", len(batch))
+            for request, results in written:
+                request.results = results
+
+    def _mutate(
+        self, conn: Connection, mutations: list[Mutation], txn: Transaction | None
+    ) -> tuple[int, list[tuple[Key | None, tuple[Any, ...] | None]]]:
+        """Inside a write transaction: validate ``txn``'s reads, take a commit
+        number and apply the mutations; the number and the results."""
+        if txn is not None and txn.seq is not None:
+            self._validate(conn, txn)
+        seq = conn.execute("UPDATE meta SET value = value + 1 WHERE name = 'commit_seq' RETURNING value").fetchall()[0][0]
+        partial = [m for m in mutations if isinstance(m, Upsert) and m.entity.key is not None and m.entity.key.is_partial]
+        new_ids = iter(allocate(conn, len(partial)))
+        results: list[tuple[Key | None, tuple[Any, ...] | None]] = []
+        now = time.time()
+        for mutation in mutations:
+            if isinstance(mutation, Delete):
+                self._check_write_rate(conn, mutation.key, now)
+                kb = key_bytes(mutation.key)
+                conn.execute("DELETE FROM entities WHERE key_bytes = ?", (kb,))
+                conn.execute("DELETE FROM props WHERE key_bytes = ?", (kb,))
+                results.append((mutation.key, None))
+            else:
+                key = mutation.entity.key
+                assert key is not None  # checked by BaseGateway.commit
+                key = key.completed(next(new_ids)) if key.is_partial else key
+                self._check_write_rate(conn, key, now)
+                results.append(upsert(conn, mutation, key, seq, now))
+        return seq, results
 
     def _validate(self, conn: sqlite3.Connection, txn: Transaction) -> None:
         """Under the write lock: Contention unless what ``txn`` read in its
@@ -424,6 +469,21 @@ def sql_is_exact(f: Filter | None) -> bool:
     if isinstance(f, PropertyFilter):
         return f.op == "=" and isinstance(f.value, _STABLE_VALUES) and (f.name != KEY_PROPERTY or isinstance(f.value, Key))
     return isinstance(f, CompositeFilter) and f.op == "AND" and bool(f.filters) and all(sql_is_exact(c) for c in f.filters)
+
+
+def _for_another(exc: BaseException) -> BaseException:
+    """The error for a caller whose commit was in a group transaction that
+    failed with ``exc`` (so nothing of it was written): its own instance,
+    of the same type where that type takes a message alone, so that
+    ``Contention`` is still retried."""
+    if isinstance(exc, Contention):
+        return Contention(str(exc), attempts=exc.attempts)
+    if isinstance(exc, GDSError):
+        try:
+            return type(exc)(str(exc))
+        except TypeError:
+            pass
+    return GatewayError(f"the commit was written together with others, and that failed, so it was not written: {exc!r}")
 
 
 def _own(entity: RawEntity) -> RawEntity:

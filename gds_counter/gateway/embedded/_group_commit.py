@@ -1,0 +1,91 @@
+"""Group commit: one process's concurrent non-transactional commits to a
+file, written in one SQLite transaction.
+
+A commit to a file waits for its fsync (``synchronous = FULL``), and this
+process's writers take the write lock one at a time. So while one commit
+holds the lock, the others queue behind it; the writer that gets the lock
+next writes every commit queued by then, each in its own savepoint, in one
+transaction with one fsync, and answers each. That is what databases call
+group commit. Every commit keeps its meaning:
+
+* **Atomic and isolated on its own**: each runs in a savepoint, in arrival
+  order, with its own commit number (entity versions), exactly as if it had
+  committed alone at that point of the order. One that raises (a bad value,
+  an overflow, the write-rate model's Contention) is rolled back to its
+  savepoint and raised to its own caller only.
+* **Acknowledged only when durable**: every caller returns after the
+  transaction's ``COMMIT`` (and its fsync) returned; if the transaction
+  fails, nothing in it was written and every caller in it raises.
+
+Transactions (which hold a snapshot and are validated) and in-memory
+databases (no fsync to share) commit alone.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Callable
+
+__all__ = ["GroupCommit", "Request"]
+
+
+class Request:
+    """One caller's commit: its mutations, then its results or error."""
+
+    __slots__ = ("mutations", "done", "results", "error")
+
+    def __init__(self, mutations: Any) -> None:
+        self.mutations = mutations
+        self.done = False
+        self.results: Any = None
+        self.error: BaseException | None = None
+
+
+class GroupCommit:
+    """The commits queued for one file's write lock (see the module
+    docstring). Safe across ``fork()``: a child starts with an empty queue."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._queue: list[Request] = []
+
+    def commit(
+        self,
+        mutations: Any,
+        write_lock: threading.Lock,
+        write: Callable[[list[Request]], None],
+        failed: Callable[[BaseException], BaseException],
+    ) -> Any:
+        """Queue ``mutations``; under ``write_lock``, unless a writer before
+        has already written them, ``write`` every queued request: it sets
+        each one's results once committed, or its own error. When ``write``
+        raises (nothing was written), this caller raises that and every
+        other caller in the batch ``failed(that)``, an error of its own.
+        Returns this one's results or raises its error."""
+        if self._pid != os.getpid():
+            self._reset()
+        request = Request(mutations)
+        with self._lock:
+            self._queue.append(request)
+        with write_lock:
+            if not request.done:
+                with self._lock:
+                    batch, self._queue = self._queue, []
+                try:
+                    write(batch)
+                except BaseException as exc:
+                    for queued in batch:
+                        if queued is not request and queued.error is None:
+                            queued.error = failed(exc)
+                    raise
+                finally:
+                    for queued in batch:
+                        queued.done = True
+        if request.error is not None:
+            raise request.error
+        return request.results

@@ -1,0 +1,122 @@
+"""Group commit on the embedded engine: commits that queue behind one
+another in a process are written in one transaction, and each still means
+what it meant alone (atomic, its own version, acknowledged only once
+durable, its own error)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from typing import Any, Callable
+
+import pytest
+
+from gds_counter.errors import BadValueError, Contention, GatewayError
+from gds_counter.gateway.embedded import EmbeddedGateway
+from gds_counter.gateway.embedded._encoding import key_bytes
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Increment, Upsert
+from gds_counter.gateway.values import RawEntity
+
+
+@pytest.fixture
+def gw(tmp_path):
+    gateway = EmbeddedGateway(str(tmp_path / "db.sqlite3"))
+    yield gateway
+    gateway.close()
+
+
+def increment(name: str, amount: int = 1) -> Upsert:
+    entity = RawEntity(Key.of("Shard", name), {"target": "T"}, frozenset({"count"}))
+    return Upsert(entity, property_mask=("target",), transforms=(Increment("count", amount),))
+
+
+def queued_together(gw: EmbeddedGateway, calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run ``calls`` in threads while this thread holds the write lock, so
+    that they all queue; then let them go: one writes them all."""
+    out: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            out[i] = calls[i]()
+        except Exception as exc:  # collected: the test asserts on it
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    with gw._pool.write_lock:
+        for thread in threads:
+            thread.start()
+        for _ in range(2000):  # white box: wait until every commit is queued
+            if len(gw._group._queue) == len(calls):
+                break
+            time.sleep(0.005)
+        assert len(gw._group._queue) == len(calls)
+    for thread in threads:
+        thread.join(60)
+    return out
+
+
+def versions(gw: EmbeddedGateway, names: list[str]) -> list[int]:
+    assert gw.path is not None
+    with sqlite3.connect(gw.path) as raw:
+        return [raw.execute("SELECT version FROM entities WHERE key_bytes = ?", (key_bytes(Key.of("Shard", n)),)).fetchone()[0]
+                for n in names]
+
+
+def test_queued_commits_are_written_together_each_with_its_own_version(gw):
+    names = [f"s{i}" for i in range(6)]
+    out = queued_together(gw, [lambda n=n: gw.commit([increment(n)]) for n in names])
+    assert [r.mutation_results[0].transform_results for r in out] == [(1,)] * 6
+    assert gw.stats.snapshot()["grouped_commits"] == 6
+    assert len(set(versions(gw, names))) == 6  # as if each had committed alone
+    assert [e.properties["count"] for e in gw.lookup([Key.of("Shard", n) for n in names])] == [1] * 6
+
+
+def test_commits_of_one_entity_in_a_group_apply_in_turn(gw):
+    out = queued_together(gw, [lambda: gw.commit([increment("s")]) for _ in range(5)])
+    assert sorted(r.mutation_results[0].transform_results[0] for r in out) == [1, 2, 3, 4, 5]
+    assert gw.lookup([Key.of("Shard", "s")])[0].properties["count"] == 5
+
+
+def test_a_commit_that_fails_in_a_group_is_raised_to_its_caller_alone(gw):
+    gw.commit([Upsert(RawEntity(Key.of("Shard", "full"), {"target": "T", "count": 2**63 - 1}))])
+    out = queued_together(gw, [
+        lambda: gw.commit([increment("a")]),
+        lambda: gw.commit([increment("b"), increment("full")]),  # atomic: "b" must not be written either
+        lambda: gw.commit([increment("c")]),
+    ])
+    assert isinstance(out[1], BadValueError) and "overflows 64 bits" in str(out[1])
+    assert [r.mutation_results[0].transform_results for r in (out[0], out[2])] == [(1,), (1,)]
+    found = gw.lookup([Key.of("Shard", n) for n in ("a", "b", "c", "full")])
+    assert [e and e.properties["count"] for e in found] == [1, None, 1, 2**63 - 1]
+
+
+@pytest.mark.parametrize("failure", [Contention("the file stayed locked", attempts=1), GatewayError("the file was deleted")])
+def test_when_the_group_transaction_fails_every_caller_raises_and_nothing_is_written(gw, monkeypatch, failure):
+    def fail(conn: Any) -> None:
+        raise failure
+
+    monkeypatch.setattr(gw._pool, "check_file", fail)
+    out = queued_together(gw, [lambda n=n: gw.commit([increment(n)]) for n in ("a", "b", "c")])
+    assert [type(e) for e in out] == [type(failure)] * 3
+    assert len({id(e) for e in out}) == 3  # each caller raises its own instance
+    monkeypatch.undo()
+    assert gw.lookup([Key.of("Shard", n) for n in ("a", "b", "c")]) == [None, None, None]
+
+
+def test_transactions_and_memory_commit_alone(tmp_path):
+    memory = EmbeddedGateway(None)
+    try:
+        memory.commit([increment("m")])
+        assert "grouped_commits" not in memory.stats.snapshot()
+    finally:
+        memory.close()
+    gw = EmbeddedGateway(str(tmp_path / "db.sqlite3"))
+    try:
+        token = gw.begin_transaction()
+        gw.lookup([Key.of("Shard", "t")], transaction=token)
+        gw.commit([increment("t")], transaction=token)
+        assert "grouped_commits" not in gw.stats.snapshot()
+    finally:
+        gw.close()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Generator, Sequence, TypeVar, Union
+from typing import Any, Awaitable, Callable, Generator, Sequence, TypeVar, Union
 
 import attrs
 
@@ -33,6 +33,7 @@ from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query
 from gds_counter.gateway.values import RawEntity
 
 __all__ = [
+    "Await",
     "Call",
     "Effect",
     "Op",
@@ -40,6 +41,7 @@ __all__ = [
     "Sleep",
     "allocate_ids",
     "arun",
+    "awaiting",
     "begin_transaction",
     "call",
     "capabilities",
@@ -96,7 +98,15 @@ class Call:
     function: Callable[[], Any]
 
 
-Effect = Union[Op, Sleep, Call]
+@attrs.frozen
+class Await:
+    """Await what ``factory()`` returns (a caller's coroutine, such as the
+    work of ``aio.Store.run_in_transaction``): for async drivers only."""
+
+    factory: Callable[[], Awaitable[Any]]
+
+
+Effect = Union[Op, Sleep, Call, Await]
 Plan = Generator[Effect, Any, T]
 
 
@@ -153,6 +163,11 @@ def sleep(seconds: float) -> Plan[None]:
 
 def call(function: Callable[[], T]) -> Plan[T]:
     result: T = yield Call(function)
+    return result
+
+
+def awaiting(factory: Callable[[], Awaitable[T]]) -> Plan[T]:
+    result: T = yield Await(factory)
     return result
 
 
@@ -243,6 +258,8 @@ def run(plan: Plan[T], gateway: Any, *, wait: Callable[[float], None] = time.sle
                 wait(effect.seconds)
             elif isinstance(effect, Call):
                 send = effect.function()
+            elif isinstance(effect, Await):
+                raise TypeError("a blocking driver cannot await; use gds_counter.aio for coroutines")
             else:  # pragma: no cover  (a plan's own bug)
                 raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
         except BaseException as exc:  # thrown into the plan, which may handle it
@@ -284,6 +301,8 @@ async def arun(plan: Plan[T], gateway: Any) -> T:
                 await asyncio.sleep(effect.seconds)
             elif isinstance(effect, Call):
                 send = await asyncio.to_thread(effect.function)
+            elif isinstance(effect, Await):
+                send = await effect.factory()
             else:  # pragma: no cover  (a plan's own bug)
                 raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
         except BaseException as exc:  # thrown into the plan, which may handle it

@@ -48,13 +48,18 @@ from __future__ import annotations
 from typing import Sequence
 
 from google.api_core import exceptions as gexc
-from google.api_core.retry import Retry
+from google.api_core.retry import AsyncRetry, Retry
 
 from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, GDSError, Unavailable
 
 #: Backoff shared by every call; per-call predicates are derived from it.
 #: ``timeout`` here is replaced by the gateway's own timeout.
 DEFAULT_RETRY = Retry(initial=0.1, maximum=4.0, multiplier=2.0, timeout=30.0)
+#: The same backoff for the asyncio transport (``AsyncDatastoreGateway``).
+DEFAULT_ASYNC_RETRY = AsyncRetry(
+    initial=DEFAULT_RETRY._initial, maximum=DEFAULT_RETRY._maximum,
+    multiplier=DEFAULT_RETRY._multiplier, timeout=DEFAULT_RETRY._timeout,
+)
 
 _IDEMPOTENT_CALLS = frozenset({"lookup", "run_query", "allocate_ids", "begin_transaction", "rollback"})
 

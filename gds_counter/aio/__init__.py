@@ -1,0 +1,43 @@
+"""``gds_counter.aio``: the asyncio face of gds_counter.
+
+The same names, arguments and semantics as the blocking API, every call
+that touches storage a coroutine::
+
+    from gds_counter import aio
+
+    counter = aio.CounterShardDS("Counter Test", 1)
+    total = await counter.increment()
+    totals = await aio.get_counts([counter, aio.CounterShardDS("Counter Test", 2)])
+
+    async with aio.open_gateway("memory://") as gateway:
+        books = aio.Store("Book", gateway)
+        async with books.transaction():
+            ...
+
+One implementation of the rules: the Store, the counters and the gateways'
+checks are plans (``gds_counter.gateway.plan``) that both faces run; only
+the I/O differs. On Datastore (and both emulators) the I/O is gRPC asyncio
+(``AsyncDatastoreGateway``); the embedded SQLite engine has no async I/O, so
+its calls run in a bounded thread pool the async gateway owns
+(``ThreadedGateway``) and the event loop never blocks.
+"""
+
+from gds_counter.aio._gateway import AsyncGateway, open_gateway, resolve_gateway, shared_gateway
+from gds_counter.aio._threaded import ThreadedGateway
+from gds_counter.aio.counter import CounterShardDS, GeneralCounter, ShardedCounter, get_counts
+from gds_counter.aio.store import Store
+from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
+
+__all__ = [
+    "AsyncDatastoreGateway",
+    "AsyncGateway",
+    "CounterShardDS",
+    "GeneralCounter",
+    "ShardedCounter",
+    "Store",
+    "ThreadedGateway",
+    "get_counts",
+    "open_gateway",
+    "resolve_gateway",
+    "shared_gateway",
+]

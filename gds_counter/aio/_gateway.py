@@ -1,0 +1,125 @@
+"""The async gateway contract, and choosing an async gateway from a URL.
+
+An async gateway offers the ``Gateway`` protocol's calls as coroutines
+(``learn_capabilities()`` for the ``capabilities`` property, which may need
+a probe). Two implement it: ``AsyncDatastoreGateway`` (gRPC asyncio, real
+non-blocking I/O) and ``ThreadedGateway`` (the embedded engine in a bounded
+thread pool: SQLite has no async I/O).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from gds_counter.aio._threaded import DEFAULT_WORKERS, ThreadedGateway
+from gds_counter.errors import BadValueError
+from gds_counter.gateway import open_gateway as open_blocking
+from gds_counter.gateway import shared_gateway as shared_blocking
+from gds_counter.gateway.capabilities import Capabilities
+from gds_counter.gateway.datastore import DatastoreGateway
+from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import CommitResult, Mutation
+from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
+from gds_counter.gateway.stats import Stats
+from gds_counter.gateway.values import RawEntity
+
+__all__ = ["AsyncGateway", "open_gateway", "resolve_gateway", "shared_gateway"]
+
+
+@runtime_checkable
+class AsyncGateway(Protocol):
+    """What an async gateway offers: ``Gateway``'s calls, awaited."""
+
+    stats: Stats
+    namespace: str
+
+    async def learn_capabilities(self) -> Capabilities: ...
+
+    async def lookup(self, keys: Sequence[Key], *, transaction: bytes | None = None) -> list[RawEntity | None]: ...
+
+    async def run_query(self, query: Query, *, transaction: bytes | None = None) -> QueryResult: ...
+
+    async def run_aggregation(
+        self, aggregation: AggregationQuery, *, transaction: bytes | None = None
+    ) -> AggregationResult: ...
+
+    async def begin_transaction(self, *, read_only: bool = False) -> bytes: ...
+
+    async def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult: ...
+
+    async def rollback(self, transaction: bytes) -> None: ...
+
+    async def allocate_ids(self, keys: Sequence[Key]) -> list[Key]: ...
+
+    async def close(self) -> None: ...
+
+
+_MEMBERS = ("learn_capabilities", "lookup", "run_query", "run_aggregation", "begin_transaction", "commit",
+            "rollback", "allocate_ids", "close", "stats", "namespace")
+
+
+def is_async_gateway(candidate: object) -> bool:
+    return all(hasattr(type(candidate), name) or hasattr(candidate, name) for name in _MEMBERS)
+
+
+def _async_of(blocking: Any, *, owns: bool, max_workers: int) -> Any:
+    if isinstance(blocking, DatastoreGateway):
+        gateway = AsyncDatastoreGateway(
+            blocking.project, blocking.namespace, blocking.database,
+            emulator_host=blocking.emulator_host or "", timeout=blocking.timeout,
+        )
+        if owns:
+            blocking.close()  # only its settings were wanted
+        return gateway
+    return ThreadedGateway(blocking, max_workers=max_workers, owns=owns)
+
+
+def open_gateway(url: str | None = None, *, timeout: float | None = None,
+                 max_workers: int = DEFAULT_WORKERS) -> AsyncGateway:
+    """The async gateway for ``url`` with ``gds_counter.gateway.open_gateway``'s
+    rules (``url``, ``GDS_URL``, ``DATASTORE_EMULATOR_HOST``, the embedded
+    default; production only by an explicit ``datastore://``): Datastore
+    over gRPC asyncio, the embedded engine in a pool of ``max_workers``
+    threads. Close it with ``await gateway.close()`` or ``async with``."""
+    gateway: AsyncGateway = _async_of(open_blocking(url, timeout=timeout), owns=True, max_workers=max_workers)
+    return gateway
+
+
+_shared: dict[tuple[Any, ...], Any] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_gateway(url: str | None = None) -> AsyncGateway:
+    """One async gateway per process and configuration, for code that names
+    none (``aio.CounterShardDS("Counter Test", 1)``). On the embedded engine
+    it shares the blocking API's default gateway (one SQLite file, one
+    connection pool); a Datastore one opens its gRPC channel per event loop."""
+    config = (
+        os.getpid(),
+        url or os.environ.get("GDS_URL"),
+        os.environ.get("DATASTORE_EMULATOR_HOST"),
+        os.environ.get("DATASTORE_PROJECT_ID"),
+    )
+    with _shared_lock:
+        gateway = _shared.get(config)
+        if gateway is None:
+            gateway = _shared[config] = _async_of(shared_blocking(url), owns=False, max_workers=DEFAULT_WORKERS)
+        result: AsyncGateway = gateway
+        return result
+
+
+def resolve_gateway(gateway: Any) -> AsyncGateway:
+    """What ``gateway=`` arguments of the asyncio face accept: an async
+    gateway, or a URL (None: the default) for ``shared_gateway``."""
+    if gateway is None or isinstance(gateway, str):
+        return shared_gateway(gateway)
+    if not is_async_gateway(gateway):
+        raise BadValueError(
+            f"expected an async gateway (gds_counter.aio.open_gateway) or a GDS URL, got {type(gateway).__name__} "
+            f"{gateway!r}; wrap a blocking gateway with gds_counter.aio.ThreadedGateway"
+        )
+    result: AsyncGateway = gateway
+    return result

@@ -1,0 +1,176 @@
+"""The asyncio face of the sharded counters: ``ShardedCounter``,
+``CounterShardDS``, ``GeneralCounter`` and ``get_counts``, with the blocking
+API's names, arguments and semantics, every call a coroutine.
+
+They run the blocking counters' own plans (``counter.engine.CounterCore``)
+with the async driver (``gateway.plan.arun``): same layouts, strategies,
+shard affinity, cache, retries and errors; only the I/O differs. Safe to
+share between tasks (and threads, each with its own event loop on a
+gateway of its own).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from gds_counter.aio._gateway import AsyncGateway, resolve_gateway
+from gds_counter.counter.article import make_target
+from gds_counter.counter.cache import CountCache
+from gds_counter.counter.engine import (
+    AutoGrow,
+    CounterCore,
+    by_gateway,
+    check_counters,
+    check_num_shards,
+    check_store_kind,
+    counts_plan,
+)
+from gds_counter.counter.entity import CounterShardEntity
+from gds_counter.counter.layout import NDB_GENERAL, Layout
+from gds_counter.counter.strategy import Strategy
+from gds_counter.errors import BadValueError
+from gds_counter.gateway import plan
+from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy
+
+__all__ = ["CounterShardDS", "GeneralCounter", "ShardedCounter", "get_counts"]
+
+
+class ShardedCounter(CounterCore):
+    """``gds_counter.ShardedCounter``, awaited. ``store`` (an
+    ``aio.Store`` for the layout's shard kind) or ``gateway`` (an async
+    gateway or a URL) says where it lives; neither: the shared default."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        layout: Layout,
+        num_shards: int | None = None,
+        store: Any = None,
+        gateway: AsyncGateway | str | None = None,
+        strategy: str | Strategy = "auto",
+        retry: RetryPolicy = DEFAULT_RETRY,
+        cache: CountCache | bool | None = None,
+        auto_grow: AutoGrow | bool | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise BadValueError(f"a counter needs a non-empty string name, got {name!r}")
+        if store is not None:
+            from gds_counter.aio.store import Store
+
+            if not isinstance(store, Store):
+                raise BadValueError(f"store must be a gds_counter.aio Store, got {type(store).__name__} {store!r}")
+            check_store_kind(store.schema.kind, layout, name)
+            resolved, namespace = store.gateway, store.namespace
+        else:
+            resolved = resolve_gateway(gateway)
+            namespace = resolved.namespace
+        super().__init__(
+            name, layout=layout, gateway=resolved, namespace=namespace, num_shards=num_shards,
+            strategy=strategy, retry=retry, cache=cache, auto_grow=auto_grow,
+        )
+
+    @property
+    def gateway(self) -> AsyncGateway:
+        gateway: AsyncGateway = self._gateway
+        return gateway
+
+    async def get_count(self, method: str = "auto") -> int:
+        """The total (``gds_counter.ShardedCounter.get_count``)."""
+        return await plan.arun(self._get_count(method), self._gateway)
+
+    async def shards(self, method: str = "auto") -> list[tuple[int, int]]:
+        """``(shard number, count)`` per shard (``ShardedCounter.shards``)."""
+        return await plan.arun(self._shards(method), self._gateway)
+
+    async def add(self, amount: int = 1) -> None:
+        """Add ``amount``, counted exactly once or raised; no read back."""
+        await plan.arun(self._add(amount), self._gateway)
+
+    async def increment(self, amount: int = 1) -> int:
+        """Add ``amount`` and return the total after it."""
+        return await plan.arun(self._increment(amount), self._gateway)
+
+    async def decrement(self, amount: int = 1) -> int:
+        """Subtract ``amount`` and return the total after it."""
+        return await plan.arun(self._decrement(amount), self._gateway)
+
+    async def reset(self) -> None:
+        """Set every shard to 0, at most 25 shards per transaction."""
+        await plan.arun(self._reset(), self._gateway)
+
+    async def increase_shards(self, num_shards: int) -> int:
+        """Spread future writes over ``num_shards`` shards (never fewer)."""
+        return await plan.arun(self._increase_shards(num_shards), self._gateway)
+
+
+class CounterShardDS(ShardedCounter):
+    """``gds_counter.CounterShardDS`` (the PHP article's counter, its data
+    kept), awaited: ``await CounterShardDS("Counter Test", 1).increment()``."""
+
+    NUM_SHARDS = 20
+
+    def __init__(
+        self,
+        target_type: str | int,
+        target_id: str | int,
+        num_shards: int = NUM_SHARDS,
+        store: Any = None,
+        *,
+        gateway: AsyncGateway | str | None = None,
+        strategy: str | Strategy = "auto",
+        retry: RetryPolicy = DEFAULT_RETRY,
+        cache: CountCache | bool | None = None,
+        auto_grow: AutoGrow | bool | None = None,
+    ) -> None:
+        target = make_target(target_type, target_id)
+        check_num_shards(num_shards)
+        entity_class: type[CounterShardEntity] = CounterShardEntity
+        schema = getattr(store, "schema", None)
+        declared = schema.get_entity_class() if schema is not None else None
+        if isinstance(declared, type) and issubclass(declared, CounterShardEntity):
+            entity_class = declared  # a Store of a subclass brings its KIND_PFX
+        self.target_type = target_type
+        self.target_id = target_id
+        super().__init__(
+            target, layout=entity_class.layout(), num_shards=num_shards, store=store, gateway=gateway,
+            strategy=strategy, retry=retry, cache=cache, auto_grow=auto_grow,
+        )
+
+    @property
+    def target(self) -> str:
+        return self.name
+
+
+class GeneralCounter(ShardedCounter):
+    """``gds_counter.GeneralCounter`` (the Google article's ndb counter), awaited."""
+
+    def __init__(
+        self,
+        name: str,
+        num_shards: int | None = None,
+        store: Any = None,
+        *,
+        gateway: AsyncGateway | str | None = None,
+        layout: Layout = NDB_GENERAL,
+        strategy: str | Strategy = "auto",
+        retry: RetryPolicy = DEFAULT_RETRY,
+        cache: CountCache | bool | None = None,
+        auto_grow: AutoGrow | bool | None = None,
+    ) -> None:
+        super().__init__(
+            name, layout=layout, num_shards=num_shards, store=store, gateway=gateway,
+            strategy=strategy, retry=retry, cache=cache, auto_grow=auto_grow,
+        )
+
+
+async def get_counts(counters: Iterable[ShardedCounter], *, use_cache: bool = True) -> list[int]:
+    """Totals of many counters in input order, one batch lookup per gateway
+    (``gds_counter.get_counts``)."""
+    listed = check_counters(counters, ShardedCounter)
+    totals = [0] * len(listed)
+    for gateway, indexes in by_gateway(listed).items():
+        found = await plan.arun(counts_plan([listed[i] for i in indexes], use_cache=use_cache), gateway)
+        for i, total in zip(indexes, found):
+            totals[i] = total
+    return totals

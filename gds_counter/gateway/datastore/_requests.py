@@ -1,0 +1,271 @@
+"""The Datastore gateway's requests, written once for the blocking and the
+async transport: each hook is a plan (``gateway.plan``) that builds the
+``datastore_v1`` request, yields it as ``Op("_send", call, request)``, and
+reads the response, including the protocol's follow-ups a caller must never
+see (deferred lookup keys asked for again; an offset the server skipped
+only partly skipped to the end before a batch is returned).
+
+``DatastoreGateway`` sends with the blocking GAPIC client, ``AsyncDatastoreGateway``
+with the generated ``DatastoreAsyncClient`` over gRPC asyncio; both under the
+same retry and error policy (``_retry``). Protobufs come from ``_codec``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.cloud.datastore_v1.types import datastore as _ds
+from google.cloud.datastore_v1.types import query as _qry
+
+from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError
+from gds_counter.gateway import plan
+from gds_counter.gateway.aggregation import billed_reads
+from gds_counter.gateway.base import GatewayRules, TransactionState
+from gds_counter.gateway.datastore._codec import Codec
+from gds_counter.gateway.datastore._retry import error_message, translate_error
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Delete, Mutation, Upsert
+from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
+from gds_counter.gateway.values import RawEntity
+
+__all__ = ["DatastoreRequests", "final_error", "retry_logger", "strip_scheme"]
+
+log = logging.getLogger("gds_counter.gateway.datastore")
+
+_QueryPb = _qry.Query.pb()
+_BatchPb = _qry.QueryResultBatch.pb()
+
+
+def strip_scheme(host: str) -> str:
+    for prefix in ("http://", "https://"):
+        if host.startswith(prefix):
+            return host[len(prefix):].rstrip("/")
+    return host.rstrip("/")
+
+
+def _send(call: str, request: Any, *, idempotent_commit: bool = False, policy: str = "") -> plan.Plan[Any]:
+    """Send ``request`` as the RPC ``call`` (the client method of that name)
+    under the retry policy's row for ``policy or call``."""
+    return (yield plan.Op("_send", (call, request), (("idempotent_commit", idempotent_commit), ("policy", policy))))
+
+
+def retry_logger(gateway: "DatastoreRequests", call: str) -> Any:
+    """What each transport does before a retry: count it and say why."""
+
+    def on_error(exc: BaseException) -> None:
+        gateway.stats.bump(f"retry.{call}")
+        log.info("retrying %s after %s: %s", call, type(exc).__name__, error_message(exc))
+
+    return on_error
+
+
+def final_error(exc: BaseException, failures: list[BaseException], *, call: str, rule: str) -> GDSError:
+    """The gds_counter error for a call whose retries ended in ``exc``
+    (``failures``: every attempt's error), by the policy table; errors name
+    ``call`` even when another call's row (``rule``) applied."""
+    final = exc.cause if isinstance(exc, gexc.RetryError) and exc.cause is not None else exc
+    earlier = [e for e in failures if e is not final]
+    error = translate_error(final, call=rule, earlier_attempts=earlier)
+    if rule != call:
+        error.args = (str(error).replace(rule, call, 1), *error.args[1:])
+    return error
+
+
+class DatastoreRequests(GatewayRules[TransactionState]):
+    """The hooks of both Datastore gateways, as plans over ``_send``."""
+
+    project: str
+    database: str
+    _codec: Codec
+
+    # --- reads --------------------------------------------------------------
+
+    def _read_options(self, txn: TransactionState | None) -> Any:
+        options = _ds.ReadOptions.pb()()
+        if txn is not None:
+            options.transaction = txn.token
+        return options
+
+    def _lookup_plan(self, keys: list[Key], txn: TransactionState | None) -> plan.Plan[list[RawEntity | None]]:
+        found: dict[Key, RawEntity] = {}
+        pending = keys
+        while pending:
+            request = _ds.LookupRequest.pb()(project_id=self.project, database_id=self.database)
+            request.read_options.CopyFrom(self._read_options(txn))
+            request.keys.extend(self._codec.key_to_pb(k) for k in pending)
+            response = (yield from _send("lookup", _ds.LookupRequest(request)))._pb
+            self._record("lookup", reads=len(pending))
+            for result in response.found:
+                entity = self._codec.entity_from_pb(result.entity)
+                assert entity.key is not None
+                found[entity.key] = entity
+            # Datastore may answer only part of a big lookup; the rest
+            # comes back as deferred keys to ask for again.
+            pending = [self._codec.key_from_pb(k) for k in response.deferred]
+            if pending:
+                log.debug("lookup: following %d deferred keys", len(pending))
+        return [found.get(key) for key in keys]
+
+    def _run_query_plan(self, query: Query, txn: TransactionState | None) -> plan.Plan[QueryResult]:
+        """Run one batch of ``query``: natively as GQL when ``query.gql`` is set.
+
+        Projection results are index values, as Datastore returns them (meaning
+        18): a projected datetime comes back as integer microseconds since the
+        epoch and a projected blob as a string. Only a schema can turn them
+        back, so the Store does that, not this gateway.
+        """
+        request = _ds.RunQueryRequest.pb()(project_id=self.project, database_id=self.database)
+        request.partition_id.CopyFrom(self._codec.partition(query.namespace))
+        request.read_options.CopyFrom(self._read_options(txn))
+        if query.gql is not None:
+            request.gql_query.CopyFrom(self._codec.gql_to_pb(query))
+        else:
+            request.query.CopyFrom(self._codec.query_to_pb(query))
+        while True:
+            response = (yield from _send("run_query", _ds.RunQueryRequest(request)))._pb
+            batch = response.batch
+            self._record("run_query", reads=len(batch.entity_results))
+            sent = request.query if request.HasField("query") else response.query
+            left_to_skip = sent.offset - batch.skipped_results
+            if (
+                left_to_skip > 0
+                and not batch.entity_results
+                and batch.more_results == _BatchPb.NOT_FINISHED
+            ):
+                # The server skipped only part of the offset in this batch;
+                # skip the rest before returning anything (protocol contract).
+                resume = _QueryPb()
+                resume.CopyFrom(sent)
+                resume.offset = left_to_skip
+                resume.start_cursor = batch.skipped_cursor or batch.end_cursor
+                request.ClearField("gql_query")
+                request.query.CopyFrom(resume)
+                continue
+            break
+        entities = tuple(self._codec.entity_from_pb(r.entity) for r in batch.entity_results)
+        return QueryResult(
+            entities=entities,
+            end_cursor=bytes(batch.end_cursor) or None,
+            more_results=batch.more_results == _BatchPb.NOT_FINISHED,
+        )
+
+    def _run_aggregation_plan(
+        self, aggregation: AggregationQuery, txn: TransactionState | None
+    ) -> plan.Plan[AggregationResult]:
+        """One ``RunAggregationQuery``, sent as a structured query (not the
+        GQL text): that lets it carry a ``COUNT(*)`` of its own when the
+        caller asked for none and there is room (five at most), because
+        Datastore bills one entity read per started 1,000 index rows and
+        only a count says how many rows there were. Without one (five
+        aggregations, none a count) one read is recorded, the least.
+
+        The legacy Datastore emulator does not implement the RPC: that is a
+        ``GatewayError`` saying so (``capabilities.aggregation`` is False
+        there, and nothing is sent once the probe has found it out).
+        """
+        known = self._capabilities
+        if known is not None and not known.aggregation:
+            raise GatewayError(f"{self!r} does not run aggregation queries (capabilities.aggregation is False); nothing was sent")
+        aliases = aggregation.aliases()
+        kinds = [a.kind for a in aggregation.aggregations]
+        extra = None
+        if "COUNT" not in kinds and ("SUM" in kinds or "AVG" in kinds) and len(kinds) < 5:
+            extra = "gds_counter_rows"
+            while extra in aliases:
+                extra += "_"
+        request = _ds.RunAggregationQueryRequest.pb()(project_id=self.project, database_id=self.database)
+        request.partition_id.CopyFrom(self._codec.partition(aggregation.query.namespace))
+        request.read_options.CopyFrom(self._read_options(txn))
+        request.aggregation_query.CopyFrom(self._codec.aggregation_to_pb(aggregation, extra))
+        try:
+            response = (
+                yield from _send("run_aggregation_query", _ds.RunAggregationQueryRequest(request), policy="run_query")
+            )._pb
+        except GatewayError as exc:
+            if isinstance(exc.__cause__, gexc.MethodNotImplemented):
+                raise GatewayError(
+                    f"{self!r} does not run aggregation queries: the server does not implement RunAggregationQuery "
+                    "(the legacy Datastore emulator; the Firestore emulator in Datastore mode and Cloud Datastore do)"
+                ) from exc
+            raise
+        results = response.batch.aggregation_results
+        found = {name: self._codec.value_from_pb(pb)[0] for name, pb in results[0].aggregate_properties.items()} if results else {}
+        missing = [alias for alias in aliases if alias not in found]
+        if missing:
+            raise GatewayError(f"run_aggregation_query: the server sent no value for {missing} (it sent {sorted(found)})")
+        if "COUNT" in kinds:
+            rows = found[aliases[kinds.index("COUNT")]]
+        elif extra is not None:
+            rows = found[extra]
+        elif all(kind == "COUNT_UP_TO" for kind in kinds):
+            rows = max(found[alias] for alias in aliases)
+        else:
+            rows = 0
+        self._record("run_aggregation_query", reads=billed_reads(rows))
+        return AggregationResult(tuple((alias, found[alias]) for alias in aliases))
+
+    # --- transactions -------------------------------------------------------
+
+    def _begin_plan(self, read_only: bool) -> plan.Plan[TransactionState]:
+        request = _ds.BeginTransactionRequest.pb()(project_id=self.project, database_id=self.database)
+        if read_only:
+            request.transaction_options.read_only.SetInParent()
+        else:
+            request.transaction_options.read_write.SetInParent()
+        response = (yield from _send("begin_transaction", _ds.BeginTransactionRequest(request)))._pb
+        self._record("begin_transaction")
+        return TransactionState(bytes(response.transaction), read_only)
+
+    def _rollback_plan(self, txn: TransactionState) -> plan.Plan[None]:
+        request = _ds.RollbackRequest.pb()(
+            project_id=self.project, database_id=self.database, transaction=txn.token
+        )
+        try:
+            yield from _send("rollback", _ds.RollbackRequest(request))
+        except (BadValueError, Contention) as exc:
+            # Rollback is cleanup, often on an error path: a transaction the
+            # server already ended must not hide the error being handled.
+            log.debug("rollback of an already finished transaction ignored: %s", exc)
+        finally:
+            self._record("rollback")
+
+    # --- writes ---------------------------------------------------------------
+
+    def _commit_plan(
+        self, chunk: list[Mutation], txn: TransactionState | None
+    ) -> plan.Plan[list[tuple[Key | None, tuple[Any, ...] | None]]]:
+        request = _ds.CommitRequest.pb()(project_id=self.project, database_id=self.database)
+        if txn is not None:
+            request.mode = _ds.CommitRequest.pb().TRANSACTIONAL
+            request.transaction = txn.token
+        else:
+            request.mode = _ds.CommitRequest.pb().NON_TRANSACTIONAL
+        request.mutations.extend(self._codec.mutation_to_pb(m) for m in chunk)
+        # Applying twice is harmless for a transaction (the server commits it
+        # at most once) and for whole upserts/deletes of complete keys; not for
+        # increments or key allocation.
+        idempotent = txn is not None or all(
+            isinstance(m, Delete) or (not m.transforms and m.entity.key is not None and not m.entity.key.is_partial)
+            for m in chunk
+        )
+        response = (yield from _send("commit", _ds.CommitRequest(request), idempotent_commit=idempotent))._pb
+        upserts = sum(isinstance(m, Upsert) for m in chunk)
+        self._record("commit", writes=upserts, deletes=len(chunk) - upserts)
+        out: list[tuple[Key | None, tuple[Any, ...] | None]] = []
+        for mutation, result in zip(chunk, response.mutation_results):
+            if isinstance(mutation, Delete):
+                out.append((mutation.key, None))
+                continue
+            key = self._codec.key_from_pb(result.key) if result.HasField("key") else mutation.entity.key
+            values = tuple(self._codec.value_from_pb(v)[0] for v in result.transform_results)
+            out.append((key, values or None))
+        return out
+
+    def _allocate_ids_plan(self, keys: list[Key]) -> plan.Plan[list[Key]]:
+        request = _ds.AllocateIdsRequest.pb()(project_id=self.project, database_id=self.database)
+        request.keys.extend(self._codec.key_to_pb(k) for k in keys)
+        response = (yield from _send("allocate_ids", _ds.AllocateIdsRequest(request)))._pb
+        self._record("allocate_ids")
+        return [self._codec.key_from_pb(k) for k in response.keys]

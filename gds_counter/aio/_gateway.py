@@ -9,8 +9,10 @@ thread pool: SQLite has no async I/O).
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
+import weakref
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from gds_counter.aio._threaded import DEFAULT_WORKERS, ThreadedGateway
@@ -26,7 +28,11 @@ from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query
 from gds_counter.gateway.stats import Stats
 from gds_counter.gateway.values import RawEntity
 
-__all__ = ["AsyncGateway", "open_gateway", "resolve_gateway", "shared_gateway"]
+__all__ = ["DEFAULT_IN_FLIGHT", "AsyncGateway", "in_flight_slot", "open_gateway", "resolve_gateway", "shared_gateway"]
+
+#: Counter operations one gateway runs at once in one event loop, unless the
+#: gateway says otherwise (``max_in_flight``); see ``in_flight_slot``.
+DEFAULT_IN_FLIGHT = 64
 
 
 @runtime_checkable
@@ -123,3 +129,32 @@ def resolve_gateway(gateway: Any) -> AsyncGateway:
         )
     result: AsyncGateway = gateway
     return result
+
+
+_slots: "weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]]" = (
+    weakref.WeakKeyDictionary()
+)
+_slots_lock = threading.Lock()
+
+
+def in_flight_slot(gateway: Any) -> asyncio.Semaphore:
+    """The slots for counter operations on ``gateway`` in the running loop
+    (``gateway.max_in_flight`` of them, else ``DEFAULT_IN_FLIGHT``); the
+    rest wait their turn, first come first served.
+
+    Why: a thousand tasks that await a thousand increments would otherwise
+    all become ready in the same few loop iterations, each running its
+    share of the plan (mapping, checks, codec) before the loop can look at
+    its timers again: measured with 500 concurrent increments, other tasks
+    then waited up to 0.8 s; with at most 64 in flight they waited about
+    0.1 s, and the increments finished sooner. A counter operation holds
+    its slot for its whole plan (its transactions included), so a slot is
+    never waited for while holding a lock; Store calls, whose transactions
+    span several calls, take none."""
+    loop = asyncio.get_running_loop()
+    with _slots_lock:
+        per_loop = _slots.setdefault(gateway, weakref.WeakKeyDictionary())
+        slot = per_loop.get(loop)
+        if slot is None:
+            slot = per_loop[loop] = asyncio.Semaphore(getattr(gateway, "max_in_flight", DEFAULT_IN_FLIGHT))
+        return slot

@@ -37,17 +37,25 @@ DEFAULT_WORKERS = 8
 
 class ThreadedGateway:
     """The async gateway interface over a blocking ``Gateway`` (the
-    embedded engine), each call in a worker of a bounded pool owned here.
+    embedded engine), each call in a worker of a bounded pool owned here
+    (``max_workers`` threads; ``max_in_flight`` counter operations at once,
+    default four per worker).
     ``close()`` (awaited) ends the pool and closes the blocking gateway
     when this gateway owns it (``owns=True``, as ``aio.open_gateway``
     makes it)."""
 
-    def __init__(self, gateway: Gateway, *, max_workers: int = DEFAULT_WORKERS, owns: bool = False) -> None:
+    def __init__(
+        self, gateway: Gateway, *, max_workers: int = DEFAULT_WORKERS, owns: bool = False,
+        max_in_flight: int | None = None,
+    ) -> None:
         if not is_gateway(gateway):
             raise BadValueError(f"ThreadedGateway wraps a blocking gateway, got {type(gateway).__name__} {gateway!r}")
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
             raise BadValueError(f"max_workers must be a positive int, got {max_workers!r}")
         self.blocking = gateway
+        #: Counter operations at once per event loop (``aio.in_flight_slot``):
+        #: enough to keep the pool busy, few enough to keep the loop free.
+        self.max_in_flight = max_in_flight or 4 * max_workers
         self._owns = owns
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="gds-aio")
 

@@ -11,9 +11,9 @@ gateway of its own).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, TypeVar
 
-from gds_counter.aio._gateway import AsyncGateway, resolve_gateway
+from gds_counter.aio._gateway import AsyncGateway, in_flight_slot, resolve_gateway
 from gds_counter.counter.article import make_target
 from gds_counter.counter.cache import CountCache
 from gds_counter.counter.engine import (
@@ -33,6 +33,15 @@ from gds_counter.gateway import plan
 from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy
 
 __all__ = ["CounterShardDS", "GeneralCounter", "ShardedCounter", "get_counts"]
+
+T = TypeVar("T")
+
+
+async def _run(planned: plan.Plan[T], gateway: Any) -> T:
+    """Run one counter operation in one of the gateway's in-flight slots
+    (``in_flight_slot``: at most so many at once keep the loop responsive)."""
+    async with in_flight_slot(gateway):
+        return await plan.arun(planned, gateway)
 
 
 class ShardedCounter(CounterCore):
@@ -77,31 +86,31 @@ class ShardedCounter(CounterCore):
 
     async def get_count(self, method: str = "auto") -> int:
         """The total (``gds_counter.ShardedCounter.get_count``)."""
-        return await plan.arun(self._get_count(method), self._gateway)
+        return await _run(self._get_count(method), self._gateway)
 
     async def shards(self, method: str = "auto") -> list[tuple[int, int]]:
         """``(shard number, count)`` per shard (``ShardedCounter.shards``)."""
-        return await plan.arun(self._shards(method), self._gateway)
+        return await _run(self._shards(method), self._gateway)
 
     async def add(self, amount: int = 1) -> None:
         """Add ``amount``, counted exactly once or raised; no read back."""
-        await plan.arun(self._add(amount), self._gateway)
+        await _run(self._add(amount), self._gateway)
 
     async def increment(self, amount: int = 1) -> int:
         """Add ``amount`` and return the total after it."""
-        return await plan.arun(self._increment(amount), self._gateway)
+        return await _run(self._increment(amount), self._gateway)
 
     async def decrement(self, amount: int = 1) -> int:
         """Subtract ``amount`` and return the total after it."""
-        return await plan.arun(self._decrement(amount), self._gateway)
+        return await _run(self._decrement(amount), self._gateway)
 
     async def reset(self) -> None:
         """Set every shard to 0, at most 25 shards per transaction."""
-        await plan.arun(self._reset(), self._gateway)
+        await _run(self._reset(), self._gateway)
 
     async def increase_shards(self, num_shards: int) -> int:
         """Spread future writes over ``num_shards`` shards (never fewer)."""
-        return await plan.arun(self._increase_shards(num_shards), self._gateway)
+        return await _run(self._increase_shards(num_shards), self._gateway)
 
 
 class CounterShardDS(ShardedCounter):
@@ -170,7 +179,7 @@ async def get_counts(counters: Iterable[ShardedCounter], *, use_cache: bool = Tr
     listed = check_counters(counters, ShardedCounter)
     totals = [0] * len(listed)
     for gateway, indexes in by_gateway(listed).items():
-        found = await plan.arun(counts_plan([listed[i] for i in indexes], use_cache=use_cache), gateway)
+        found = await _run(counts_plan([listed[i] for i in indexes], use_cache=use_cache), gateway)
         for i, total in zip(indexes, found):
             totals[i] = total
     return totals

@@ -47,7 +47,8 @@ log = logging.getLogger("gds_counter.gateway.datastore")
 class AsyncDatastoreGateway(DatastoreRequests):
     """``DatastoreGateway``'s calls as coroutines, on gRPC asyncio.
 
-    Arguments as for ``DatastoreGateway``. ``await gateway.close()`` (or
+    Arguments as for ``DatastoreGateway``; ``max_in_flight``: counter
+    operations run at once per event loop (``gds_counter.aio``). ``await gateway.close()`` (or
     ``async with``) closes the channels. ``learn_capabilities()`` probes the
     server once (the blocking gateway's ``capabilities`` property)."""
 
@@ -61,6 +62,7 @@ class AsyncDatastoreGateway(DatastoreRequests):
         credentials: Any = None,
         timeout: float = 30.0,
         retry: AsyncRetry | None = DEFAULT_ASYNC_RETRY,
+        max_in_flight: int = 64,
     ) -> None:
         if not project:
             raise BadValueError("AsyncDatastoreGateway needs a project id")
@@ -77,6 +79,8 @@ class AsyncDatastoreGateway(DatastoreRequests):
         if self.emulator_host and credentials is not None:
             log.warning("credentials are ignored: talking to the emulator at %s", self.emulator_host)
         self._credentials = credentials
+        #: Counter operations at once per event loop (``aio.in_flight_slot``).
+        self.max_in_flight = max_in_flight
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
         self._probe_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()

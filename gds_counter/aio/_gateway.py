@@ -28,7 +28,15 @@ from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query
 from gds_counter.gateway.stats import Stats
 from gds_counter.gateway.values import RawEntity
 
-__all__ = ["DEFAULT_IN_FLIGHT", "AsyncGateway", "in_flight_slot", "open_gateway", "resolve_gateway", "shared_gateway"]
+__all__ = [
+    "DEFAULT_IN_FLIGHT",
+    "AsyncGateway",
+    "async_twin",
+    "in_flight_slot",
+    "open_gateway",
+    "resolve_gateway",
+    "shared_gateway",
+]
 
 #: Counter operations one gateway runs at once in one event loop, unless the
 #: gateway says otherwise (``max_in_flight``); see ``in_flight_slot``.
@@ -71,7 +79,10 @@ def is_async_gateway(candidate: object) -> bool:
     return all(hasattr(type(candidate), name) or hasattr(candidate, name) for name in _MEMBERS)
 
 
-def _async_of(blocking: Any, *, owns: bool, max_workers: int) -> Any:
+def async_twin(blocking: Any, *, owns: bool = False, max_workers: int = DEFAULT_WORKERS) -> Any:
+    """The async gateway for the storage a blocking gateway reaches: an
+    ``AsyncDatastoreGateway`` with a ``DatastoreGateway``'s settings (the
+    blocking one closed if ``owns``), else a ``ThreadedGateway`` over it."""
     if isinstance(blocking, DatastoreGateway):
         gateway = AsyncDatastoreGateway(
             blocking.project, blocking.namespace, blocking.database,
@@ -90,7 +101,7 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None,
     default; production only by an explicit ``datastore://``): Datastore
     over gRPC asyncio, the embedded engine in a pool of ``max_workers``
     threads. Close it with ``await gateway.close()`` or ``async with``."""
-    gateway: AsyncGateway = _async_of(open_blocking(url, timeout=timeout), owns=True, max_workers=max_workers)
+    gateway: AsyncGateway = async_twin(open_blocking(url, timeout=timeout), owns=True, max_workers=max_workers)
     return gateway
 
 
@@ -112,7 +123,7 @@ def shared_gateway(url: str | None = None) -> AsyncGateway:
     with _shared_lock:
         gateway = _shared.get(config)
         if gateway is None:
-            gateway = _shared[config] = _async_of(shared_blocking(url), owns=False, max_workers=DEFAULT_WORKERS)
+            gateway = _shared[config] = async_twin(shared_blocking(url), owns=False, max_workers=DEFAULT_WORKERS)
         result: AsyncGateway = gateway
         return result
 

@@ -30,6 +30,7 @@ from gds_counter.emulators import (
 from gds_counter.testing.faults import FaultInjector, FaultyGateway, inject_rpc_faults, remove_rpc_faults
 
 __all__ = [
+    "AIO_GATEWAY_NAMES",
     "DEFAULT_PROJECT",
     "EMULATED_GATEWAYS",
     "EMULATOR_FIXTURES",
@@ -48,6 +49,9 @@ __all__ = [
 
 #: Every gateway a conformance test should run on, by name (``make_gateway``).
 GATEWAY_NAMES = ("memory", "sqlite", "datastore", "firestore")
+#: The same storage through the asyncio face (``gds_counter.aio``), behind
+#: a blocking bridge (``testing.bridge``) so blocking suites exercise it.
+AIO_GATEWAY_NAMES = ("memory+aio", "firestore+aio")
 #: The gateway names that start an official emulator.
 EMULATED_GATEWAYS = ("datastore", "firestore")
 #: The plugin's fixtures that start an official emulator.
@@ -57,9 +61,9 @@ EMULATOR_FIXTURES = frozenset({"datastore_emulator", "firestore_emulator", "data
 def uses_emulator(item: Any) -> bool:
     """True when a collected pytest item needs an official emulator: it uses
     one of ``EMULATOR_FIXTURES``, or it is parametrized with one of
-    ``EMULATED_GATEWAYS`` (suites over ``GATEWAY_NAMES`` reach the
+    ``EMULATED_GATEWAYS`` (or its "+aio" twin; suites over ``GATEWAY_NAMES`` reach the
     emulators lazily, through ``make_gateway``)."""
     if EMULATOR_FIXTURES.intersection(getattr(item, "fixturenames", ())):
         return True
     params = getattr(getattr(item, "callspec", None), "params", {})
-    return any(value in EMULATED_GATEWAYS for value in params.values() if isinstance(value, str))
+    return any(value.partition("+")[0] in EMULATED_GATEWAYS for value in params.values() if isinstance(value, str))

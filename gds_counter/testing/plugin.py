@@ -113,10 +113,21 @@ def firestore_gateway(firestore_emulator: Emulator) -> Iterator["DatastoreGatewa
 def make_gateway(request: pytest.FixtureRequest, tmp_path: Any) -> Callable[[str], Any]:
     """``make_gateway("memory"|"sqlite"|"datastore"|"firestore")``: a fresh
     gateway of that kind, closed after the test. Lets a suite parametrize
-    over ``GATEWAY_NAMES`` and run the same tests on every gateway."""
+    over ``GATEWAY_NAMES`` and run the same tests on every gateway.
+    ``"NAME+aio"`` (``AIO_GATEWAY_NAMES``): the same storage through the
+    asyncio face, behind a blocking bridge (``testing.bridge``)."""
     from gds_counter.gateway import open_gateway
 
     def make(name: str) -> Any:
+        base, plus, face = name.partition("+")
+        if plus:
+            if face != "aio":
+                raise BadValueError(f"unknown gateway {name!r}; a twin is NAME+aio")
+            from gds_counter.testing.bridge import bridge_to_async
+
+            bridge = bridge_to_async(make(base))
+            request.addfinalizer(bridge.close)  # runs before the base gateway's own finalizer
+            return bridge
         if name in EMULATED_GATEWAYS:
             return request.getfixturevalue(f"{name}_gateway")  # closed by its own fixture
         if name == "memory":

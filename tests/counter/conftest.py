@@ -9,20 +9,21 @@ from typing import Iterator
 import pytest
 
 from gds_counter.gateway import Gateway, open_gateway
-from gds_counter.testing import GATEWAY_NAMES
+from gds_counter.testing import AIO_GATEWAY_NAMES, GATEWAY_NAMES
 
 LOCAL = ["memory", "sqlite"]
 
 
-@pytest.fixture(params=LOCAL)
+@pytest.fixture(params=[*LOCAL, "memory+aio"])
 def gateway(request, make_gateway) -> Gateway:
-    """The embedded gateway, in memory and on a file."""
+    """The embedded gateway, in memory and on a file, and in memory
+    through the asyncio face (``AIO_GATEWAY_NAMES``)."""
     return make_gateway(request.param)
 
 
-@pytest.fixture(params=GATEWAY_NAMES)
+@pytest.fixture(params=GATEWAY_NAMES + AIO_GATEWAY_NAMES)
 def any_gateway(request, make_gateway) -> Gateway:
-    """Every gateway, emulators included."""
+    """Every gateway, emulators included, and the asyncio face's."""
     return make_gateway(request.param)
 
 

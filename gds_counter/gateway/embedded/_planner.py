@@ -140,6 +140,31 @@ def compile_filter(f: Filter) -> Callable[[Doc], bool]:
     return lambda doc: combine(child(doc) for child in children)
 
 
+#: One disjunction of a filter with an OR: whether an entity matches it, and
+#: the inequality tests its rows' list elements must pass, by property.
+Branch = tuple[Callable[[Doc], bool], dict[str, list[Callable[[bytes], bool]]]]
+
+
+def _branches(f: Filter | None) -> tuple[Branch, ...] | None:
+    """For a filter with an OR and an inequality on a property: its
+    disjunctions, each with its own element ranges. Datastore runs such a
+    query as one index scan per disjunction and merges them, so an entity's
+    rows on a sorted or projected list property are the elements that pass
+    the ranges of a disjunction it matches (all of them, for a disjunction
+    without an inequality on that property). None: ``_top_level_ranges``
+    says it all (no OR, no such inequality, or too many disjunctions)."""
+    if f is None or not any(c.op == "OR" for c in _composites(f)) or not _inequality_names(f):
+        return None
+    groups = _disjunctions(f)
+    if groups is None:
+        return None
+    out = []
+    for leaves in groups:
+        match = compile_filter(leaves[0] if len(leaves) == 1 else CompositeFilter("AND", leaves))
+        out.append((match, _top_level_ranges(CompositeFilter("AND", leaves))))
+    return tuple(out)
+
+
 def _top_level_ranges(f: Filter | None) -> dict[str, list[Callable[[bytes], bool]]]:
     """Inequalities that every result row must meet, by property: a row of a
     projection or a sort on that property uses only the list elements in range,
@@ -374,6 +399,7 @@ class Plan:
     keys_only: bool
     distinct_on: tuple[str, ...]
     ranges: dict[str, list[Callable[[bytes], bool]]]
+    branches: tuple[Branch, ...] | None = None
 
     @classmethod
     def of(cls, query: Query) -> Plan:
@@ -401,7 +427,7 @@ class Plan:
         for name in implied:
             if name not in {o.name for o in orders}:
                 orders.append(Order(name, descending_last))
-        return cls(tuple(orders), projection, keys_only, query.distinct_on, _top_level_ranges(query.filter))
+        return cls(tuple(orders), projection, keys_only, query.distinct_on, _top_level_ranges(query.filter), _branches(query.filter))
 
     @property
     def row_properties(self) -> tuple[str, ...]:
@@ -429,11 +455,16 @@ class Plan:
         return names[0] if names else None
 
     def _candidates(self, doc: Doc, name: str) -> list[tuple[bytes, Any]]:
-        tests = self.ranges.get(name, ())
+        """The values of ``name`` this entity has rows for, in the index's
+        ranges (see ``_top_level_ranges`` and ``_branches``)."""
+        if self.branches is None:
+            ranges = [self.ranges.get(name, [])]
+        else:
+            ranges = [tests.get(name, []) for match, tests in self.branches if match(doc)]
         seen: set[bytes] = set()
         out = []
         for enc, v in doc.values(name):  # an index holds a repeated list element once
-            if enc not in seen and all(t(enc) for t in tests):
+            if enc not in seen and any(all(t(enc) for t in tests) for tests in ranges):
                 seen.add(enc)
                 out.append((enc, v))
         return out

@@ -19,7 +19,7 @@ from gds_counter.gateway.embedded import EmbeddedGateway
 from gds_counter.gateway.embedded._encoding import key_bytes, sortable
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Increment, Upsert
-from gds_counter.gateway.query import PropertyFilter, Query
+from gds_counter.gateway.query import CompositeFilter, PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 
 
@@ -131,3 +131,25 @@ def test_a_failed_write_lets_the_next_writer_of_the_process_in(tmp_path):
         assert gw.lookup([Key.of("Shard", "s")])[0].properties["count"] == 2**63 - 1
     finally:
         gw.close()
+
+
+def test_equality_queries_answered_by_the_index_alone_match_as_datastore_does(gw):
+    """Where the index SQL is exact (equalities), the Python check is skipped:
+    a list matches by any element, values of other types never match, and
+    ``__key__`` equality finds one entity."""
+    gw.commit([Upsert(RawEntity(Key.of("E", name), props)) for name, props in (
+        ("list", {"v": [1, "a"]}), ("int", {"v": 1}), ("float", {"v": 1.0}), ("bool", {"v": True}),
+        ("str", {"v": "1"}), ("none", {"v": None}), ("hidden", {"v": 1, "w": 2}),
+    )] + [Upsert(RawEntity(Key.of("E", "unindexed"), {"v": 1}, frozenset({"v"})))])
+
+    def names(**kwargs) -> list:
+        return sorted(e.key.name for e in run_query_all(gw, Query("E", **kwargs)))
+
+    assert names(filter=PropertyFilter("v", "=", 1)) == ["hidden", "int", "list"]
+    assert names(filter=PropertyFilter("v", "=", "a")) == ["list"]
+    assert names(filter=PropertyFilter("v", "=", True)) == ["bool"]
+    assert names(filter=PropertyFilter("v", "=", 1.0)) == ["float"]
+    assert names(filter=PropertyFilter("v", "=", None)) == ["none"]
+    assert names(filter=PropertyFilter("__key__", "=", Key.of("E", "str"))) == ["str"]
+    both = CompositeFilter("AND", (PropertyFilter("v", "=", 1), PropertyFilter("w", "=", 2)))
+    assert names(filter=both) == ["hidden"]

@@ -106,3 +106,20 @@ def test_alone_a_caller_reads_at_once_and_nothing_is_kept():
     with pytest.raises(ZeroDivisionError):
         shared.run("q", lambda: 1 // 0)
     assert shared._lines == {}
+
+
+def test_a_shared_answer_is_handed_out_as_each_callers_own_copy():
+    from gds_counter.gateway.embedded._engine import _own
+    from gds_counter.gateway.keys import Key
+    from gds_counter.gateway.values import RawEntity
+
+    inner = RawEntity(None, {"tags": ["a"]})
+    original = RawEntity(Key.of("K", "k"), {"n": 1, "tags": ["x", inner], "inner": inner}, frozenset({"n"}))
+    copy = _own(original)
+    assert copy == original
+    copy.properties["n"] = 2
+    copy.properties["tags"][0] = "y"
+    copy.properties["tags"][1].properties["tags"].append("b")
+    copy.properties["inner"].properties["tags"].append("c")
+    assert original == RawEntity(Key.of("K", "k"), {"n": 1, "tags": ["x", inner], "inner": inner}, frozenset({"n"}))
+    assert inner.properties == {"tags": ["a"]}

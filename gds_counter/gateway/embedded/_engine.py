@@ -489,7 +489,11 @@ def _for_another(exc: BaseException) -> BaseException:
 def _own(entity: RawEntity) -> RawEntity:
     """A copy of a result another caller holds too: its own dicts and lists
     (every other value is immutable)."""
-    return RawEntity(entity.key, {name: _own_value(v) for name, v in entity.properties.items()}, entity.unindexed)
+    properties = dict(entity.properties)
+    for name, value in properties.items():
+        if isinstance(value, (list, RawEntity)):
+            properties[name] = _own_value(value)  # an existing key: the dict does not change size
+    return RawEntity(entity.key, properties, entity.unindexed)
 
 
 def _own_value(value: Any) -> Any:

@@ -22,7 +22,7 @@ its calls run in a bounded thread pool the async gateway owns
 (``ThreadedGateway``) and the event loop never blocks.
 """
 
-from gds_counter.aio._gateway import AsyncGateway, open_gateway, resolve_gateway, shared_gateway
+from gds_counter.aio._gateway import AsyncGateway, async_twin, in_flight_slot, open_gateway, resolve_gateway, shared_gateway
 from gds_counter.aio._threaded import ThreadedGateway
 from gds_counter.aio.counter import CounterShardDS, GeneralCounter, ShardedCounter, get_counts
 from gds_counter.aio.store import Store
@@ -36,7 +36,9 @@ __all__ = [
     "ShardedCounter",
     "Store",
     "ThreadedGateway",
+    "async_twin",
     "get_counts",
+    "in_flight_slot",
     "open_gateway",
     "resolve_gateway",
     "shared_gateway",

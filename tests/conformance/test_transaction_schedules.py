@@ -63,20 +63,25 @@ STEP_WAIT = 0.4
 #: How long both actors may take to finish once every step was handed out
 #: (the emulator's lock timeout is a few seconds).
 FINISH_WAIT = 60.0
-KIND = "T"
+#: Kinds of this suite's own: the emulator's queries slow down with every
+#: entity of their kind in any namespace, so other suites' kinds stay small.
+KIND = "SchedT"
+GROUP = "SchedP"
+OTHER = "SchedU"
 VALUES = (0, 1, 2)
 
 # --- the key space ---------------------------------------------------------------
-#: Entities: two in entity group P:g1, one in P:g2, one root entity, one
-#: root entity in a second namespace, and one of another kind (the last two
-#: invisible to the queries).
+#: Entities (kinds GROUP, KIND and OTHER, written P, T and U in comments):
+#: two in entity group P:g1, one in P:g2, one root entity, one root entity
+#: in a second namespace, and one of another kind (the last two invisible
+#: to the queries).
 KEY_SPACE: tuple[tuple[str, tuple[Any, ...]], ...] = (
-    ("", ("P", "g1", KIND, "a")),
-    ("", ("P", "g1", KIND, "b")),
-    ("", ("P", "g2", KIND, "c")),
+    ("", (GROUP, "g1", KIND, "a")),
+    ("", (GROUP, "g1", KIND, "b")),
+    ("", (GROUP, "g2", KIND, "c")),
     ("", (KIND, "d")),
     ("-other", (KIND, "e")),
-    ("", ("U", "u")),
+    ("", (OTHER, "u")),
 )
 KEY_COUNT = len(KEY_SPACE)
 #: Query scopes: which keys of the space a query can ever return.
@@ -102,7 +107,7 @@ def query_for(ns: str, scope: str, minimum: int | None) -> Query:
     flt: Any = None
     conditions = []
     if scope != "kind":
-        conditions.append(PropertyFilter("__key__", "HAS_ANCESTOR", Key.of("P", scope, namespace=ns)))
+        conditions.append(PropertyFilter("__key__", "HAS_ANCESTOR", Key.of(GROUP, scope, namespace=ns)))
     if minimum is not None:
         conditions.append(PropertyFilter("v", ">=", minimum))
     if len(conditions) == 1:

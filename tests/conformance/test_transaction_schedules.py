@@ -26,10 +26,11 @@ is what both guarantee:
 * two read-write transactions that both asked to commit are never both
   aborted;
 * where the emulator's outcome does not depend on timing, the embedded
-  result equals it exactly, order of query rows included: schedules whose
-  actors touch disjoint parts of the data (no key or query scope of one is
-  written by the other) must commit as asked, read the same rows and leave
-  the same final state on every backend.
+  result equals it exactly, order of query rows included
+  (``fixed_by_schedule``): when neither actor writes what the other reads,
+  locks or writes (a query locks its whole kind, in every namespace, on
+  the emulator), and when one actor is read-only (it takes no locks; it
+  reads as of its begin) and no step had to wait.
 
 ``GDS_TRANSACTION_SCHEDULES`` (default 100) sets how many schedules run;
 ``derandomize`` keeps CI deterministic.
@@ -42,7 +43,7 @@ import os
 import queue
 import threading
 import uuid
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import attrs
 import pytest

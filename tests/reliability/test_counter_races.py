@@ -164,7 +164,7 @@ def test_a_writer_stuck_in_the_lock_costs_a_call_its_deadline_not_minutes(tmp_pa
     gateway.close()
 
 
-@pytest.mark.parametrize("name", ["memory", "sqlite", "firestore"])
+@pytest.mark.parametrize("name", ["memory", "sqlite", "firestore", "memory+aio", "firestore+aio"])
 def test_an_increment_that_would_pass_64_bits_raises_naming_the_shard(make_gateway, name, tally):
     """Exactly or raised: the embedded engine refuses before writing; Datastore
     saturates at 2**63-1 without an error, which the counter reports."""

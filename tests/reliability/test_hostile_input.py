@@ -125,7 +125,7 @@ def entity_and_flags(draw: Any) -> tuple[dict[str, Any], frozenset[str]]:
 
 
 #: Examples per gateway: fewer on the emulator, whose round trips are RPCs.
-ROUND_TRIP_EXAMPLES = {"memory": 150, "sqlite": 150, "firestore": 25}
+ROUND_TRIP_EXAMPLES = {"memory": 150, "sqlite": 150, "firestore": 25, "firestore+aio": 25}
 
 
 @pytest.mark.parametrize("gw_name", list(ROUND_TRIP_EXAMPLES))

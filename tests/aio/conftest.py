@@ -1,7 +1,7 @@
 """Fixtures for the asyncio face: ``make_async_gateway(name)`` gives a fresh
-async gateway on the same storage ``make_gateway(name)`` would (memory,
-sqlite, or an official emulator in a fresh namespace), closed after the
-test. Tests drive their own event loop with ``asyncio.run``."""
+async gateway on the kind of storage ``make_gateway(name)`` would (memory,
+sqlite, or an official emulator in a namespace of its own), closed after
+the test. Tests drive their own event loop with ``asyncio.run``."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ def make_async_gateway(request: pytest.FixtureRequest, make_gateway: Any) -> Cal
         if isinstance(blocking, DatastoreGateway):
             from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
 
+            # A namespace of its own: make_gateway(name) hands a test one
+            # emulator gateway, whose namespace a blocking twin may be using.
             gateway: Any = AsyncDatastoreGateway(
-                blocking.project, blocking.namespace, emulator_host=blocking.emulator_host or "", **options
+                blocking.project, f"{blocking.namespace}-aio", emulator_host=blocking.emulator_host or "", **options
             )
         else:
             gateway = async_twin(blocking, owns=False, **options)

@@ -58,6 +58,7 @@ class ThreadedGateway:
         self.max_in_flight = max_in_flight or 4 * max_workers
         self._owns = owns
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="gds-aio")
+        self._probed = False
 
     def __repr__(self) -> str:
         return f"ThreadedGateway({self.blocking!r})"
@@ -77,7 +78,14 @@ class ThreadedGateway:
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     async def learn_capabilities(self) -> Capabilities:
-        return await self._in_pool(lambda: self.blocking.capabilities)
+        """The blocking gateway's capabilities: probed in the pool the first
+        time; once known, its property answers without I/O (and with what
+        it learned since), so asking costs the loop no thread hop."""
+        if self._probed:
+            return self.blocking.capabilities
+        capabilities = await self._in_pool(lambda: self.blocking.capabilities)
+        self._probed = True
+        return capabilities
 
     async def lookup(self, keys: Sequence[Key], *, transaction: bytes | None = None) -> list[RawEntity | None]:
         return await self._in_pool(self.blocking.lookup, keys, transaction=transaction)

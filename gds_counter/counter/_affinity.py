@@ -18,11 +18,14 @@ out of the way of the others:
 * **In-process exclusion.** A writer takes a shard no other writer of this
   process holds (the Firebase counter extension gives each client a shard
   of its own). Only when every shard is held do two writers share one.
-* **A preference order per process.** Each process ranks a counter's shards
-  in a random order of its own and takes the first free one, so its writers
-  stay on a few shards (about as many as it has concurrent writers) instead
-  of touching all of them; two processes then share a shard only where
-  their first choices overlap, not everywhere.
+* **A preference order per process, once others are about.** While this
+  process sees no other writer, it spreads its writes over every free
+  shard, as the articles do (a single writer does not pile its writes onto
+  one entity). Once it sees one (a busy shard, a foreign count, or
+  ``Contention``, within ``BUSY_SECONDS``), it takes the first free shard in
+  a random order of its own, so its writers stay on a few shards (about as
+  many as it has writers at once); two processes then share a shard only
+  where their first choices overlap, not everywhere.
 * **Moving away from other processes.** A strategy reports what it found in
   the shard and what it wrote (``wrote``). When the count found is not the
   one this process last wrote there, another writer (another process, or a
@@ -33,6 +36,12 @@ out of the way of the others:
   ``AVOID_SECONDS`` (a process that left may have gone away). This costs no
   RPC: the signal is the value the transaction reads anyway, and it usually
   comes before the two writers ever overlap in a lock.
+* **Looking before moving.** Every read of the total sees every shard, and
+  the counter passes what it saw (``seen``, ``seen_shards``). A shard whose
+  count changed between two reads while this process did not write it is
+  busy: another process writes it. Writers skip busy shards for
+  ``BUSY_SECONDS``, so that processes settle onto shards nobody else writes
+  instead of trying them one by one, each try a possible lock collision.
 
 None of this touches what is counted: every attempt still commits exactly
 once or raises, and reads do not depend on which shards were written.
@@ -54,12 +63,13 @@ import random
 import threading
 import time
 import weakref
-from typing import Callable, Hashable, Iterator
+from typing import Callable, Hashable, Iterable, Iterator, Mapping
 
 from gds_counter.errors import Contention
 from gds_counter.gateway.base import Gateway
+from gds_counter.gateway.keys import Key
 
-__all__ = ["AVOID_SECONDS", "MAX_COUNTERS", "YIELD_PROBABILITY", "holding_shard", "wrote"]
+__all__ = ["AVOID_SECONDS", "BUSY_SECONDS", "MAX_COUNTERS", "YIELD_PROBABILITY", "holding_shard", "seen", "seen_shards", "wrote"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +78,8 @@ AVOID_SECONDS = 30.0
 #: The chance that a process leaves a shard on seeing another writer's
 #: count there (after ``Contention`` it always leaves).
 YIELD_PROBABILITY = 0.5
+#: How long a shard seen changing under another writer counts as busy.
+BUSY_SECONDS = 10.0
 #: Counters whose shard knowledge a process keeps per gateway.
 MAX_COUNTERS = 1024
 
@@ -79,7 +91,7 @@ _random = random.Random()
 class _CounterShards:
     """What this process knows about one counter's shards."""
 
-    __slots__ = ("held", "order", "last", "avoid_until")
+    __slots__ = ("held", "order", "last", "wrote_since", "avoid_until", "values", "busy_until", "contended_until", "numbers")
 
     def __init__(self) -> None:
         #: shard -> writers of this process holding it now
@@ -88,14 +100,32 @@ class _CounterShards:
         self.order: list[int] = []
         #: shard -> the count this process last committed there
         self.last: dict[int, int] = {}
+        #: shards this process wrote since the last read of them
+        self.wrote_since: set[int] = set()
         #: shard -> when this process may take it again
         self.avoid_until: dict[int, float] = {}
+        #: shard -> its count at the last read
+        self.values: dict[int, int] = {}
+        #: shard -> until when another writer is taken to be using it
+        self.busy_until: dict[int, float] = {}
+        #: until when other writers are known to be about (then: keep to few shards)
+        self.contended_until = 0.0
+        #: shard key name -> shard number (None: not a shard), learned from reads
+        self.numbers: dict[str, int | None] = {}
 
     def choose(self, shards: range, now: float) -> int:
         if len(self.order) != len(shards) or set(self.order) != set(shards):
             # New (or grown): a fresh random ranking, this process's own.
             self.order = _random.sample(list(shards), len(shards))
-        for n in self.order:
+        quiet = [
+            n for n in self.order
+            if not self.held[n] and self.avoid_until.get(n, 0.0) <= now and self.busy_until.get(n, 0.0) <= now
+        ]
+        if quiet:
+            # Alone: spread over every shard. Others about: keep to this
+            # process's first choices, so that processes meet on few shards.
+            return quiet[0] if now < self.contended_until else _random.choice(quiet)
+        for n in self.order:  # every quiet shard is taken: a busy one
             if not self.held[n] and self.avoid_until.get(n, 0.0) <= now:
                 return n
         free = [n for n in self.order if not self.held[n]]
@@ -104,9 +134,30 @@ class _CounterShards:
         fewest = min(self.held[n] for n in self.order)
         return _random.choice([n for n in self.order if self.held[n] == fewest])
 
+    def contended(self, now: float) -> None:
+        self.contended_until = now + BUSY_SECONDS
+
     def avoid(self, shard: int, now: float, why: str) -> None:
         self.avoid_until[shard] = now + AVOID_SECONDS
+        self.contended(now)
         log.debug("avoiding shard %d for %.0f s: %s", shard, AVOID_SECONDS, why)
+
+    def observe(self, counts: Mapping[int, int], now: float, *, every: bool) -> None:
+        """A read found ``counts``; ``every``: it read every stored shard,
+        so a shard missing from it holds 0. A shard that changed between two
+        reads while this process did not write it is busy."""
+        for n in set(self.order).union(counts) if every else counts:
+            if self.held[n] or n in self.wrote_since:
+                # This process's own writes change it: judge from the next read on.
+                self.wrote_since.discard(n)
+                self.values.pop(n, None)
+                continue
+            value = counts.get(n, 0)
+            before = self.values.get(n)
+            if before is not None and before != value:
+                self.busy_until[n] = now + BUSY_SECONDS
+                self.contended(now)
+            self.values[n] = value
 
 
 class _Hold:
@@ -192,9 +243,38 @@ def wrote(found: int, stored: int) -> None:
     with _lock:
         state, shard = hold.state, hold.shard
         last = state.last.get(shard)
-        if last is not None and last != found and _random.random() < YIELD_PROBABILITY:
-            state.avoid(shard, _clock(), f"found {found}, this process left {last}: another writer uses it")
-            moved = True
+        if last is not None and last != found:
+            now = _clock()
+            state.contended(now)
+            if _random.random() < YIELD_PROBABILITY:
+                state.avoid(shard, now, f"found {found}, this process left {last}: another writer uses it")
+                moved = True
+        state.wrote_since.add(shard)
         state.last[shard] = stored
     if moved:
         hold.gateway.stats.bump("counter.shard_moves")
+
+
+def seen(gateway: Gateway, counter: Hashable, counts: Mapping[int, int]) -> None:
+    """Tell the affinity what a read of some shards of ``counter`` found
+    (shard number -> count, 0 for a shard not stored)."""
+    with _lock:
+        _state(gateway, counter).observe(counts, _clock(), every=False)
+
+
+def seen_shards(
+    gateway: Gateway, counter: Hashable, shards: Iterable[tuple[Key, int]], number_of: Callable[[Key], int | None]
+) -> None:
+    """``seen`` for a query's ``(key, count)`` pairs: every stored shard,
+    ``number_of`` telling a key's shard number (worked out once per name)."""
+    with _lock:
+        state = _state(gateway, counter)
+        counts: dict[int, int] = {}
+        for key, count in shards:
+            name = key.name or ""
+            number = state.numbers.get(name, -1)
+            if number == -1:
+                number = state.numbers[name] = number_of(key)
+            if number is not None:
+                counts[number] = count
+        state.observe(counts, _clock(), every=True)

@@ -37,6 +37,7 @@ What this engine adds to the articles it ports:
 """
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from typing import Any, Callable, Hashable, Iterable, Sequence
@@ -44,7 +45,7 @@ from typing import Any, Callable, Hashable, Iterable, Sequence
 import attrs
 
 from gds_counter._checks import INT64_MAX, check_int
-from gds_counter.counter._affinity import holding_shard
+from gds_counter.counter._affinity import holding_shard, seen, seen_shards
 from gds_counter.counter.cache import CountCache, shared_cache
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.strategy import Shard, Strategy, add_plan, get_strategy
@@ -278,7 +279,10 @@ class CounterCore:
             filter=PropertyFilter(self.layout.target_property, "=", self.name),
         )
         found = yield from plan.query_all(query)
-        return [(shard.key, self.layout.count_of(shard)) for shard in found if shard.key]
+        shards = [(shard.key, self.layout.count_of(shard)) for shard in found if shard.key]
+        # Which shards other processes write, for this process's next choice.
+        seen_shards(self._gateway, self._identity(), shards, functools.partial(self.layout.shard_number, self.name))
+        return shards
 
     def _shards(self, method: str = "auto") -> plan.Plan[list[tuple[int, int]]]:
         """``(shard number, count)`` for every shard a read covers (see
@@ -532,4 +536,6 @@ def _read_shards_plan(counters: Sequence[CounterCore]) -> plan.Plan[list[dict[in
         more = yield from plan.lookup([key for _, _, key in extra])
         for (i, number, _), raw in zip(extra, more):
             results[i][number] = counters[i].layout.count_of(raw)
+    for counter, counts in zip(counters, results):  # for this process's next shard choice
+        seen(counter._gateway, counter._identity(), counts)
     return results

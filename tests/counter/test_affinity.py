@@ -79,7 +79,7 @@ class Recording:
         if self.barrier is not None:
             self.barrier.wait(timeout=30)
         if shard.number in self.fail_on:
-            self.fail_on.discard(shard.number)
+            self.fail_on = set()  # once
             raise Contention(f"{shard} is taken (test)", attempts=1)
 
 
@@ -112,52 +112,49 @@ def test_when_every_shard_is_held_the_least_held_is_shared(memory_gateway):
                         assert d in {1, 2, 3} and e in {1, 2, 3} and d != e
 
 
-def test_a_process_stays_on_its_first_shard_while_nobody_else_writes_it(memory_gateway):
+def test_a_process_alone_spreads_its_writes_over_the_shards(memory_gateway, dice):
     counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy="transactional")
     for expected in range(1, 31):
         assert counter.increment() == expected
-    assert len(shards_written(counter)) == 1
+    assert len(shards_written(counter)) > 5  # not piled onto one entity
     assert memory_gateway.stats["counter.shard_moves"] == 0
 
 
-def test_a_writer_moves_off_a_shard_after_contention_and_comes_back_later(memory_gateway, clock):
+def test_after_contention_a_process_keeps_off_that_shard_and_to_its_first_choices(memory_gateway, clock, dice):
     strategy = Recording()
     counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy, retry=FAST_RETRY)
     counter.add()
-    first = strategy.attempts[-1]
-    strategy.fail_on = {first}
-    counter.add()  # contention on `first`, then a retry
-    assert strategy.attempts[-2:][0] == first and strategy.attempts[-1] != first
-    moved_to = strategy.attempts[-1]
-    for _ in range(5):  # this process keeps off `first` ...
+    strategy.fail_on = set(range(1, 21))  # whichever shard the next attempt takes
+    counter.add()  # contention, then a retry elsewhere
+    failed, moved_to = strategy.attempts[-2:]
+    assert failed != moved_to
+    for _ in range(10):  # others are about: no longer spread, and never `failed`
         counter.add()
         assert strategy.attempts[-1] == moved_to
-    clock.now += _affinity.AVOID_SECONDS + 1  # ... for a while
-    counter.add()
-    assert strategy.attempts[-1] == first
+    clock.now += _affinity.AVOID_SECONDS + 1  # later, alone again: spread over all, `failed` too
+    for _ in range(100):
+        counter.add()
+    assert failed in strategy.attempts[-100:] and len(set(strategy.attempts[-100:])) > 5
     assert memory_gateway.stats["counter.shard_moves"] == 1
 
 
-@pytest.mark.parametrize("yield_probability, moves", [(1.0, True), (0.0, False)])
+@pytest.mark.parametrize("yield_probability, moves", [(1.0, 1), (0.0, 0)])
 def test_a_process_leaves_a_shard_where_it_finds_another_writers_count(
     open_process, clock, monkeypatch, yield_probability, moves
 ):
     monkeypatch.setattr(_affinity, "YIELD_PROBABILITY", yield_probability)
     ours, php = open_process(), open_process()
-    counter = CounterShardDS("Counter Test", 1, 20, gateway=ours, strategy="transactional")
+    counter = CounterShardDS("Counter Test", 1, 1, gateway=ours, strategy="transactional")
     assert counter.increment() == 1
-    [(mine, _)] = [(n, c) for n, c in counter.shards() if c]
+    assert counter.increment() == 2  # its own count: nothing to leave
+    assert ours.stats["counter.shard_moves"] == 0
     # Another writer (a PHP app, another process) adds 5 to that very shard.
-    TRANSACTIONAL.add(Shard(php, counter.layout, counter.name, mine), 5)
-    assert counter.increment() == 7  # found 6 where this process left 1
-    assert counter.increment() == 8
-    written = dict(counter.shards())
-    if moves:
-        assert written[mine] == 7 and sum(1 for c in written.values() if c) == 2
-        assert ours.stats["counter.shard_moves"] == 1
-    else:
-        assert written[mine] == 8
-        assert ours.stats["counter.shard_moves"] == 0
+    TRANSACTIONAL.add(Shard(php, counter.layout, counter.name, 1), 5)
+    assert counter.increment() == 8  # found 7 where this process left 2
+    assert ours.stats["counter.shard_moves"] == moves
+    state = _affinity._known[ours][counter._identity()]
+    assert (1 in state.avoid_until) == bool(moves)
+    assert state.contended_until > clock.now  # others are about, either way
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -209,8 +206,8 @@ def test_knowledge_is_kept_for_the_most_recent_counters_only(memory_gateway, mon
 def test_a_strategy_used_outside_a_counter_reports_to_nobody(memory_gateway):
     counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway)
     TRANSACTIONAL.add(Shard(memory_gateway, counter.layout, counter.name, 3), 2)
-    assert counter.get_count() == 2
     assert memory_gateway not in _affinity._known
+    assert counter.get_count() == 2
 
 
 def test_processes_on_a_locking_server_count_every_increment_once(firestore_emulator):
@@ -237,3 +234,19 @@ def test_processes_on_a_locking_server_count_every_increment_once(firestore_emul
     finally:
         for gateway in processes:
             gateway.close()
+
+
+def test_a_writer_skips_a_shard_another_process_is_seen_writing(open_process, clock, dice):
+    ours, theirs = open_process(), open_process()
+    counter = CounterShardDS("Counter Test", 1, 20, gateway=ours, strategy="transactional")
+    assert counter.increment() == 1  # its read of every shard is the baseline
+    [mine] = shards_written(counter)
+    order = _affinity._known[ours][counter._identity()].order
+    busy = next(n for n in order if n != mine)
+    TRANSACTIONAL.add(Shard(theirs, counter.layout, counter.name, busy), 1)
+    assert counter.get_count() == 2  # sees `busy` change: another process writes it
+    before = dict(counter.shards())
+    counter.add()
+    [landed] = [n for n, count in counter.shards() if count != before[n]]
+    # others are about: the first of this process's choices that is not busy
+    assert landed == next(n for n in order if n != busy)

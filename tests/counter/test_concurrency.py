@@ -137,7 +137,5 @@ def test_writers_of_one_process_never_take_a_shard_another_of_them_holds(gateway
     for thread in threads:
         thread.join()
     assert clashes == []
-    # Not pinned to one shard, and kept to as many shards as writers at once
-    # (this process's first choices), so that processes meet on few shards.
-    assert len(writes) == 200 and 1 < len(set(writes)) <= 8
+    assert len(writes) == 200 and len(set(writes)) > 8  # spread over the shards, not pinned
     assert CounterShardDS("Counter Test", 1, gateway=gateway).get_count() == 200

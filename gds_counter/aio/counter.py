@@ -85,6 +85,13 @@ class ShardedCounter(CounterCore):
             name, layout=layout, gateway=resolved, namespace=namespace, num_shards=num_shards,
             strategy=strategy, retry=retry, cache=cache, auto_grow=auto_grow,
         )
+        if getattr(self._strategy, "plan_add", None) is None:
+            # Its blocking add() would call the async gateway's coroutines
+            # without awaiting them: refuse it before anything is written.
+            raise BadValueError(
+                f"strategy {self._strategy!r} has only a blocking add(); the asyncio face needs plan_add(shard, "
+                "amount), the attempt as a plan (see gds_counter.counter.strategy)"
+            )
 
     @property
     def gateway(self) -> AsyncGateway:

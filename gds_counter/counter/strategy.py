@@ -71,7 +71,7 @@ class Strategy(Protocol):
     """One attempt on one shard. A strategy may also define ``plan_add(shard,
     amount)``, the attempt as a plan (``gds_counter.gateway.plan``): the
     built-in ones do, and that is what lets ``gds_counter.aio`` run them on
-    non-blocking I/O. One with only ``add`` runs in a worker thread there."""
+    non-blocking I/O; the asyncio face refuses one with only ``add``."""
 
     name: str
 

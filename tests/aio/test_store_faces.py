@@ -184,3 +184,25 @@ def aio_retry() -> Any:
     from gds_counter import RetryPolicy
 
     return RetryPolicy(attempts=3, initial=0.001, maximum=0.002)
+
+
+def test_iter_all_yields_every_batch_in_order(make_async_gateway):
+    gateway = make_async_gateway("memory")
+
+    async def scenario() -> list[str]:
+        store = aio.Store(SCHEMA, gateway)
+        await store.upsert([store.create_entity(data) for data in _books(30)])
+        return [book.title async for book in store.iter_all("SELECT * FROM Book ORDER BY title DESC LIMIT 25")]
+
+    assert asyncio.run(scenario()) == [f"t{i:02d}" for i in range(29, 4, -1)]
+
+
+def test_a_strategy_with_only_a_blocking_add_is_refused(make_async_gateway):
+    class Blocking:
+        name = "mine"
+
+        def add(self, shard: Any, amount: int) -> None:
+            raise AssertionError("never called")
+
+    with pytest.raises(BadValueError, match="plan_add"):
+        aio.CounterShardDS("Counter Test", 1, gateway=make_async_gateway("memory"), strategy=Blocking())

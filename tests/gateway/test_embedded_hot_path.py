@@ -98,21 +98,21 @@ def test_a_changed_indexed_value_moves_the_entity_between_query_answers(gw):
 
 
 def test_a_rewrite_replaces_index_rows_of_an_older_encoding(tmp_path):
-    """The index rows kept are compared with the stored ones, not with the
-    old entity's: a row written under another encoding is replaced when the
-    entity is written again, even with the same values."""
+    """Files written before -0.0 had its own encoding hold it indexed as 0.0.
+    The index rows kept on a rewrite are then compared with the stored ones,
+    not with the old entity's, so the old row is replaced even when the
+    values are the same."""
     path = str(tmp_path / "db.sqlite3")
     gw = EmbeddedGateway(path)
     try:
         key = Key.of("Shard", "s")
-        gw.commit([Upsert(shard("s", 1))])
-        stale = b"\x01stale"
+        gw.commit([Upsert(RawEntity(key, {"v": -0.0, "target": "T"}))])
+        with sqlite3.connect(path) as raw:  # as an older release indexed it
+            raw.execute("UPDATE props SET value = ? WHERE key_bytes = ? AND name = 'v'", (sortable(0.0), key_bytes(key)))
+        gw.commit([Upsert(RawEntity(key, {"v": -0.0, "target": "T"}))])
         with sqlite3.connect(path) as raw:
-            raw.execute("UPDATE props SET value = ? WHERE key_bytes = ? AND name = 'target'", (stale, key_bytes(key)))
-        gw.commit([Upsert(shard("s", 1))])
-        with sqlite3.connect(path) as raw:
-            rows = raw.execute("SELECT name, value FROM props WHERE key_bytes = ?", (key_bytes(key),)).fetchall()
-        assert rows == [("target", sortable("T_1"))]
+            rows = raw.execute("SELECT name, value FROM props WHERE key_bytes = ? ORDER BY name", (key_bytes(key),)).fetchall()
+        assert rows == [("target", sortable("T")), ("v", sortable(-0.0))]
     finally:
         gw.close()
 

@@ -84,12 +84,15 @@ def test_a_commit_that_fails_in_a_group_is_raised_to_its_caller_alone(gw):
     out = queued_together(gw, [
         lambda: gw.commit([increment("a")]),
         lambda: gw.commit([increment("b"), increment("full")]),  # atomic: "b" must not be written either
+        lambda: gw.commit([increment("full")]),  # alone
         lambda: gw.commit([increment("c")]),
     ])
     assert isinstance(out[1], BadValueError) and "overflows 64 bits" in str(out[1])
-    assert [r.mutation_results[0].transform_results for r in (out[0], out[2])] == [(1,), (1,)]
+    assert isinstance(out[2], BadValueError) and out[2] is not out[1]
+    assert [r.mutation_results[0].transform_results for r in (out[0], out[3])] == [(1,), (1,)]
     found = gw.lookup([Key.of("Shard", n) for n in ("a", "b", "c", "full")])
     assert [e and e.properties["count"] for e in found] == [1, None, 1, 2**63 - 1]
+    assert len(set(versions(gw, ["a", "c"]))) == 2
 
 
 @pytest.mark.parametrize("failure", [Contention("the file stayed locked", attempts=1), GatewayError("the file was deleted")])

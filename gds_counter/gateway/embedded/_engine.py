@@ -389,33 +389,43 @@ class EmbeddedGateway(BaseGateway[Transaction]):
             written: list[tuple[Request, Any]] = []
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for request in batch:
-                    conn.execute("SAVEPOINT one_commit")
+                # One commit number each, taken at once (a failed one leaves a gap).
+                last = conn.execute("UPDATE meta SET value = value + ? WHERE name = 'commit_seq' RETURNING value", (len(batch),)).fetchall()[0][0]
+                for seq, request in enumerate(batch, start=last - len(batch) + 1):
+                    # One mutation checks everything before it writes: nothing to undo.
+                    undo = len(request.mutations) > 1
+                    if undo:
+                        conn.execute("SAVEPOINT one_commit")
                     try:
-                        written.append((request, self._mutate(conn, request.mutations, None)[1]))
+                        written.append((request, self._mutate(conn, request.mutations, None, seq)[1]))
                     except sqlite3.Error:
                         raise  # the file, not this commit: the whole transaction fails
                     except Exception as exc:
-                        conn.execute("ROLLBACK TO one_commit")
+                        if undo:
+                            conn.execute("ROLLBACK TO one_commit")
                         request.error = exc
-                    conn.execute("RELEASE one_commit")
+                    if undo:
+                        conn.execute("RELEASE one_commit")
                 self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
                 conn.execute("COMMIT")
             finally:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
             self.stats.bump("grouped_commits", len(batch))
+            self.stats.bump("group_transactions")
             for request, results in written:
                 request.results = results
 
     def _mutate(
-        self, conn: Connection, mutations: list[Mutation], txn: Transaction | None
+        self, conn: Connection, mutations: list[Mutation], txn: Transaction | None, seq: int | None = None
     ) -> tuple[int, list[tuple[Key | None, tuple[Any, ...] | None]]]:
         """Inside a write transaction: validate ``txn``'s reads, take a commit
-        number and apply the mutations; the number and the results."""
+        number (unless given one) and apply the mutations; the number and the
+        results. A single mutation raises before it writes anything."""
         if txn is not None and txn.seq is not None:
             self._validate(conn, txn)
-        seq = conn.execute("UPDATE meta SET value = value + 1 WHERE name = 'commit_seq' RETURNING value").fetchall()[0][0]
+        if seq is None:
+                seq = conn.execute("UPDATE meta SET value = value + 1 WHERE name = 'commit_seq' RETURNING value").fetchall()[0][0]
         partial = [m for m in mutations if isinstance(m, Upsert) and m.entity.key is not None and m.entity.key.is_partial]
         new_ids = iter(allocate(conn, len(partial)))
         results: list[tuple[Key | None, tuple[Any, ...] | None]] = []

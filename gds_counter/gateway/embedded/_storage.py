@@ -43,9 +43,9 @@ from typing import Any, Hashable
 import attrs
 
 from gds_counter._checks import INT64_MAX, INT64_MIN, is_int
-from gds_counter.errors import BadValueError, Contention, GatewayError
+from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError
 from gds_counter.gateway.base import TransactionState
-from gds_counter.gateway.embedded._encoding import dump_entity, index_entries, key_bytes, load_entity
+from gds_counter.gateway.embedded._encoding import dump_entity, index_entries, key_bytes, load_entity, load_indexed
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Upsert
 from gds_counter.gateway.query import Query
@@ -198,11 +198,12 @@ def upsert(conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now: 
             (kb, key.namespace, key.kind, seq, now, dump_entity(stored)),
         )
     else:
+        known = _stored_index(row[0])  # before the first write: a single mutation raises before it writes
         conn.execute(
             "UPDATE entities SET version = ?, written_at = ?, data = ? WHERE key_bytes = ?",
             (seq, now, dump_entity(stored), kb),
         )
-        if set(conn.execute("SELECT name, value FROM props WHERE key_bytes = ?", (kb,))) == entries:
+        if known == entries or set(conn.execute("SELECT name, value FROM props WHERE key_bytes = ?", (kb,))) == entries:
             return key, tuple(transform_results)
         conn.execute("DELETE FROM props WHERE key_bytes = ?", (kb,))
     conn.executemany(
@@ -210,3 +211,21 @@ def upsert(conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now: 
         [(key.namespace, key.kind, name, enc, kb) for name, enc in entries],
     )
     return key, tuple(transform_results)
+
+
+#: Index values whose encoding never changed: rows written for them are the
+#: ones ``index_entries`` gives today (floats' NaN and -0.0 changed).
+_STABLE = (str, bytes, int, Key, type(None))
+
+
+def _stored_index(text: str) -> set[tuple[str, bytes]] | None:
+    """The index rows an entity stored as ``text`` has, known without reading
+    them when every indexed value is of a type whose encoding never changed
+    (None: read them)."""
+    try:
+        index = load_indexed(text)[1]
+    except (GDSError, ValueError, LookupError, TypeError):  # unreadable: its rows are read instead
+        return None
+    if index is None or not all(isinstance(value, _STABLE) for values in index.values() for _, value in values):
+        return None
+    return {(name, enc) for name, values in index.items() for enc, _ in values}

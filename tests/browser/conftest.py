@@ -43,9 +43,13 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the session; each test opens its own page."""
+    """One headless Chromium per test module; each test opens its own page.
+
+    Not per session: Playwright's sync API keeps an asyncio loop marked as
+    running in the main thread until it stops, so a session-wide browser
+    made every later test's ``asyncio.run`` fail."""
     executable = find_chromium()
     if executable is None:
         _unavailable(f"no Chromium found (looked for {', '.join(CANDIDATES)} on PATH and GDS_CHROMIUM); "

@@ -10,7 +10,6 @@ thread pool: SQLite has no async I/O).
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import weakref
 from typing import Any, Protocol, Sequence, runtime_checkable
@@ -19,6 +18,7 @@ from gds_counter.aio._threaded import DEFAULT_WORKERS, ThreadedGateway
 from gds_counter.errors import BadValueError
 from gds_counter.gateway import open_gateway as open_blocking
 from gds_counter.gateway import shared_gateway as shared_blocking
+from gds_counter.gateway import shared_gateway_key
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.datastore import DatastoreGateway
 from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
@@ -115,12 +115,7 @@ def shared_gateway(url: str | None = None) -> AsyncGateway:
     none (``aio.CounterShardDS("Counter Test", 1)``). On the embedded engine
     it shares the blocking API's default gateway (one SQLite file, one
     connection pool); a Datastore one opens its gRPC channel per event loop."""
-    config = (
-        os.getpid(),
-        url or os.environ.get("GDS_URL"),
-        os.environ.get("DATASTORE_EMULATOR_HOST"),
-        os.environ.get("DATASTORE_PROJECT_ID"),
-    )
+    config = shared_gateway_key(url)
     with _shared_lock:
         gateway = _shared.get(config)
         if gateway is None:

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any, Iterable, TypeVar
 
 from gds_counter.aio._gateway import AsyncGateway, in_flight_slot, resolve_gateway, writer_slot
-from gds_counter.counter.article import make_target
+from gds_counter.aio.store import Store
+from gds_counter.counter.article import article_entity_class, make_target
 from gds_counter.counter.cache import CountCache
 from gds_counter.counter.engine import (
     AutoGrow,
@@ -22,10 +23,9 @@ from gds_counter.counter.engine import (
     by_gateway,
     check_counters,
     check_num_shards,
-    check_store_kind,
     counts_plan,
+    locate,
 )
-from gds_counter.counter.entity import CounterShardEntity
 from gds_counter.counter.layout import NDB_GENERAL, Layout
 from gds_counter.counter.strategy import Strategy
 from gds_counter.errors import BadValueError
@@ -69,18 +69,10 @@ class ShardedCounter(CounterCore):
         cache: CountCache | bool | None = None,
         auto_grow: AutoGrow | bool | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            raise BadValueError(f"a counter needs a non-empty string name, got {name!r}")
-        if store is not None:
-            from gds_counter.aio.store import Store
-
-            if not isinstance(store, Store):
-                raise BadValueError(f"store must be a gds_counter.aio Store, got {type(store).__name__} {store!r}")
-            check_store_kind(store.schema.kind, layout, name)
-            resolved, namespace = store.gateway, store.namespace
-        else:
-            resolved = resolve_gateway(gateway)
-            namespace = resolved.namespace
+        resolved, namespace = locate(
+            name, layout, store, gateway, store_type=Store, store_label="gds_counter.aio Store",
+            resolve=resolve_gateway,
+        )
         super().__init__(
             name, layout=layout, gateway=resolved, namespace=namespace, num_shards=num_shards,
             strategy=strategy, retry=retry, cache=cache, auto_grow=auto_grow,
@@ -148,11 +140,7 @@ class CounterShardDS(ShardedCounter):
     ) -> None:
         target = make_target(target_type, target_id)
         check_num_shards(num_shards)
-        entity_class: type[CounterShardEntity] = CounterShardEntity
-        schema = getattr(store, "schema", None)
-        declared = schema.get_entity_class() if schema is not None else None
-        if isinstance(declared, type) and issubclass(declared, CounterShardEntity):
-            entity_class = declared  # a Store of a subclass brings its KIND_PFX
+        entity_class = article_entity_class(store)
         self.target_type = target_type
         self.target_id = target_id
         super().__init__(

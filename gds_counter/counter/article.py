@@ -30,6 +30,18 @@ def _target_part(what: str, value: Any) -> str:
     return text
 
 
+def article_entity_class(store: Any) -> type[CounterShardEntity]:
+    """The shard class a counter given ``store`` writes: a Store (of either
+    face) of a ``CounterShardEntity`` subclass brings that subclass's
+    ``KIND_PFX``; anything else, the article's own class (a wrong store is
+    refused later, by ``locate``)."""
+    schema = getattr(store, "schema", None)
+    declared = schema.get_entity_class() if schema is not None else None
+    if isinstance(declared, type) and issubclass(declared, CounterShardEntity):
+        return declared
+    return CounterShardEntity
+
+
 def make_target(target_type: Any, target_id: Any) -> str:
     """PHP's ``$target_type . "_" . $target_id``, refusing empty parts."""
     return f"{_target_part('target_type', target_type)}_{_target_part('target_id', target_id)}"
@@ -65,12 +77,7 @@ class CounterShardDS(ShardedCounter):
     ) -> None:
         target = make_target(target_type, target_id)
         check_num_shards(num_shards)
-        # A Store of a CounterShardEntity subclass brings that subclass's KIND_PFX.
-        entity_class: type[CounterShardEntity] = CounterShardEntity
-        if isinstance(store, Store):
-            declared = store.schema.get_entity_class()
-            if isinstance(declared, type) and issubclass(declared, CounterShardEntity):
-                entity_class = declared
+        entity_class = article_entity_class(store)
         self.target_type = target_type
         self.target_id = target_id
         super().__init__(

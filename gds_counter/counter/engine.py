@@ -57,7 +57,7 @@ from gds_counter.gateway.query import PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy, retry_plan
 
-__all__ = ["AutoGrow", "CounterCore", "check_num_shards", "check_store_kind", "counts_plan"]
+__all__ = ["AutoGrow", "CounterCore", "check_name", "check_num_shards", "check_store_kind", "counts_plan", "locate"]
 
 log = logging.getLogger("gds_counter.counter.sharded")  # the name logging configuration knows
 
@@ -83,6 +83,36 @@ class AutoGrow:
 
 def check_num_shards(num_shards: object, what: str = "num_shards") -> int:
     return check_int(num_shards, what, low=1, high=None)
+
+
+def check_name(name: object) -> None:
+    """A counter's name is a non-empty string (it is the shards' target)."""
+    if not isinstance(name, str) or not name:
+        raise BadValueError(f"a counter needs a non-empty string name, got {name!r}")
+
+
+def locate(
+    name: object,
+    layout: Layout,
+    store: Any,
+    gateway: Any,
+    *,
+    store_type: type[Any],
+    store_label: str,
+    resolve: Callable[[Any], Any],
+) -> tuple[Any, str]:
+    """The gateway and namespace a face's counter lives in: its ``store``'s
+    (which must be a ``store_type`` for the layout's shard kind), else
+    ``resolve(gateway)``'s. Both faces call this before anything is read, so
+    a bad argument is refused the same way on each."""
+    check_name(name)
+    if store is not None:
+        if not isinstance(store, store_type):
+            raise BadValueError(f"store must be a {store_label}, got {type(store).__name__} {store!r}")
+        check_store_kind(store.schema.kind, layout, str(name))
+        return store.gateway, store.namespace
+    resolved = resolve(gateway)
+    return resolved, resolved.namespace
 
 
 def check_store_kind(store_kind: str, layout: Layout, name: str) -> None:
@@ -113,8 +143,7 @@ class CounterCore:
         cache: CountCache | bool | None = None,
         auto_grow: AutoGrow | bool | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            raise BadValueError(f"a counter needs a non-empty string name, got {name!r}")
+        check_name(name)
         if not isinstance(retry, RetryPolicy):
             raise BadValueError(f"retry must be a RetryPolicy, got {type(retry).__name__} {retry!r}")
         self.layout = layout

@@ -17,12 +17,11 @@ from gds_counter.counter.engine import (
     by_gateway,
     check_counters,
     check_num_shards,
-    check_store_kind,
     counts_plan,
+    locate,
 )
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.strategy import Strategy
-from gds_counter.errors import BadValueError
 from gds_counter.gateway import plan, resolve_gateway
 from gds_counter.gateway.base import Gateway
 from gds_counter.gds.store import Store
@@ -56,16 +55,9 @@ class ShardedCounter(CounterCore):
         cache: CountCache | bool | None = None,
         auto_grow: AutoGrow | bool | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name:
-            raise BadValueError(f"a counter needs a non-empty string name, got {name!r}")
-        if store is not None:
-            if not isinstance(store, Store):
-                raise BadValueError(f"store must be a gds Store, got {type(store).__name__} {store!r}")
-            check_store_kind(store.schema.kind, layout, name)
-            resolved, namespace = store.gateway, store.namespace
-        else:
-            resolved = resolve_gateway(gateway)
-            namespace = resolved.namespace
+        resolved, namespace = locate(
+            name, layout, store, gateway, store_type=Store, store_label="gds Store", resolve=resolve_gateway
+        )
         super().__init__(
             name, layout=layout, gateway=resolved, namespace=namespace, num_shards=num_shards,
             strategy=strategy, retry=retry, cache=cache, auto_grow=auto_grow,

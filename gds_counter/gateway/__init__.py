@@ -15,7 +15,7 @@ from gds_counter.errors import BadValueError, GatewayError
 from gds_counter.gateway.base import Gateway, is_gateway
 from gds_counter.gateway.stats import Stats
 
-__all__ = ["Gateway", "Stats", "open_gateway", "resolve_gateway", "shared_gateway", "sqlite_path", "DEFAULT_URL"]
+__all__ = ["Gateway", "Stats", "open_gateway", "resolve_gateway", "shared_gateway", "shared_gateway_key", "sqlite_path", "DEFAULT_URL"]
 
 log = logging.getLogger(__name__)
 
@@ -198,22 +198,28 @@ _shared: dict[tuple[int, str | None, str | None, str | None], Gateway] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_gateway(url: str | None = None) -> Gateway:
-    """One gateway per process and configuration, for code that names none.
-
-    ``CounterShardDS("Counter Test", 1).increment()`` builds a Store each
-    time; opening a fresh SQLite connection or gRPC channel for each would
-    cost more than the increment. The process id is part of the cache key so
-    a forked child never shares its parent's connection. A relative SQLite
-    path is resolved against the working directory when the gateway is
-    first opened.
-    """
-    config = (
+def shared_gateway_key(url: str | None) -> tuple[Any, ...]:
+    """What makes a shared gateway the same one (for both faces): the
+    process id, so that a forked child never shares its parent's connection,
+    and the settings that choose the storage."""
+    return (
         os.getpid(),
         url or os.environ.get("GDS_URL"),
         os.environ.get("DATASTORE_EMULATOR_HOST"),
         os.environ.get("DATASTORE_PROJECT_ID"),
     )
+
+
+def shared_gateway(url: str | None = None) -> Gateway:
+    """One gateway per process and configuration, for code that names none.
+
+    ``CounterShardDS("Counter Test", 1).increment()`` builds a Store each
+    time; opening a fresh SQLite connection or gRPC channel for each would
+    cost more than the increment. The cache key is ``shared_gateway_key``.
+    A relative SQLite path is resolved against the working directory when
+    the gateway is first opened.
+    """
+    config = shared_gateway_key(url)
     with _shared_lock:
         gateway = _shared.get(config)
         if gateway is None:

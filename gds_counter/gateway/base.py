@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import abc
 import collections
-import contextlib
 import contextvars
 import inspect
 import logging
@@ -33,7 +32,7 @@ import attrs
 from typing_extensions import TypeIs
 
 from gds_counter._checks import check_int
-from gds_counter.errors import BadKeyError, BadValueError, GatewayError, GDSError, Unavailable
+from gds_counter.errors import BadKeyError, BadValueError, GatewayError, Unavailable
 from gds_counter.gateway import plan
 from gds_counter.gateway.aggregation import aggregate_rows, billed_reads, check_aggregation
 from gds_counter.gateway.capabilities import Capabilities

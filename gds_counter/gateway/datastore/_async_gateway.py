@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import weakref
 from typing import Any, Sequence
@@ -27,12 +26,10 @@ from typing import Any, Sequence
 from google.api_core import exceptions as gexc
 from google.api_core.retry import AsyncRetry
 
-from gds_counter.errors import BadValueError
 from gds_counter.gateway import plan
 from gds_counter.gateway.base import TransactionState
 from gds_counter.gateway.capabilities import Capabilities
-from gds_counter.gateway.datastore._codec import Codec
-from gds_counter.gateway.datastore._requests import DatastoreRequests, final_error, retry_logger, strip_scheme
+from gds_counter.gateway.datastore._requests import DatastoreRequests, final_error, retry_logger
 from gds_counter.gateway.datastore._retry import DEFAULT_ASYNC_RETRY, should_retry
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import CommitResult, Mutation
@@ -64,33 +61,14 @@ class AsyncDatastoreGateway(DatastoreRequests):
         retry: AsyncRetry | None = DEFAULT_ASYNC_RETRY,
         max_in_flight: int = 64,
     ) -> None:
-        if not project:
-            raise BadValueError("AsyncDatastoreGateway needs a project id")
-        if timeout <= 0:
-            raise BadValueError(f"timeout must be positive, got {timeout!r}")
+        self._configure(project, database, emulator_host, credentials, timeout, retry)
         super().__init__(namespace)
-        self.project = project
-        self.database = database or ""
-        self.timeout = float(timeout)
-        self._retry = retry.with_timeout(self.timeout) if retry is not None else None
-        self._codec = Codec(self.project, self.database)
-        host = emulator_host if emulator_host is not None else os.environ.get("DATASTORE_EMULATOR_HOST")
-        self.emulator_host = strip_scheme(host) if host else None
-        if self.emulator_host and credentials is not None:
-            log.warning("credentials are ignored: talking to the emulator at %s", self.emulator_host)
         self._credentials = credentials
         #: Counter operations at once per event loop (``aio.in_flight_slot``).
         self.max_in_flight = max_in_flight
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
         self._probe_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
-        )
-
-    def __repr__(self) -> str:
-        where = f"emulator {self.emulator_host}" if self.emulator_host else "Cloud Datastore"
-        return (
-            f"AsyncDatastoreGateway({self.project!r}, namespace={self.namespace!r}, "
-            f"database={self.database!r}, {where})"
         )
 
     # --- the transport ------------------------------------------------------------

@@ -13,18 +13,15 @@ with the blocking GAPIC client.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from typing import Any, Callable
 
 from google.api_core import exceptions as gexc
 from google.api_core.retry import Retry
 
-from gds_counter.errors import BadValueError
 from gds_counter.gateway import plan
 from gds_counter.gateway.base import BaseGateway, TransactionState
-from gds_counter.gateway.datastore._codec import Codec
-from gds_counter.gateway.datastore._requests import DatastoreRequests, final_error, retry_logger, strip_scheme
+from gds_counter.gateway.datastore._requests import DatastoreRequests, final_error, retry_logger
 from gds_counter.gateway.datastore._retry import DEFAULT_RETRY, should_retry
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Mutation
@@ -62,27 +59,14 @@ class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState]):
         timeout: float = 30.0,
         retry: Retry | None = DEFAULT_RETRY,
     ) -> None:
-        if not project:
-            raise BadValueError("DatastoreGateway needs a project id")
-        if timeout <= 0:
-            raise BadValueError(f"timeout must be positive, got {timeout!r}")
+        self._configure(project, database, emulator_host, credentials, timeout, retry)
         from google.cloud.datastore_v1.services.datastore import DatastoreClient
         from google.cloud.datastore_v1.services.datastore.transports import DatastoreGrpcTransport
 
         super().__init__(namespace)
-        self.project = project
-        self.database = database or ""
-        self.timeout = float(timeout)
-        self._retry = retry.with_timeout(self.timeout) if retry is not None else None
-        self._codec = Codec(self.project, self.database)
-
-        host = emulator_host if emulator_host is not None else os.environ.get("DATASTORE_EMULATOR_HOST")
-        self.emulator_host = strip_scheme(host) if host else None
         if self.emulator_host:
             import grpc
 
-            if credentials is not None:
-                log.warning("credentials are ignored: talking to the emulator at %s", self.emulator_host)
             # Emulators speak plaintext gRPC and need no credentials; a given
             # channel makes the transport skip the ADC lookup entirely.
             channel = grpc.insecure_channel(self.emulator_host)
@@ -93,10 +77,6 @@ class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState]):
             "DatastoreGateway project=%s database=%r namespace=%r emulator=%s",
             project, self.database, self.namespace, self.emulator_host,
         )
-
-    def __repr__(self) -> str:
-        where = f"emulator {self.emulator_host}" if self.emulator_host else "Cloud Datastore"
-        return f"DatastoreGateway({self.project!r}, namespace={self.namespace!r}, database={self.database!r}, {where})"
 
     # --- plumbing ---------------------------------------------------------
 

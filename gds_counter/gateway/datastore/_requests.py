@@ -13,6 +13,7 @@ same retry and error policy (``_retry``). Protobufs come from ``_codec``.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -78,7 +79,39 @@ class DatastoreRequests(GatewayRules[TransactionState]):
 
     project: str
     database: str
+    timeout: float
+    emulator_host: str | None
     _codec: Codec
+    _retry: Any
+
+    def _configure(
+        self, project: str, database: str, emulator_host: str | None, credentials: Any, timeout: float, retry: Any
+    ) -> None:
+        """Check and keep the settings both Datastore gateways take, the same
+        way: the project, the database, the deadline every call shares (the
+        retry policy gets it too), and the emulator (from the argument, else
+        ``DATASTORE_EMULATOR_HOST``; credentials are then ignored, said in a
+        warning that does not quote them)."""
+        if not project:
+            raise BadValueError(f"{type(self).__name__} needs a project id")
+        if timeout <= 0:
+            raise BadValueError(f"timeout must be positive, got {timeout!r}")
+        self.project = project
+        self.database = database or ""
+        self.timeout = float(timeout)
+        self._retry = retry.with_timeout(self.timeout) if retry is not None else None
+        self._codec = Codec(self.project, self.database)
+        host = emulator_host if emulator_host is not None else os.environ.get("DATASTORE_EMULATOR_HOST")
+        self.emulator_host = strip_scheme(host) if host else None
+        if self.emulator_host and credentials is not None:
+            log.warning("credentials are ignored: talking to the emulator at %s", self.emulator_host)
+
+    def __repr__(self) -> str:
+        where = f"emulator {self.emulator_host}" if self.emulator_host else "Cloud Datastore"
+        return (
+            f"{type(self).__name__}({self.project!r}, namespace={self.namespace!r}, "
+            f"database={self.database!r}, {where})"
+        )
 
     # --- reads --------------------------------------------------------------
 

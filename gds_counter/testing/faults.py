@@ -32,11 +32,16 @@ can reconcile what it saw with what was stored:
     server's locks are not held until they time out. ``rollback`` never
     raises ``Contention`` (the Datastore gateway swallows it there).
 
+    Each call's decision (what to raise, what was applied) is a plan
+    (``FaultPlans``), so the asyncio face's ``async_faults.FaultyAsyncGateway``
+    awaits the very same decisions around an async gateway.
+
 ``inject_rpc_faults(datastore_gateway, rates, seed=...)``
     Goes one level lower: it wraps the GAPIC client inside a
-    ``DatastoreGateway`` so the faults are google.api_core exceptions
-    (``Aborted``, ``ServiceUnavailable``, ``DeadlineExceeded``,
-    ``ResourceExhausted``) raised by the RPC itself. The gateway's real retry
+    ``DatastoreGateway`` (or the per-loop ``DatastoreAsyncClient`` inside an
+    ``AsyncDatastoreGateway``, under its ``AsyncRetry``) so the faults are
+    google.api_core exceptions (``Aborted``, ``ServiceUnavailable``,
+    ``DeadlineExceeded``, ``ResourceExhausted``) raised by the RPC itself. The gateway's real retry
     policy (see the table in ``gds_counter.gateway.datastore``) then decides
     what is retried and what the caller sees, against a real server or
     emulator. Its faults are the four above plus ``UNAVAILABLE_AFTER`` (the
@@ -58,13 +63,15 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import random
 import threading
 from collections import Counter
-from typing import Any, Iterator, Mapping, Sequence, cast
+from typing import Any, Iterator, Mapping, Sequence, TypeVar, cast
 
 from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, GDSError, Unavailable
+from gds_counter.gateway import plan
 from gds_counter.gateway.base import Gateway, is_gateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.keys import Key
@@ -81,6 +88,7 @@ __all__ = [
     "RESOURCE_EXHAUSTED",
     "CALLS",
     "FaultInjector",
+    "FaultPlans",
     "FaultyGateway",
     "FaultyRpcClient",
     "inject_rpc_faults",
@@ -88,6 +96,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+R = TypeVar("R")
 
 ABORTED = "ABORTED"
 UNAVAILABLE = "UNAVAILABLE"
@@ -207,25 +217,30 @@ class FaultInjector:
         return f"FaultInjector(seed={self.seed!r}, injected={self.counts()})"
 
 
-class FaultyGateway:
-    """A Gateway that fails on purpose; see the module docstring.
+class FaultPlans:
+    """What the faulty gateways of both faces share: the decision of each
+    call (draw a fault; fail before the call, so nothing is applied; or make
+    the call and fail after it) written once, as a plan (``gateway.plan``)
+    over the inner gateway. ``FaultyGateway`` runs these plans blocking,
+    ``async_faults.FaultyAsyncGateway`` awaits them: one place decides what
+    is raised and what was applied, so the two faces meet the same faults.
 
-    Everything else (``stats``, ``namespace``, ``capabilities`` and
-    any attribute the inner gateway has) is the inner gateway's, so cost
-    accounting and transform detection see the real storage.
+    Everything else (``stats``, ``namespace`` and any attribute the inner
+    gateway has) is the inner gateway's, so cost accounting and transform
+    detection see the real storage.
     """
 
-    def __init__(
+    inner: Any
+    injector: FaultInjector
+
+    def _wrap_inner(
         self,
-        inner: Gateway,
-        rates: Mapping[str, Mapping[str, float]] | None = None,
-        *,
-        seed: int | None = 0,
-        injector: FaultInjector | None = None,
-        script: Mapping[str, Sequence[str | None]] | None = None,
+        inner: Any,
+        rates: Mapping[str, Mapping[str, float]] | None,
+        seed: int | None,
+        injector: FaultInjector | None,
+        script: Mapping[str, Sequence[str | None]] | None,
     ) -> None:
-        if not is_gateway(inner):
-            raise BadValueError(f"FaultyGateway wraps a Gateway, got {type(inner).__name__} {inner!r}")
         if injector is not None and (rates is not None or script is not None):
             raise BadValueError("give fault rates (and a script) or an injector, not both")
         self.inner = inner
@@ -235,22 +250,23 @@ class FaultyGateway:
 
     @property
     def stats(self) -> Stats:
-        return self.inner.stats
+        stats: Stats = self.inner.stats
+        return stats
 
     @property
     def namespace(self) -> str:
-        return self.inner.namespace
-
-    @property
-    def capabilities(self) -> Capabilities:
-        return self.inner.capabilities
+        namespace: str = self.inner.namespace
+        return namespace
 
     def __getattr__(self, name: str) -> Any:
-        # Only reached for attributes not defined here (path, explain_query, ...).
+        # Only reached for attributes not defined here (path, explain_query,
+        # max_in_flight, ...); "inner" itself only before __init__ set it.
+        if name == "inner":
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     def __repr__(self) -> str:
-        return f"FaultyGateway({self.inner!r}, {self.injector!r})"
+        return f"{type(self).__name__}({self.inner!r}, {self.injector!r})"
 
     # --- injection ----------------------------------------------------------------
 
@@ -273,75 +289,110 @@ class FaultyGateway:
             )
         raise Unavailable(f"{call}: injected DEADLINE_EXCEEDED; a read applies nothing")
 
-    def lookup(self, keys: Sequence[Key], *, transaction: bytes | None = None) -> list[RawEntity | None]:
-        fault = self.injector.draw("lookup")
+    def _faulty(self, call: str, request: plan.Plan[R]) -> plan.Plan[R]:
+        """``request`` (one call of the inner gateway), failing before it
+        or, for DEADLINE_EXCEEDED, after it, as the injector draws."""
+        fault = self.injector.draw(call)
         if fault is not None and fault != DEADLINE_EXCEEDED:
-            self._fail_before("lookup", fault)
-        found = self.inner.lookup(keys, transaction=transaction)
+            self._fail_before(call, fault)
+        result = yield from request
         if fault == DEADLINE_EXCEEDED:
-            self._fail_after("lookup")
-        return found
-
-    def run_query(self, query: Query, *, transaction: bytes | None = None) -> QueryResult:
-        fault = self.injector.draw("run_query")
-        if fault is not None and fault != DEADLINE_EXCEEDED:
-            self._fail_before("run_query", fault)
-        result = self.inner.run_query(query, transaction=transaction)
-        if fault == DEADLINE_EXCEEDED:
-            self._fail_after("run_query")
+            self._fail_after(call)
         return result
 
-    def run_aggregation(self, aggregation: AggregationQuery, *, transaction: bytes | None = None) -> AggregationResult:
-        # Passed through without faults: the injector's calls are the six RPCs above and below.
-        return self.inner.run_aggregation(aggregation, transaction=transaction)
+    def _lookup_plan(self, keys: Sequence[Key], transaction: bytes | None) -> plan.Plan[list[RawEntity | None]]:
+        return self._faulty("lookup", plan.lookup(keys, transaction=transaction))
 
-    def begin_transaction(self, *, read_only: bool = False) -> bytes:
+    def _run_query_plan(self, query: Query, transaction: bytes | None) -> plan.Plan[QueryResult]:
+        return self._faulty("run_query", plan.run_query(query, transaction=transaction))
+
+    def _allocate_ids_plan(self, keys: Sequence[Key]) -> plan.Plan[list[Key]]:
+        return self._faulty("allocate_ids", plan.allocate_ids(keys))
+
+    def _begin_plan(self, read_only: bool) -> plan.Plan[bytes]:
         fault = self.injector.draw("begin_transaction")
         if fault is not None and fault != DEADLINE_EXCEEDED:
             self._fail_before("begin_transaction", fault)
-        token = self.inner.begin_transaction(read_only=read_only)
+        token = yield from plan.begin_transaction(read_only=read_only)
         if fault == DEADLINE_EXCEEDED:
             # The caller never learns the token: end the transaction, as it
             # would expire on a server.
             with contextlib.suppress(GDSError):
-                self.inner.rollback(token)
+                yield from plan.rollback(token)
             self._fail_after("begin_transaction")
         return token
 
-    def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult:
+    def _commit_plan(self, mutations: Sequence[Mutation], transaction: bytes | None) -> plan.Plan[CommitResult]:
         fault = self.injector.draw("commit")
         if fault is not None and fault != DEADLINE_EXCEEDED:
             if transaction is not None:
                 # A failed commit ends the transaction on the server.
                 with contextlib.suppress(GDSError):
-                    self.inner.rollback(transaction)
+                    yield from plan.rollback(transaction)
             self._fail_before("commit", fault)
-        result = self.inner.commit(mutations, transaction=transaction)
+        result = yield from plan.commit(mutations, transaction=transaction)
         if fault == DEADLINE_EXCEEDED:
             self._fail_after("commit")
         return result
 
-    def rollback(self, transaction: bytes) -> None:
+    def _rollback_plan(self, transaction: bytes) -> plan.Plan[None]:
         fault = self.injector.draw("rollback")
         if fault == ABORTED:
             self.injector.forget("rollback", fault)  # the Datastore gateway swallows it on rollback
             fault = None
         if fault is not None and fault != DEADLINE_EXCEEDED:
             with contextlib.suppress(GDSError):
-                self.inner.rollback(transaction)  # the server ends it anyway, in time
+                yield from plan.rollback(transaction)  # the server ends it anyway, in time
             self._fail_before("rollback", fault)
-        self.inner.rollback(transaction)
+        yield from plan.rollback(transaction)
         if fault == DEADLINE_EXCEEDED:
             self._fail_after("rollback")
 
+
+class FaultyGateway(FaultPlans):
+    """A blocking Gateway that fails on purpose; see the module docstring
+    (the asyncio face's twin is ``async_faults.FaultyAsyncGateway``)."""
+
+    def __init__(
+        self,
+        inner: Gateway,
+        rates: Mapping[str, Mapping[str, float]] | None = None,
+        *,
+        seed: int | None = 0,
+        injector: FaultInjector | None = None,
+        script: Mapping[str, Sequence[str | None]] | None = None,
+    ) -> None:
+        if not is_gateway(inner):
+            raise BadValueError(f"FaultyGateway wraps a Gateway, got {type(inner).__name__} {inner!r}")
+        self._wrap_inner(inner, rates, seed, injector, script)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        capabilities: Capabilities = self.inner.capabilities
+        return capabilities
+
+    def lookup(self, keys: Sequence[Key], *, transaction: bytes | None = None) -> list[RawEntity | None]:
+        return plan.run(self._lookup_plan(keys, transaction), self.inner)
+
+    def run_query(self, query: Query, *, transaction: bytes | None = None) -> QueryResult:
+        return plan.run(self._run_query_plan(query, transaction), self.inner)
+
+    def run_aggregation(self, aggregation: AggregationQuery, *, transaction: bytes | None = None) -> AggregationResult:
+        # Passed through without faults: the injector's calls are the six RPCs above and below.
+        result: AggregationResult = self.inner.run_aggregation(aggregation, transaction=transaction)
+        return result
+
+    def begin_transaction(self, *, read_only: bool = False) -> bytes:
+        return plan.run(self._begin_plan(read_only), self.inner)
+
+    def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult:
+        return plan.run(self._commit_plan(mutations, transaction), self.inner)
+
+    def rollback(self, transaction: bytes) -> None:
+        plan.run(self._rollback_plan(transaction), self.inner)
+
     def allocate_ids(self, keys: Sequence[Key]) -> list[Key]:
-        fault = self.injector.draw("allocate_ids")
-        if fault is not None and fault != DEADLINE_EXCEEDED:
-            self._fail_before("allocate_ids", fault)
-        out = self.inner.allocate_ids(keys)
-        if fault == DEADLINE_EXCEEDED:
-            self._fail_after("allocate_ids")
-        return out
+        return plan.run(self._allocate_ids_plan(keys), self.inner)
 
     def close(self) -> None:
         self.inner.close()
@@ -351,10 +402,13 @@ class FaultyGateway:
 
 
 class FaultyRpcClient:
-    """Stands in for the GAPIC ``DatastoreClient`` inside a ``DatastoreGateway``:
-    each RPC method may raise a google.api_core exception instead of (or,
-    for the applied faults, after) calling the real one. Anything else is
-    the real client's."""
+    """Stands in for the GAPIC client inside a Datastore gateway: the
+    blocking ``DatastoreClient`` of a ``DatastoreGateway`` or the
+    ``DatastoreAsyncClient`` of an ``AsyncDatastoreGateway``. Each RPC
+    method may raise a google.api_core exception instead of (or, for the
+    applied faults, after) calling the real one; a coroutine method stays a
+    coroutine, so the async gateway's ``AsyncRetry`` sees the same errors as
+    the blocking gateway's ``Retry``. Anything else is the real client's."""
 
     def __init__(self, client: Any, injector: FaultInjector) -> None:
         self._real = client
@@ -364,47 +418,108 @@ class FaultyRpcClient:
         attr = getattr(self._real, name)
         if name not in CALLS:
             return attr
+        if inspect.iscoroutinefunction(attr):
+            return self._wrap_async(name, attr)
         return self._wrap(name, attr)
+
+    # One decision per fault, for both kinds of client.
+
+    @staticmethod
+    def _error_before(call: str, fault: str | None) -> Exception | None:
+        """What the RPC raises instead of being sent (nothing applied)."""
+        from google.api_core import exceptions as gexc
+
+        if fault == ABORTED:
+            return gexc.Aborted(f"injected ABORTED on {call}: too much contention on these datastore entities")
+        if fault == UNAVAILABLE:
+            return gexc.ServiceUnavailable(
+                f"injected on {call}: failed to connect to all addresses; last error: "
+                "UNAVAILABLE: Failed to connect to remote host: Connection refused"
+            )
+        if fault == RESOURCE_EXHAUSTED:
+            return gexc.ResourceExhausted(f"injected RESOURCE_EXHAUSTED on {call}: quota exceeded")
+        return None
+
+    @staticmethod
+    def _error_after(call: str, fault: str | None) -> Exception | None:
+        """What the RPC raises after it was applied (its answer lost)."""
+        from google.api_core import exceptions as gexc
+
+        if fault == DEADLINE_EXCEEDED:
+            return gexc.DeadlineExceeded(f"injected DEADLINE_EXCEEDED on {call} after it was applied")
+        if fault == UNAVAILABLE_AFTER:
+            return gexc.ServiceUnavailable(f"injected on {call} after it was applied: Socket closed")
+        return None
+
+    @staticmethod
+    def _ending_rollback(call: str, fault: str | None, request: Any) -> Any:
+        """The rollback a server does itself when it aborts a transactional
+        commit (ending the transaction and, on Firestore, releasing its
+        locks), as a request to send; None when there is none."""
+        if call != "commit" or fault != ABORTED:
+            return None
+        transaction = getattr(request, "transaction", b"")
+        if not transaction:
+            return None
+        from google.cloud.datastore_v1.types import datastore as _ds
+
+        return _ds.RollbackRequest(
+            project_id=request.project_id, database_id=request.database_id, transaction=transaction
+        )
 
     def _wrap(self, call: str, method: Any) -> Any:
         from google.api_core import exceptions as gexc
 
         def rpc(*args: Any, **kwargs: Any) -> Any:
             fault = self.injector.draw(call)
-            if fault == ABORTED:
-                if call == "commit":
-                    self._end_transaction(kwargs.get("request"))
-                raise gexc.Aborted(f"injected ABORTED on {call}: too much contention on these datastore entities")
-            if fault == UNAVAILABLE:
-                raise gexc.ServiceUnavailable(
-                    f"injected on {call}: failed to connect to all addresses; last error: "
-                    "UNAVAILABLE: Failed to connect to remote host: Connection refused"
-                )
-            if fault == RESOURCE_EXHAUSTED:
-                raise gexc.ResourceExhausted(f"injected RESOURCE_EXHAUSTED on {call}: quota exceeded")
+            rollback = self._ending_rollback(call, fault, kwargs.get("request"))
+            if rollback is not None:
+                with contextlib.suppress(gexc.GoogleAPICallError):
+                    self._real.rollback(request=rollback, timeout=5.0)
+            before = self._error_before(call, fault)
+            if before is not None:
+                raise before
             answer = method(*args, **kwargs)
-            if fault == DEADLINE_EXCEEDED:
-                raise gexc.DeadlineExceeded(f"injected DEADLINE_EXCEEDED on {call} after it was applied")
-            if fault == UNAVAILABLE_AFTER:
-                raise gexc.ServiceUnavailable(f"injected on {call} after it was applied: Socket closed")
+            after = self._error_after(call, fault)
+            if after is not None:
+                raise after
             return answer
 
         return rpc
 
-    def _end_transaction(self, request: Any) -> None:
-        """A server that aborts a transactional commit ends the transaction
-        (and, on Firestore, releases its locks): do the same."""
+    def _wrap_async(self, call: str, method: Any) -> Any:
         from google.api_core import exceptions as gexc
-        from google.cloud.datastore_v1.types import datastore as _ds
 
-        transaction = getattr(request, "transaction", b"")
-        if not transaction:
-            return
-        rollback = _ds.RollbackRequest(
-            project_id=request.project_id, database_id=request.database_id, transaction=transaction
-        )
-        with contextlib.suppress(gexc.GoogleAPICallError):
-            self._real.rollback(request=rollback, timeout=5.0)
+        async def rpc(*args: Any, **kwargs: Any) -> Any:
+            fault = self.injector.draw(call)
+            rollback = self._ending_rollback(call, fault, kwargs.get("request"))
+            if rollback is not None:
+                with contextlib.suppress(gexc.GoogleAPICallError):
+                    await self._real.rollback(request=rollback, timeout=5.0)
+            before = self._error_before(call, fault)
+            if before is not None:
+                raise before
+            answer = await method(*args, **kwargs)
+            after = self._error_after(call, fault)
+            if after is not None:
+                raise after
+            return answer
+
+        return rpc
+
+
+class _FaultyClients:
+    """Stands in for ``AsyncDatastoreGateway._client`` (which makes one
+    client per event loop, on first use in it): the same clients, each
+    behind a ``FaultyRpcClient`` sharing one injector, so the faults reach
+    clients made in loops that start after the injection."""
+
+    def __init__(self, clients: Any, injector: FaultInjector) -> None:
+        self.real = clients
+        self.injector = injector
+
+    def __call__(self) -> FaultyRpcClient:
+        return FaultyRpcClient(self.real(), self.injector)
 
 
 def inject_rpc_faults(
@@ -414,23 +529,32 @@ def inject_rpc_faults(
     seed: int | None = 0,
     script: Mapping[str, Sequence[str | None]] | None = None,
 ) -> FaultInjector:
-    """Make a ``DatastoreGateway``'s RPCs fail on purpose, below its retry
-    policy; returns the injector (counts, ``paused()``). Call
-    ``remove_rpc_faults(gateway)`` to undo."""
+    """Make a ``DatastoreGateway``'s or ``AsyncDatastoreGateway``'s RPCs
+    fail on purpose, below its retry policy; returns the injector (counts,
+    ``paused()``). Call ``remove_rpc_faults(gateway)`` to undo."""
     from gds_counter.gateway.datastore import DatastoreGateway
+    from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
 
-    if not isinstance(gateway, DatastoreGateway):
-        raise BadValueError(f"inject_rpc_faults needs a DatastoreGateway, got {type(gateway).__name__}")
-    client = gateway._client
-    if isinstance(client, FaultyRpcClient):
+    if not isinstance(gateway, (DatastoreGateway, AsyncDatastoreGateway)):
+        raise BadValueError(
+            f"inject_rpc_faults needs a DatastoreGateway or an AsyncDatastoreGateway, got {type(gateway).__name__}"
+        )
+    if isinstance(vars(gateway).get("_client"), (FaultyRpcClient, _FaultyClients)):
         raise BadValueError(f"{gateway!r} already has RPC faults injected")
     injector = FaultInjector(rates, seed=seed, allowed=RPC_FAULTS, script=script)
-    # Duck-typed: it stands in for the GAPIC DatastoreClient it wraps.
-    gateway._client = cast(Any, FaultyRpcClient(client, injector))
+    # Duck-typed: they stand in for the GAPIC client (the blocking gateway's
+    # attribute) or for the async gateway's per-loop client method.
+    if isinstance(gateway, AsyncDatastoreGateway):
+        setattr(gateway, "_client", _FaultyClients(gateway._client, injector))  # shadows the method
+    else:
+        gateway._client = cast(Any, FaultyRpcClient(gateway._client, injector))
     return injector
 
 
 def remove_rpc_faults(gateway: Any) -> None:
-    client = gateway._client
+    """Undo ``inject_rpc_faults`` (nothing to undo: nothing done)."""
+    client = vars(gateway).get("_client")
     if isinstance(client, FaultyRpcClient):
         gateway._client = client._real
+    elif isinstance(client, _FaultyClients):
+        del gateway._client  # the class's method again

@@ -16,11 +16,19 @@ Two levels of injection: ``FaultyGateway`` raises the gateway's errors
 around a real gateway (embedded SQLite here), and ``inject_rpc_faults``
 raises google.api_core errors under the Datastore gateway's own retry policy,
 on the official emulators.
+
+Each test runs on both faces (the ``face`` fixture): the blocking API, and
+``gds_counter.aio`` on the async twin of the same storage
+(``FaultyAsyncGateway``; the async Datastore gateway's ``AsyncRetry``), its
+coroutines awaited one after the other on one event loop so the seeded
+faults fall the same way on every run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import inspect
 import uuid
 import zlib
 from collections import Counter
@@ -28,8 +36,9 @@ from typing import Any
 
 import attrs
 import pytest
-from google.api_core.retry import Retry
+from google.api_core.retry import AsyncRetry, Retry
 
+from gds_counter import aio
 from gds_counter.counter import AutoGrow, CounterShardDS
 from gds_counter.errors import (
     BadValueError,
@@ -41,11 +50,13 @@ from gds_counter.errors import (
 )
 from gds_counter.gateway import open_gateway
 from gds_counter.gateway.base import Gateway
+from gds_counter.gateway.datastore import DatastoreGateway
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Increment, Upsert
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds import RetryPolicy
 from gds_counter.load import run_load
+from gds_counter.testing.async_faults import FaultyAsyncGateway
 from gds_counter.testing.faults import (
     ABORTED,
     DEADLINE_EXCEEDED,
@@ -81,23 +92,105 @@ class Outcome:
         return self.ok + self.unknown + sum(self.failed.values())
 
 
-def add_many(counter: CounterShardDS, n: int, amount: int = 1) -> Outcome:
-    """``n`` calls of ``add(amount)``, one after the other in this thread (so
-    the seeded faults fall the same way every run), each classified by what
-    it reported. Any error that is not a storage error propagates."""
-    load = run_load(lambda: functools.partial(counter.add, amount), count=n, counted=(Contention, GatewayError))
-    failed = Counter(load.errors)
-    # CommitUnknown: it may have been applied. TransformsIgnored, Contention,
-    # Unavailable and other GatewayErrors promise nothing was counted.
-    unknown = failed.pop("CommitUnknown", 0)
-    return Outcome(ok=load.ok, unknown=unknown, failed=failed)
+class Awaited:
+    """An ``aio`` object whose coroutine methods are run to completion on
+    the face's event loop, one at a time: a test body reads the same on
+    both faces (``counter.add(5)``), and an error is raised where it is."""
+
+    def __init__(self, target: Any, runner: asyncio.Runner) -> None:
+        self.target = target
+        self._runner = runner
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.target, name)
+        if not inspect.iscoroutinefunction(attr):
+            return attr
+        return lambda *args, **kwargs: self._runner.run(attr(*args, **kwargs))
 
 
-def counter_on(gateway: Gateway, strategy: str, name: str | None = None, **kwargs: Any) -> CounterShardDS:
-    kwargs.setdefault("retry", PATIENT)
-    if strategy == "auto-grow":
-        kwargs.setdefault("auto_grow", GROW)
-    return CounterShardDS("faults", name or uuid.uuid4().hex[:12], gateway=gateway, strategy=strategy, **kwargs)
+class Face:
+    """The counters' face a test drives: "blocking" (``gds_counter``) or
+    "aio" (``gds_counter.aio`` on the async twin of the same storage, on
+    one event loop that lives as long as the test)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._runner = asyncio.Runner() if name == "aio" else None
+        self._opened: list[Any] = []
+        #: What the tally's area names add for this face.
+        self.label = "" if name == "blocking" else f", {name}"
+
+    def gateway(self, blocking: Any) -> Any:
+        """The gateway this face's counters take on the storage ``blocking``
+        reaches: itself, or its async twin (an ``AsyncDatastoreGateway``
+        with the same settings and retry backoff, else a ``ThreadedGateway``),
+        closed with the face."""
+        if self._runner is None:
+            return blocking
+        if isinstance(blocking, DatastoreGateway):
+            retry = blocking._retry
+            twin: Any = aio.AsyncDatastoreGateway(
+                blocking.project, blocking.namespace, blocking.database, emulator_host=blocking.emulator_host or "",
+                timeout=blocking.timeout,
+                retry=AsyncRetry(initial=retry._initial, maximum=retry._maximum, multiplier=retry._multiplier,
+                                 timeout=retry._timeout),
+            )
+        else:
+            twin = aio.async_twin(blocking)
+        self._opened.append(twin)
+        return twin
+
+    def faulty(self, blocking: Gateway, rates: Any = None, **kwargs: Any) -> Any:
+        """Gateway-level faults around ``blocking``, for this face."""
+        if self._runner is None:
+            return FaultyGateway(blocking, rates, **kwargs)
+        return FaultyAsyncGateway(self.gateway(blocking), rates, **kwargs)
+
+    def call(self, method: Any, *args: Any, **kwargs: Any) -> Any:
+        """``method(*args, **kwargs)``, awaited on the aio face."""
+        result = method(*args, **kwargs)
+        return result if self._runner is None else self._runner.run(result)
+
+    def learn_capabilities(self, gateway: Any) -> Any:
+        """The gateway's one-off probe, made now."""
+        return gateway.capabilities if self._runner is None else self.call(gateway.learn_capabilities)
+
+    def counter_on(self, gateway: Any, strategy: str, name: str | None = None, **kwargs: Any) -> Any:
+        """A ``CounterShardDS`` of this face on ``gateway`` (an aio one
+        ``Awaited``), patient, growing under ``auto-grow``."""
+        kwargs.setdefault("retry", PATIENT)
+        if strategy == "auto-grow":
+            kwargs.setdefault("auto_grow", GROW)
+        face_class = CounterShardDS if self._runner is None else aio.CounterShardDS
+        counter = face_class("faults", name or uuid.uuid4().hex[:12], gateway=gateway, strategy=strategy, **kwargs)
+        return counter if self._runner is None else Awaited(counter, self._runner)
+
+    def add_many(self, counter: Any, n: int, amount: int = 1) -> Outcome:
+        """``n`` calls of ``add(amount)``, one after the other in this thread
+        (so the seeded faults fall the same way every run), each classified
+        by what it reported. Any error that is not a storage error propagates."""
+        load = run_load(lambda: functools.partial(counter.add, amount), count=n, counted=(Contention, GatewayError))
+        failed = Counter(load.errors)
+        # CommitUnknown: it may have been applied. TransformsIgnored, Contention,
+        # Unavailable and other GatewayErrors promise nothing was counted.
+        unknown = failed.pop("CommitUnknown", 0)
+        return Outcome(ok=load.ok, unknown=unknown, failed=failed)
+
+    def close(self) -> None:
+        if self._runner is None:
+            return
+        try:
+            for gateway in self._opened:
+                self._runner.run(gateway.close())
+        finally:
+            self._runner.close()
+
+
+@pytest.fixture(params=["blocking", "aio"])
+def face(request):
+    face = Face(request.param)
+    yield face
+    face.close()
 
 
 @pytest.fixture
@@ -105,6 +198,12 @@ def memory():
     gateway = open_gateway("memory://")
     yield gateway
     gateway.close()
+
+
+def open_transactions(gateway: Any) -> int:
+    """Transactions the embedded gateway still holds open: a failure that
+    left one open would hold its locks (on a server, until it timed out)."""
+    return len(gateway._open_transactions)
 
 
 def applied_unknowns(injector: FaultInjector) -> int:
@@ -126,31 +225,31 @@ def test_same_seed_same_faults(memory):
     assert 40 < drawn[ABORTED] < 80 and 20 < drawn[UNAVAILABLE] < 60
 
 
-def test_each_fault_does_what_it_says(memory):
+def test_each_fault_does_what_it_says(memory, face):
     """ABORTED/UNAVAILABLE/RESOURCE_EXHAUSTED apply nothing; DEADLINE_EXCEEDED
     applies the commit and then reports it as unknown."""
     key = Key.of("K", "a")
     write = [Upsert(RawEntity(key, {"n": 0}), transforms=(Increment("n", 1),))]
-    gw = FaultyGateway(memory, script={"commit": [ABORTED, UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, None]})
+    gw = face.faulty(memory, script={"commit": [ABORTED, UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, None]})
     for expected in (Contention, Unavailable, GatewayError):
         with pytest.raises(expected) as info:
-            gw.commit(write)
+            face.call(gw.commit, write)
         assert not isinstance(info.value, CommitUnknown)
         assert memory.lookup([key]) == [None]
     with pytest.raises(CommitUnknown):
-        gw.commit(write)
+        face.call(gw.commit, write)
     assert memory.lookup([key])[0].properties["n"] == 1  # it WAS applied
-    gw.commit(write)
+    face.call(gw.commit, write)
     assert memory.lookup([key])[0].properties["n"] == 1  # n=0 written, +1
     assert gw.injector.counts() == {ABORTED: 1, UNAVAILABLE: 1, RESOURCE_EXHAUSTED: 1, DEADLINE_EXCEEDED: 1}
     assert memory.stats["faults.ABORTED"] == 1
 
 
-def test_a_transaction_whose_commit_failed_is_ended(memory):
-    gw = FaultyGateway(memory, script={"commit": [UNAVAILABLE]})
-    token = gw.begin_transaction()
+def test_a_transaction_whose_commit_failed_is_ended(memory, face):
+    gw = face.faulty(memory, script={"commit": [UNAVAILABLE]})
+    token = face.call(gw.begin_transaction)
     with pytest.raises(Unavailable):
-        gw.commit([Upsert(RawEntity(Key.of("K", 1), {}))], transaction=token)
+        face.call(gw.commit, [Upsert(RawEntity(Key.of("K", 1), {}))], transaction=token)
     with pytest.raises(BadValueError, match="is unknown, or was already committed or rolled back"):
         memory.commit([], transaction=token)
 
@@ -164,6 +263,10 @@ def test_bad_fault_configuration_is_refused(memory):
         FaultyGateway(memory, {"commit": {ABORTED: 0.7, UNAVAILABLE: 0.6}})
     with pytest.raises(BadValueError, match="inject_rpc_faults needs a DatastoreGateway"):
         inject_rpc_faults(memory)
+    with pytest.raises(BadValueError, match="FaultyAsyncGateway wraps an async gateway"):
+        FaultyAsyncGateway(memory)
+    with pytest.raises(BadValueError, match="FaultyGateway wraps a Gateway"):
+        FaultyGateway(aio.async_twin(memory))
 
 
 # --- every strategy, on the embedded gateway -----------------------------------------
@@ -171,28 +274,30 @@ def test_bad_fault_configuration_is_refused(memory):
 
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_safe_faults_are_retried_and_every_increment_counts(memory, strategy, seed, tally):
+def test_safe_faults_are_retried_and_every_increment_counts(memory, face, strategy, seed, tally):
     """ABORTED and UNAVAILABLE both mean "nothing was applied": the counter
     retries them (with backoff, on a fresh shard) and every increment lands."""
     rates = {call: {ABORTED: 0.08, UNAVAILABLE: 0.08} for call in ALL_CALLS}
-    gw = FaultyGateway(memory, rates, seed=seed)
-    counter = counter_on(gw, strategy)
-    outcome = add_many(counter, 150)
+    gw = face.faulty(memory, rates, seed=seed)
+    counter = face.counter_on(gw, strategy)
+    outcome = face.add_many(counter, 150)
     with gw.injector.paused():
         total = counter.get_count()
     injected = gw.injector.counts()
-    tally.add_faults(f"faults (gateway level, embedded) {strategy}", injected)
-    tally.add(f"faults (gateway level, embedded) {strategy}", operations=150, increments_lost=max(0, outcome.ok - total),
+    area = f"faults (gateway level, embedded{face.label}) {strategy}"
+    tally.add_faults(area, injected)
+    tally.add(area, operations=150, increments_lost=max(0, outcome.ok - total),
               double_counts=max(0, total - outcome.ok - outcome.unknown))
     assert injected[ABORTED] > 5 and injected[UNAVAILABLE] > 5, injected
     assert outcome == Outcome(ok=150), outcome
     assert total == 150
     assert memory.stats["counter.retries"] >= injected[ABORTED] // 3
+    assert open_transactions(memory) == 0
 
 
 @pytest.mark.parametrize("seed", [11, 12, 13])
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_ambiguous_commits_are_reported_never_double_counted(memory, strategy, seed, tally):
+def test_ambiguous_commits_are_reported_never_double_counted(memory, face, strategy, seed, tally):
     """All four faults on every call. Each increment is reported as counted,
     unknown or failed; the stored total is exactly the counted ones plus the
     unknown ones whose commit the fault log says was applied."""
@@ -202,14 +307,14 @@ def test_ambiguous_commits_are_reported_never_double_counted(memory, strategy, s
         "begin_transaction": {ABORTED: 0.02, UNAVAILABLE: 0.03, RESOURCE_EXHAUSTED: 0.01},
         "rollback": {UNAVAILABLE: 0.1},
     }
-    gw = FaultyGateway(memory, rates, seed=seed)
-    counter = counter_on(gw, strategy)
+    gw = face.faulty(memory, rates, seed=seed)
+    counter = face.counter_on(gw, strategy)
     n = 200
-    outcome = add_many(counter, n, amount=3)
+    outcome = face.add_many(counter, n, amount=3)
     with gw.injector.paused():
         total = counter.get_count()
     applied = applied_unknowns(gw.injector)
-    area = f"faults (gateway level, embedded) {strategy}"
+    area = f"faults (gateway level, embedded{face.label}) {strategy}"
     tally.add_faults(area, gw.injector.counts())
     tally.add(area, operations=n, reported_unknown=outcome.unknown,
               increments_lost=max(0, outcome.ok * 3 - total) // 3,
@@ -225,13 +330,15 @@ def test_ambiguous_commits_are_reported_never_double_counted(memory, strategy, s
         assert outcome.unknown == applied
     # what failed (not "unknown") failed for a reason that applies nothing
     assert set(outcome.failed) <= {"GatewayError", "Contention", "Unavailable"}, outcome.failed
+    # and no failure left a transaction open
+    assert open_transactions(memory) == 0
 
 
-def test_an_increment_never_retries_an_unknown_commit(memory):
+def test_an_increment_never_retries_an_unknown_commit(memory, face):
     """The first commit lands and times out: one unknown, one stored, and the
     counter did not try again."""
-    gw = FaultyGateway(memory, script={"commit": [DEADLINE_EXCEEDED]})
-    counter = counter_on(gw, "transactional")
+    gw = face.faulty(memory, script={"commit": [DEADLINE_EXCEEDED]})
+    counter = face.counter_on(gw, "transactional")
     with pytest.raises(CommitUnknown, match="may or may not"):
         counter.add(5)
     assert counter.get_count() == 5
@@ -239,12 +346,12 @@ def test_an_increment_never_retries_an_unknown_commit(memory):
     assert memory.stats["counter.retries"] == 0
 
 
-def test_increment_says_it_counted_when_only_reading_the_total_failed(memory):
+def test_increment_says_it_counted_when_only_reading_the_total_failed(memory, face):
     """increment() is add() then a read. If the read fails, the increment is
     already stored: the caller must learn that, not retry into a double count."""
     # the total is read by the article's target query (the PHP layout's read)
-    gw = FaultyGateway(memory, script={"run_query": [RESOURCE_EXHAUSTED]})
-    counter = counter_on(gw, "transactional")
+    gw = face.faulty(memory, script={"run_query": [RESOURCE_EXHAUSTED]})
+    counter = face.counter_on(gw, "transactional")
     with pytest.raises(TotalUnavailable, match="WAS counted") as raised:
         counter.increment(3)
     assert isinstance(raised.value.__cause__, GatewayError)
@@ -254,11 +361,11 @@ def test_increment_says_it_counted_when_only_reading_the_total_failed(memory):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_storage_that_stays_unavailable_raises_unavailable_and_counts_nothing(memory, strategy):
+def test_storage_that_stays_unavailable_raises_unavailable_and_counts_nothing(memory, face, strategy):
     """Unavailable is retried within the counter's attempts, then raised as
     it is (not turned into Contention), with nothing counted."""
-    gw = FaultyGateway(memory, {"commit": {UNAVAILABLE: 1.0}})
-    counter = counter_on(gw, strategy, retry=RetryPolicy(attempts=4, initial=0.001, maximum=0.002))
+    gw = face.faulty(memory, {"commit": {UNAVAILABLE: 1.0}})
+    counter = face.counter_on(gw, strategy, retry=RetryPolicy(attempts=4, initial=0.001, maximum=0.002))
     with pytest.raises(Unavailable, match="not sent"):
         counter.add(1)
     assert gw.injector.calls["commit"] == 4
@@ -267,13 +374,13 @@ def test_storage_that_stays_unavailable_raises_unavailable_and_counts_nothing(me
 
 
 @pytest.mark.parametrize("strategy", ["increment", "auto"])
-def test_a_capability_probe_that_fails_is_asked_again_and_the_amount_counted_once(firestore_gateway, strategy):
+def test_a_capability_probe_that_fails_is_asked_again_and_the_amount_counted_once(firestore_gateway, face, strategy):
     """The gateway learns what its server does with one probe, on a throwaway
     entity, the first time a counter needs to know. If the storage is not
     reached then, nothing is known and nothing was counted: the counter
     retries the increment as for any Unavailable, the next attempt probes
     again, and the amount is counted exactly once."""
-    gw = firestore_gateway
+    gw = face.gateway(firestore_gateway)
     real_commit = gw._commit
     failed: list[Any] = []
 
@@ -281,10 +388,10 @@ def test_a_capability_probe_that_fails_is_asked_again_and_the_amount_counted_onc
         if not failed:
             failed.append(mutations)
             raise Unavailable("storage not reached (injected)")
-        return real_commit(mutations, txn)
+        return real_commit(mutations, txn)  # on the aio face, the coroutine its driver awaits
 
     gw._commit = first_probe_write_unreached  # type: ignore[method-assign]
-    counter = CounterShardDS("Counter Test", 1, gateway=gw, strategy=strategy, retry=PATIENT)
+    counter = face.counter_on(gw, strategy)
     counter.add(7)
     assert [m.entity.key.kind for m in failed[0]] == ["GdsCounterProbe"]  # it hit the probe, not a shard
     assert counter.get_count() == 7
@@ -317,23 +424,24 @@ RPC_RATES = {
         ("firestore", "auto-grow"),
     ],
 )
-def test_rpc_faults_under_the_real_retry_policy(request, emulator_name, strategy, tally):
+def test_rpc_faults_under_the_real_retry_policy(request, face, emulator_name, strategy, tally):
     """google.api_core errors raised by the RPCs themselves, so the Datastore
     gateway's retry table decides: transient read errors and unsent commits
     are retried inside the gateway, ABORTED by the counter, and an applied
     commit that then failed comes back as CommitUnknown, never resent blindly."""
     emulator = request.getfixturevalue(f"{emulator_name}_emulator")
-    gateway = emulator.gateway(namespace=f"rel-{uuid.uuid4().hex}", retry=QUICK_RPC_RETRY, timeout=10.0)
+    blocking = emulator.gateway(namespace=f"rel-{uuid.uuid4().hex}", retry=QUICK_RPC_RETRY, timeout=10.0)
+    gateway = face.gateway(blocking)
     try:
-        gateway.capabilities  # the gateway's one-off probe: the faults are for the counter's calls
+        face.learn_capabilities(gateway)  # the gateway's one-off probe: the faults are for the counter's calls
         injector = inject_rpc_faults(gateway, RPC_RATES, seed=zlib.crc32(f"{emulator_name}-{strategy}".encode()))
-        counter = counter_on(gateway, strategy)
+        counter = face.counter_on(gateway, strategy)
         n = 60
-        outcome = add_many(counter, n, amount=2)
+        outcome = face.add_many(counter, n, amount=2)
         with injector.paused():
             total = counter.get_count()
         applied = applied_unknowns(injector)
-        area = f"faults (RPC level, {emulator_name} emulator) {strategy}"
+        area = f"faults (RPC level, {emulator_name} emulator{face.label}) {strategy}"
         tally.add_faults(area, injector.counts())
         tally.add(area, operations=n, reported_unknown=outcome.unknown,
                   increments_lost=max(0, 2 * outcome.ok - total) // 2,
@@ -351,34 +459,36 @@ def test_rpc_faults_under_the_real_retry_policy(request, emulator_name, strategy
             assert total == 2 * (outcome.ok + outcome.unknown), (outcome, applied)
     finally:
         remove_rpc_faults(gateway)
-        gateway.close()
+        blocking.close()
 
 
-def test_a_resent_transaction_that_is_then_aborted_stays_unknown(firestore_emulator):
+def test_a_resent_transaction_that_is_then_aborted_stays_unknown(firestore_emulator, face):
     """A transactional commit is resent after UNAVAILABLE ("Socket closed":
     it may have landed). If the resend is then ABORTED, the first attempt
     may still have been applied: that is CommitUnknown, not Contention -- a
     Contention would make the counter retry, counting it twice."""
-    gateway = firestore_emulator.gateway(namespace=f"rel-{uuid.uuid4().hex}", retry=QUICK_RPC_RETRY, timeout=10.0)
+    blocking = firestore_emulator.gateway(namespace=f"rel-{uuid.uuid4().hex}", retry=QUICK_RPC_RETRY, timeout=10.0)
+    gateway = face.gateway(blocking)
     try:
-        gateway.capabilities  # the gateway's one-off probe commits: done before the scripted faults
+        face.learn_capabilities(gateway)  # the gateway's one-off probe commits: done before the scripted faults
         injector = inject_rpc_faults(gateway, script={"commit": [UNAVAILABLE_AFTER, ABORTED]})
-        counter = counter_on(gateway, "transactional")
+        counter = face.counter_on(gateway, "transactional")
         with pytest.raises(CommitUnknown):
             counter.add(4)
         with injector.paused():
             assert counter.get_count() == 4
         assert gateway.stats["counter.retries"] == 0
     finally:
-        gateway.close()
+        blocking.close()
 
 
-def test_unsent_and_quota_rejected_commits_are_resent_by_the_gateway(firestore_emulator):
+def test_unsent_and_quota_rejected_commits_are_resent_by_the_gateway(firestore_emulator, face):
     """UNAVAILABLE with "connection refused" and RESOURCE_EXHAUSTED prove the
     commit was not applied: the gateway resends even a server-side increment."""
-    gateway = firestore_emulator.gateway(namespace=f"rel-{uuid.uuid4().hex}", retry=QUICK_RPC_RETRY, timeout=10.0)
+    blocking = firestore_emulator.gateway(namespace=f"rel-{uuid.uuid4().hex}", retry=QUICK_RPC_RETRY, timeout=10.0)
+    gateway = face.gateway(blocking)
     try:
-        counter = counter_on(gateway, "increment")
+        counter = face.counter_on(gateway, "increment")
         counter.add(1)  # the one-off transform check, done before the faults
         injector = inject_rpc_faults(gateway, script={"commit": [UNAVAILABLE, RESOURCE_EXHAUSTED, UNAVAILABLE]})
         counter.add(1)
@@ -386,4 +496,4 @@ def test_unsent_and_quota_rejected_commits_are_resent_by_the_gateway(firestore_e
         assert gateway.stats["retry.commit"] == 3
         assert counter.get_count() == 2
     finally:
-        gateway.close()
+        blocking.close()

@@ -1,14 +1,18 @@
-"""``SharedReads``: callers of one query that arrive together share a read,
-and never one that began before they arrived (that is what keeps an
-increment's total strongly consistent)."""
+"""``SharedReads`` (threads) and ``AsyncSharedReads`` (tasks): callers of
+one query that arrive together share a read, and never one that began
+before they arrived (that is what keeps an increment's total strongly
+consistent). Both gateways kinds use them: the embedded engine and the
+Datastore gateways, blocking and async."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import uuid
 
 import pytest
 
-from gds_counter.gateway.embedded._shared_reads import SharedReads
+from gds_counter.gateway.shared_reads import AsyncSharedReads, SharedReads, own_copy
 
 
 class Reads:
@@ -50,11 +54,9 @@ def joined(shared: SharedReads[int], count: int) -> None:
     import time
 
     for _ in range(1000):
-        line = shared._lines.get("q")
-        if line is not None and line.next is not None:
-            waiting = getattr(line.next.done, "_cond")._waiters
-            if len(waiting) >= count:
-                return
+        line = shared._lines.lines.get("q")
+        if line is not None and line.next is not None and line.next.waiting >= count:
+            return
         time.sleep(0.005)
     raise AssertionError("callers did not join")
 
@@ -105,17 +107,16 @@ def test_alone_a_caller_reads_at_once_and_nothing_is_kept():
     assert shared.run("q", lambda: 8) == (8, False)
     with pytest.raises(ZeroDivisionError):
         shared.run("q", lambda: 1 // 0)
-    assert shared._lines == {}
+    assert shared._lines.lines == {}
 
 
 def test_a_shared_answer_is_handed_out_as_each_callers_own_copy():
-    from gds_counter.gateway.embedded._engine import _own
     from gds_counter.gateway.keys import Key
     from gds_counter.gateway.values import RawEntity
 
     inner = RawEntity(None, {"tags": ["a"]})
     original = RawEntity(Key.of("K", "k"), {"n": 1, "tags": ["x", inner], "inner": inner}, frozenset({"n"}))
-    copy = _own(original)
+    copy = own_copy(original)
     assert copy == original
     copy.properties["n"] = 2
     copy.properties["tags"][0] = "y"
@@ -123,3 +124,134 @@ def test_a_shared_answer_is_handed_out_as_each_callers_own_copy():
     copy.properties["inner"].properties["tags"].append("c")
     assert original == RawEntity(Key.of("K", "k"), {"n": 1, "tags": ["x", inner], "inner": inner}, frozenset({"n"}))
     assert inner.properties == {"tags": ["a"]}
+
+
+# --- the same rules for the tasks of one event loop ---------------------------------
+
+
+class AsyncReads:
+    """An async read whose runs wait until released, numbered in order."""
+
+    def __init__(self) -> None:
+        self.started: list[asyncio.Event] = [asyncio.Event() for _ in range(4)]
+        self.release: list[asyncio.Event] = [asyncio.Event() for _ in range(4)]
+        self.fail: set[int] = set()
+        self.runs = 0
+
+    async def __call__(self) -> int:
+        n = self.runs
+        self.runs += 1
+        self.started[n].set()
+        await self.release[n].wait()
+        if n in self.fail:
+            raise RuntimeError(f"read {n} failed")
+        return n
+
+
+async def settle() -> None:
+    """Let every ready task run until it waits (a few loop iterations)."""
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+
+def test_tasks_arriving_during_a_read_share_the_next_one_not_the_running_one():
+    async def main() -> None:
+        shared: AsyncSharedReads[int] = AsyncSharedReads()
+        read = AsyncReads()
+        first = asyncio.create_task(shared.run("q", read))
+        await settle()
+        assert read.started[0].is_set()
+        later = [asyncio.create_task(shared.run("q", read)) for _ in range(3)]  # arrive while read 0 runs
+        await settle()
+        assert read.runs == 1  # they wait: none may be answered by read 0
+        read.release[0].set()
+        assert await first == (0, False)
+        await settle()
+        assert read.started[1].is_set()
+        read.release[1].set()
+        answers = await asyncio.gather(*later)
+        assert sorted(answers) == [(1, False), (1, True), (1, True)]
+        assert read.runs == 2
+        assert shared._lines().lines == {}  # nothing kept once all are answered
+
+    asyncio.run(main())
+
+
+def test_a_failed_shared_read_fails_only_its_runner_and_a_cancelled_waiter_leaves_the_rest_alone():
+    async def main() -> None:
+        shared: AsyncSharedReads[int] = AsyncSharedReads()
+        read = AsyncReads()
+        read.fail.add(1)
+        first = asyncio.create_task(shared.run("q", read))
+        await settle()
+        runner, joined, cancelled = (asyncio.create_task(shared.run("q", read)) for _ in range(3))
+        await settle()
+        cancelled.cancel()
+        read.release[0].set()
+        await settle()
+        read.release[1].set()  # the shared read fails: its runner raises, the one that joined reads alone
+        await settle()
+        read.release[2].set()
+        results = await asyncio.gather(first, runner, joined, cancelled, return_exceptions=True)
+        assert results[0] == (0, False)
+        assert isinstance(results[1], RuntimeError) and str(results[1]) == "read 1 failed"
+        assert results[2] == (2, False)
+        assert isinstance(results[3], asyncio.CancelledError)
+        assert read.runs == 3
+
+    asyncio.run(main())
+
+
+def test_each_event_loop_has_lines_of_its_own():
+    shared: AsyncSharedReads[int] = AsyncSharedReads()
+
+    async def once(value: int) -> tuple[int, bool]:
+        async def read() -> int:
+            return value
+
+        return await shared.run("q", read)
+
+    assert asyncio.run(once(1)) == (1, False)
+    assert asyncio.run(once(2)) == (2, False)
+
+
+# --- on the official emulator, through the Datastore gateways ----------------------------
+
+
+@pytest.mark.emulator
+def test_the_async_datastore_gateway_sends_one_rpc_for_overlapping_identical_queries(firestore_emulator):
+    """Ten identical queries awaited together on the Firestore emulator: the
+    first is sent at once, the other nine wait for the one read sent after
+    it, which one of them runs and eight share (two RPCs, eight shared
+    answers); every caller gets the same rows, as its own objects."""
+    from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
+    from gds_counter.gateway.keys import Key
+    from gds_counter.gateway.mutations import Upsert
+    from gds_counter.gateway.query import PropertyFilter, Query
+    from gds_counter.gateway.values import RawEntity
+
+    blocking = firestore_emulator.gateway(namespace=f"shared-{uuid.uuid4().hex}")
+    try:
+        blocking.commit([Upsert(RawEntity(Key.of("Shard", f"s{n}", namespace=blocking.namespace), {"name": "c", "count": n}))
+                         for n in range(5)])
+        query = Query("Shard", namespace=blocking.namespace, filter=PropertyFilter("name", "=", "c"))
+        expected = blocking.run_query(query).entities
+
+        async def main() -> list:
+            gateway = AsyncDatastoreGateway(blocking.project, blocking.namespace, emulator_host=blocking.emulator_host)
+            try:
+                await gateway.learn_capabilities()
+                gateway.stats.reset()
+                results = await asyncio.gather(*(gateway.run_query(query) for _ in range(10)))
+                assert gateway.stats.snapshot().get("rpc.run_query") == 2
+                assert gateway.stats.snapshot().get("shared_reads") == 8
+                return [r.entities for r in results]
+            finally:
+                await gateway.close()
+
+        answers = asyncio.run(main())
+        assert all(entities == expected for entities in answers)
+        first = answers[0][0]
+        assert all(entities[0] is not first and entities[0].properties is not first.properties for entities in answers[1:])
+    finally:
+        blocking.close()

@@ -34,6 +34,7 @@ from gds_counter.gateway.datastore._retry import DEFAULT_ASYNC_RETRY, should_ret
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import CommitResult, Mutation
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
+from gds_counter.gateway.shared_reads import AsyncSharedReads
 from gds_counter.gateway.values import RawEntity
 
 __all__ = ["AsyncDatastoreGateway"]
@@ -70,6 +71,7 @@ class AsyncDatastoreGateway(DatastoreRequests):
         self._probe_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
+        self._shared_reads: AsyncSharedReads[QueryResult] = AsyncSharedReads()
 
     # --- the transport ------------------------------------------------------------
 
@@ -125,7 +127,12 @@ class AsyncDatastoreGateway(DatastoreRequests):
         return await plan.arun(self._lookup_plan(keys, txn), self)
 
     async def _run_query(self, query: Query, txn: TransactionState | None) -> QueryResult:
-        return await plan.arun(self._run_query_plan(query, txn), self)
+        if txn is not None:
+            return await plan.arun(self._run_query_plan(query, txn), self)
+        # Identical queries that overlap share one RPC that began after each
+        # of them arrived (see gds_counter.gateway.shared_reads).
+        result, shared = await self._shared_reads.run(repr(query), lambda: plan.arun(self._run_query_plan(query, None), self))
+        return self._shared_result(result, shared)
 
     async def _run_aggregation(self, aggregation: AggregationQuery, txn: TransactionState | None) -> AggregationResult:
         return await plan.arun(self._run_aggregation_plan(aggregation, txn), self)

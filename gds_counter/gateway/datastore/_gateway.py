@@ -26,6 +26,7 @@ from gds_counter.gateway.datastore._retry import DEFAULT_RETRY, should_retry
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Mutation
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
+from gds_counter.gateway.shared_reads import SharedReads
 from gds_counter.gateway.values import RawEntity
 
 # Logged under the package's name, as before the package was split by idea,
@@ -64,6 +65,7 @@ class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState]):
         from google.cloud.datastore_v1.services.datastore.transports import DatastoreGrpcTransport
 
         super().__init__(namespace)
+        self._shared_reads: SharedReads[QueryResult] = SharedReads()
         if self.emulator_host:
             import grpc
 
@@ -120,7 +122,12 @@ class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState]):
         return plan.run(self._lookup_plan(keys, txn), self)
 
     def _run_query(self, query: Query, txn: TransactionState | None) -> QueryResult:
-        return plan.run(self._run_query_plan(query, txn), self)
+        if txn is not None:
+            return plan.run(self._run_query_plan(query, txn), self)
+        # Identical queries that overlap share one RPC that began after each
+        # of them arrived (see gds_counter.gateway.shared_reads).
+        result, shared = self._shared_reads.run(repr(query), lambda: plan.run(self._run_query_plan(query, None), self))
+        return self._shared_result(result, shared)
 
     def _run_aggregation(self, aggregation: AggregationQuery, txn: TransactionState | None) -> AggregationResult:
         return plan.run(self._run_aggregation_plan(aggregation, txn), self)

@@ -29,6 +29,7 @@ from gds_counter.gateway.datastore._retry import error_message, translate_error
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Mutation, Upsert
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
+from gds_counter.gateway.shared_reads import own_result
 from gds_counter.gateway.values import RawEntity
 
 __all__ = ["DatastoreRequests", "final_error", "retry_logger", "strip_scheme"]
@@ -120,6 +121,16 @@ class DatastoreRequests(GatewayRules[TransactionState]):
         if txn is not None:
             options.transaction = txn.token
         return options
+
+    def _shared_result(self, result: QueryResult, shared: bool) -> QueryResult:
+        """A query batch for one caller: another caller's answer (a shared
+        read) is handed out as copies, so neither sees the other's changes.
+        Only the read that ran is an RPC and billed reads; a shared answer
+        counts in ``stats`` as ``shared_reads``."""
+        if not shared:
+            return result
+        self.stats.bump("shared_reads")
+        return own_result(result)
 
     def _lookup_plan(self, keys: list[Key], txn: TransactionState | None) -> plan.Plan[list[RawEntity | None]]:
         found: dict[Key, RawEntity] = {}

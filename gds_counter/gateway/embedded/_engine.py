@@ -26,12 +26,12 @@ from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
 from gds_counter.gateway.embedded._encoding import decode_cursor, encode_cursor, key_bytes, load_entity, load_indexed
 from gds_counter.gateway.embedded._group_commit import GroupCommit, Request
-from gds_counter.gateway.embedded._shared_reads import SharedReads
 from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter
 from gds_counter.gateway.embedded._storage import Transaction, allocate, check_unchanged, commit_seq, upsert
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Mutation, Upsert
 from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, PropertyFilter, Query, QueryResult
+from gds_counter.gateway.shared_reads import SharedReads, own_copy
 from gds_counter.gateway.values import RawEntity
 
 # Logged under the package's name, as before the package was split by idea,
@@ -204,12 +204,12 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     def _run_query(self, query: Query, txn: Transaction | None) -> QueryResult:
         if txn is None:
             # Outside a transaction, identical queries that arrive together
-            # share one read that began after each of them (_shared_reads).
+            # share one read that began after each of them (gateway.shared_reads).
             (batch, last, more), shared = self._shared_reads.run(repr(query), lambda: self._read_batch(query))
             self._record("run_query", reads=len(batch))
             if shared:
                 self.stats.bump("shared_reads")
-                return QueryResult(tuple(_own(r.entity) for r in batch), encode_cursor(last) if last is not None else None, more)
+                return QueryResult(tuple(own_copy(r.entity) for r in batch), encode_cursor(last) if last is not None else None, more)
             return QueryResult(tuple(r.entity for r in batch), encode_cursor(last) if last is not None else None, more)
         with self._snapshot(txn) as conn:
             batch, last, more = self._batch(conn, query)
@@ -494,24 +494,6 @@ def _for_another(exc: BaseException) -> BaseException:
         except TypeError:
             pass
     return GatewayError(f"the commit was written together with others, and that failed, so it was not written: {exc!r}")
-
-
-def _own(entity: RawEntity) -> RawEntity:
-    """A copy of a result another caller holds too: its own dicts and lists
-    (every other value is immutable)."""
-    properties = dict(entity.properties)
-    for name, value in properties.items():
-        if isinstance(value, (list, RawEntity)):
-            properties[name] = _own_value(value)  # an existing key: the dict does not change size
-    return RawEntity(entity.key, properties, entity.unindexed)
-
-
-def _own_value(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_own_value(item) for item in value]
-    if isinstance(value, RawEntity):
-        return _own(value)
-    return value
 
 
 def _answer(batch: list[Row], last: tuple[bytes, ...] | None, more: bool) -> Hashable:

@@ -120,14 +120,23 @@ class _CounterShards:
             # New (or grown): a fresh random ranking, this process's own.
             self.order = _random.sample(list(shards), len(shards))
             self.ranked = shards
-        quiet = [
-            n for n in self.order
-            if not self.held[n] and self.avoid_until.get(n, 0.0) <= now and self.busy_until.get(n, 0.0) <= now
-        ]
-        if quiet:
-            # Alone: spread over every shard. Others about: keep to this
-            # process's first choices, so that processes meet on few shards.
-            return quiet[0] if now < self.contended_until else _random.choice(quiet)
+        # Others about: keep to this process's first choices, so that
+        # processes meet on few shards. Alone: spread over every shard, a
+        # quiet one at random (a few random draws find one when most are
+        # quiet, as they are with fewer writers than shards; the list of all
+        # of them is built only when they do not: uniform either way).
+        if now < self.contended_until:
+            for n in self.order:
+                if self._quiet(n, now):
+                    return n
+        else:
+            for _ in range(4):
+                n = self.order[_random.randrange(len(self.order))]
+                if self._quiet(n, now):
+                    return n
+            quiet = [n for n in self.order if self._quiet(n, now)]
+            if quiet:
+                return _random.choice(quiet)
         for n in self.order:  # every quiet shard is taken: a busy one
             if not self.held[n] and self.avoid_until.get(n, 0.0) <= now:
                 return n
@@ -136,6 +145,10 @@ class _CounterShards:
             return min(free, key=lambda n: self.avoid_until.get(n, 0.0))
         fewest = min(self.held[n] for n in self.order)
         return _random.choice([n for n in self.order if self.held[n] == fewest])
+
+    def _quiet(self, n: int, now: float) -> bool:
+        """Held by no writer of this process, neither avoided nor busy."""
+        return not self.held[n] and self.avoid_until.get(n, 0.0) <= now and self.busy_until.get(n, 0.0) <= now
 
     def contended(self, now: float) -> None:
         self.contended_until = now + BUSY_SECONDS

@@ -30,7 +30,7 @@ from gds_counter.gateway import plan
 from gds_counter.gateway.base import TransactionState
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.datastore._requests import DatastoreRequests, final_error, retry_logger
-from gds_counter.gateway.datastore._retry import DEFAULT_ASYNC_RETRY, should_retry
+from gds_counter.gateway.datastore._retry import DEFAULT_ASYNC_RETRY
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import CommitResult, Mutation
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
@@ -112,11 +112,9 @@ class AsyncDatastoreGateway(DatastoreRequests):
                 raise
 
         try:
-            if self._retry is None:
+            retry = self._retry_for(rule, idempotent_commit)
+            if retry is None:
                 return await attempt()
-            retry = self._retry.with_predicate(
-                lambda exc: should_retry(exc, call=rule, idempotent_commit=idempotent_commit)
-            )
             return await retry(attempt, on_error=retry_logger(self, call))()
         except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
             raise final_error(exc, failures, call=call, rule=rule) from exc

@@ -22,7 +22,7 @@ from google.api_core.retry import Retry
 from gds_counter.gateway import plan
 from gds_counter.gateway.base import BaseGateway, TransactionState
 from gds_counter.gateway.datastore._requests import DatastoreRequests, final_error, retry_logger
-from gds_counter.gateway.datastore._retry import DEFAULT_RETRY, should_retry
+from gds_counter.gateway.datastore._retry import DEFAULT_RETRY
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Mutation
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
@@ -104,11 +104,9 @@ class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState]):
         on_error = retry_logger(self, call)
 
         try:
-            if self._retry is None:
+            retry = self._retry_for(rule, idempotent_commit)
+            if retry is None:
                 return attempt()
-            retry = self._retry.with_predicate(
-                lambda exc: should_retry(exc, call=rule, idempotent_commit=idempotent_commit)
-            )
             return retry(attempt, on_error=on_error)()
         except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
             raise final_error(exc, failures, call=call, rule=rule) from exc

@@ -12,6 +12,7 @@ same retry and error policy (``_retry``). Protobufs come from ``_codec``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from typing import Any
@@ -25,7 +26,7 @@ from gds_counter.gateway import plan
 from gds_counter.gateway.aggregation import billed_reads
 from gds_counter.gateway.base import GatewayRules, TransactionState
 from gds_counter.gateway.datastore._codec import Codec
-from gds_counter.gateway.datastore._retry import error_message, translate_error
+from gds_counter.gateway.datastore._retry import error_message, should_retry, translate_error
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Mutation, Upsert
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
@@ -101,11 +102,25 @@ class DatastoreRequests(GatewayRules[TransactionState]):
         self.database = database or ""
         self.timeout = float(timeout)
         self._retry = retry.with_timeout(self.timeout) if retry is not None else None
+        self._retries: dict[tuple[str, bool], Any] = {}
         self._codec = Codec(self.project, self.database)
         host = emulator_host if emulator_host is not None else os.environ.get("DATASTORE_EMULATOR_HOST")
         self.emulator_host = strip_scheme(host) if host else None
         if self.emulator_host and credentials is not None:
             log.warning("credentials are ignored: talking to the emulator at %s", self.emulator_host)
+
+    def _retry_for(self, rule: str, idempotent_commit: bool) -> Any:
+        """The retry policy with the predicate of ``rule``'s row of the
+        policy table (``should_retry``), made once per row: building one
+        per call cost more than a request's own encoding. None: no retries."""
+        if self._retry is None:
+            return None
+        found = self._retries.get((rule, idempotent_commit))
+        if found is None:
+            found = self._retries[(rule, idempotent_commit)] = self._retry.with_predicate(
+                functools.partial(should_retry, call=rule, idempotent_commit=idempotent_commit)
+            )
+        return found
 
     def __repr__(self) -> str:
         where = f"emulator {self.emulator_host}" if self.emulator_host else "Cloud Datastore"

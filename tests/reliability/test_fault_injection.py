@@ -334,6 +334,58 @@ def test_ambiguous_commits_are_reported_never_double_counted(memory, face, strat
     assert open_transactions(memory) == 0
 
 
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_concurrent_tasks_under_faults_count_each_increment_at_most_once(memory, strategy, tally):
+    """The asyncio face's own risk: many tasks at once share the counter's
+    writer and in-flight slots and the thread pool while faults interrupt
+    them. Which call meets which fault then depends on the interleaving, so
+    only what holds for every interleaving is asserted: nothing counted
+    twice or lost, every unknown an applied commit, no transaction left
+    open. (Threads on the blocking face: test_counter_races.py.)"""
+    rates = {
+        "commit": {ABORTED: 0.1, UNAVAILABLE: 0.05, DEADLINE_EXCEEDED: 0.08, RESOURCE_EXHAUSTED: 0.03},
+        "lookup": {ABORTED: 0.03, UNAVAILABLE: 0.03, DEADLINE_EXCEEDED: 0.02, RESOURCE_EXHAUSTED: 0.01},
+        "run_query": {ABORTED: 0.03, UNAVAILABLE: 0.03, DEADLINE_EXCEEDED: 0.02},
+        "begin_transaction": {ABORTED: 0.02, UNAVAILABLE: 0.03, DEADLINE_EXCEEDED: 0.02, RESOURCE_EXHAUSTED: 0.01},
+        "rollback": {UNAVAILABLE: 0.1, DEADLINE_EXCEEDED: 0.05},
+    }
+    gw = FaultyAsyncGateway(aio.async_twin(memory), rates, seed=21)
+    kwargs: dict[str, Any] = {"auto_grow": GROW} if strategy == "auto-grow" else {}
+    counter = aio.CounterShardDS("faults", uuid.uuid4().hex[:12], 5, gateway=gw, strategy=strategy, retry=PATIENT,
+                                 **kwargs)
+    n = 240
+
+    async def one() -> str:
+        try:
+            await counter.add(2)
+        except CommitUnknown:
+            return "unknown"
+        except (Contention, GatewayError) as error:  # anything else propagates and fails the test
+            return type(error).__name__
+        return "ok"
+
+    async def scenario() -> tuple[Counter[str], int]:
+        try:
+            seen = Counter(await asyncio.gather(*(one() for _ in range(n))))
+            with gw.injector.paused():
+                return seen, await counter.get_count()
+        finally:
+            await gw.close()
+
+    seen, total = asyncio.run(scenario())
+    applied = applied_unknowns(gw.injector)
+    area = f"faults (gateway level, embedded, aio tasks) {strategy}"
+    tally.add_faults(area, gw.injector.counts())
+    tally.add(area, operations=n, reported_unknown=seen["unknown"],
+              increments_lost=max(0, 2 * seen["ok"] - total) // 2,
+              double_counts=max(0, total - 2 * (seen["ok"] + seen["unknown"])) // 2)
+    assert sum(seen.values()) == n
+    assert seen["unknown"] > 0 and gw.injector.total > 50, (seen, gw.injector)
+    assert 2 * seen["ok"] <= total <= 2 * (seen["ok"] + min(seen["unknown"], applied)), (seen, applied, total)
+    assert set(seen) - {"ok", "unknown"} <= {"GatewayError", "Contention", "Unavailable"}, seen
+    assert open_transactions(memory) == 0
+
+
 def test_an_increment_never_retries_an_unknown_commit(memory, face):
     """The first commit lands and times out: one unknown, one stored, and the
     counter did not try again."""
@@ -448,6 +500,7 @@ def test_rpc_faults_under_the_real_retry_policy(request, face, emulator_name, st
                   double_counts=max(0, total - 2 * (outcome.ok + outcome.unknown)) // 2)
         assert outcome.tried == n
         assert injector.total > 10
+        assert outcome.unknown > 0, "the seeds must produce applied commits whose answer was lost"
         assert 2 * outcome.ok <= total <= 2 * (outcome.ok + outcome.unknown), (outcome, injector)
         # every failure that is not "unknown" is one the gateway says applied nothing
         assert set(outcome.failed) <= {"Contention", "Unavailable", "GatewayError"}, outcome.failed

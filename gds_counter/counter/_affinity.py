@@ -23,9 +23,13 @@ out of the way of the others:
   shard, as the articles do (a single writer does not pile its writes onto
   one entity). Once it sees one (a busy shard, a foreign count, or
   ``Contention``, within ``BUSY_SECONDS``), it takes the first free shard in
-  a random order of its own, so its writers stay on a few shards (about as
-  many as it has writers at once); two processes then share a shard only
-  where their first choices overlap, not everywhere.
+  an order of its own, so its writers stay on a few shards (about as many as
+  it has writers at once); two processes then share a shard only where
+  their first choices overlap, not everywhere. The order is an arc: the
+  shards from a random one on, wrapping around. Arcs overlap less than
+  random orders do: two processes' first 4 of 20 shards meet for about 35%
+  of pairs of arcs (7 starting points of 20), against 62% for random
+  orders (1 - C(16,4)/C(20,4)), so processes settle sooner.
 * **Moving away from other processes.** A strategy reports what it found in
   the shard and what it wrote (``wrote``). When the count found is not the
   one this process last wrote there, another writer (another process, or a
@@ -96,7 +100,7 @@ class _CounterShards:
     def __init__(self) -> None:
         #: shard -> writers of this process holding it now
         self.held: collections.Counter[int] = collections.Counter()
-        #: this process's preference: the counter's shards in a random order
+        #: this process's preference: the counter's shards from a random one on, wrapping around
         self.order: list[int] = []
         #: the shards ``order`` ranks (a range compares in O(1), on every attempt)
         self.ranked = range(0)
@@ -117,8 +121,9 @@ class _CounterShards:
 
     def choose(self, shards: range, now: float) -> int:
         if self.ranked != shards:
-            # New (or grown): a fresh random ranking, this process's own.
-            self.order = _random.sample(list(shards), len(shards))
+            # New (or grown): a fresh arc from a random shard, this process's own.
+            start = _random.randrange(len(shards))
+            self.order = [*shards[start:], *shards[:start]]
             self.ranked = shards
         # Others about: keep to this process's first choices, so that
         # processes meet on few shards. Alone: spread over every shard, a

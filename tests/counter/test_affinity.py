@@ -138,6 +138,24 @@ def test_after_contention_a_process_keeps_off_that_shard_and_to_its_first_choice
     assert memory_gateway.stats["counter.shard_moves"] == 1
 
 
+def test_with_others_about_a_process_keeps_to_an_arc_of_consecutive_shards(memory_gateway, clock, dice):
+    """Its first choices are consecutive (wrapping around), from a start of
+    its own: arcs of two processes overlap less often than random sets."""
+    counter = ("ns", "Kind", "arc")
+    starts = set()
+    for trial in range(8):
+        gateway_counter = (*counter, trial)
+        with contextlib.ExitStack() as held:
+            with _affinity._lock:
+                _affinity._state(memory_gateway, gateway_counter).contended(clock.now)
+            taken = [held.enter_context(_affinity.holding_shard(memory_gateway, gateway_counter, range(1, 21)))
+                     for _ in range(4)]
+        start = taken[0]
+        assert taken == [(start - 1 + i) % 20 + 1 for i in range(4)]
+        starts.add(start)
+    assert len(starts) > 1  # each counter state draws its own start
+
+
 @pytest.mark.parametrize("yield_probability, moves", [(1.0, 1), (0.0, 0)])
 def test_a_process_leaves_a_shard_where_it_finds_another_writers_count(
     open_process, clock, monkeypatch, yield_probability, moves

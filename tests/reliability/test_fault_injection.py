@@ -128,12 +128,14 @@ class Face:
         if self._runner is None:
             return blocking
         if isinstance(blocking, DatastoreGateway):
-            retry = blocking._retry
+            retry = blocking._retry  # the same backoff, as the product's DEFAULT_ASYNC_RETRY copies DEFAULT_RETRY's
             twin: Any = aio.AsyncDatastoreGateway(
                 blocking.project, blocking.namespace, blocking.database, emulator_host=blocking.emulator_host or "",
                 timeout=blocking.timeout,
-                retry=AsyncRetry(initial=retry._initial, maximum=retry._maximum, multiplier=retry._multiplier,
-                                 timeout=retry._timeout),
+                retry=None if retry is None else AsyncRetry(
+                    initial=retry._initial, maximum=retry._maximum, multiplier=retry._multiplier,
+                    timeout=retry._timeout,
+                ),
             )
         else:
             twin = aio.async_twin(blocking)

@@ -133,6 +133,41 @@ def test_a_failed_write_lets_the_next_writer_of_the_process_in(tmp_path):
         gw.close()
 
 
+def test_a_writer_waits_for_another_processs_write_lock_then_commits(tmp_path, monkeypatch):
+    """Another process (a plain sqlite3 connection here) holds the file's
+    write lock: a commit waits for it, without SQLite's busy handler, and
+    lands once it is free; a wait longer than the busy timeout is
+    Contention, naming the file, with nothing written. The connection keeps
+    its busy timeout for reads either way."""
+    from gds_counter.errors import Contention
+    from gds_counter.gateway.embedded import _connections
+
+    monkeypatch.setattr(_connections, "BUSY_TIMEOUT_S", 1.0)  # connections opened from here on wait 1 s
+    path = str(tmp_path / "db.sqlite3")
+    gw = EmbeddedGateway(path)
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        gw.commit([Upsert(shard("s", 1))])
+        other.execute("BEGIN IMMEDIATE")
+        released = threading.Timer(0.1, lambda: other.execute("COMMIT"))
+        released.start()
+        gw.commit([Upsert(shard("s", 2))])  # waits until the other writer commits
+        released.join()
+        assert gw.lookup([Key.of("Shard", "s")])[0].properties["count"] == 2
+
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(Contention, match="locked") as raised:
+            gw.commit([Upsert(shard("s", 3))])
+        assert "db.sqlite3" in str(raised.value)
+        other.execute("ROLLBACK")
+        assert gw.lookup([Key.of("Shard", "s")])[0].properties["count"] == 2
+        with gw._db() as conn:
+            assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 1000
+    finally:
+        other.close()
+        gw.close()
+
+
 def test_equality_queries_answered_by_the_index_alone_match_as_datastore_does(gw):
     """Where the index SQL is exact (equalities), the Python check is skipped:
     a list matches by any element, values of other types never match, and

@@ -53,7 +53,7 @@ from pathlib import Path
 from types import TracebackType
 
 from gds_counter.errors import Contention, GatewayError, GDSError
-from gds_counter.gateway.embedded._storage import create_schema, schema_ready
+from gds_counter.gateway.embedded._storage import create_schema, is_busy, schema_ready
 
 log = logging.getLogger("gds_counter.gateway.embedded")
 
@@ -79,10 +79,11 @@ FileId = tuple[int, int]
 
 
 class Connection(sqlite3.Connection):
-    """A SQLite connection that knows which process opened it and which
-    ``-wal`` file it writes into."""
+    """A SQLite connection that knows which process opened it, how long it
+    waits for another process's lock (seconds) and its ``-wal`` file."""
 
     pid: int
+    busy_timeout: float
     wal: FileId | None
     #: Why this connection was taken from the transaction that held it
     #: (closed at a fork, or given to another transaction); None while usable.
@@ -100,8 +101,7 @@ def file_id(path: str) -> FileId | None:
 
 def translate(exc: sqlite3.Error, where: str) -> GDSError:
     """A SQLite error raised by a call, as the gds_counter error to raise."""
-    text = str(exc)
-    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+    if is_busy(exc):
         return Contention(f"database {where!r} stayed locked by other writers: {exc}")
     return GatewayError(f"SQLite failed on {where}: {exc}")
 
@@ -196,7 +196,7 @@ class ConnectionPool:
         except sqlite3.Error as exc:
             raise self._open_error(exc) from exc
         assert isinstance(conn, Connection)
-        conn.pid, conn.wal, conn.dropped = os.getpid(), None, None
+        conn.pid, conn.wal, conn.dropped, conn.busy_timeout = os.getpid(), None, None, BUSY_TIMEOUT_S
         try:
             self._prepare(conn)
         except BaseException as exc:
@@ -207,7 +207,7 @@ class ConnectionPool:
         return conn
 
     def _prepare(self, conn: Connection) -> None:
-        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        conn.execute(f"PRAGMA busy_timeout = {int(conn.busy_timeout * 1000)}")
         wal = False
         if self.path is not None:
             wal = conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
@@ -230,7 +230,7 @@ class ConnectionPool:
 
     def _open_error(self, exc: sqlite3.Error) -> GDSError:
         text = str(exc)
-        if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+        if is_busy(exc):
             return Contention(f"database {self.where!r} stayed locked by other writers while opening it: {exc}")
         if self.path is None:
             return GatewayError(f"cannot open an in-memory SQLite database: {exc}")

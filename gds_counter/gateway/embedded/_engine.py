@@ -27,7 +27,7 @@ from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection
 from gds_counter.gateway.embedded._encoding import decode_cursor, encode_cursor, key_bytes, load_entity, load_indexed
 from gds_counter.gateway.embedded._group_commit import GroupCommit, Request
 from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter
-from gds_counter.gateway.embedded._storage import Transaction, allocate, check_unchanged, commit_seq, upsert
+from gds_counter.gateway.embedded._storage import Transaction, allocate, begin_write, check_unchanged, commit_seq, upsert
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Mutation, Upsert
 from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, PropertyFilter, Query, QueryResult
@@ -366,7 +366,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     ) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
         """One write transaction: validate ``txn``'s reads, apply the
         mutations, commit (or roll back on any error)."""
-        conn.execute("BEGIN IMMEDIATE")
+        begin_write(conn, conn.busy_timeout)
         try:
             seq, results = self._mutate(conn, mutations, txn)
             self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
@@ -387,7 +387,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
                 batch[0].results = self._write(conn, batch[0].mutations, None)
                 return
             written: list[tuple[Request, Any]] = []
-            conn.execute("BEGIN IMMEDIATE")
+            begin_write(conn, conn.busy_timeout)
             try:
                 # One commit number each, taken at once (a failed one leaves a gap).
                 last = conn.execute("UPDATE meta SET value = value + ? WHERE name = 'commit_seq' RETURNING value", (len(batch),)).fetchall()[0][0]

@@ -38,6 +38,7 @@ from aborting each other.
 from __future__ import annotations
 
 import sqlite3
+import time
 from typing import Any, Hashable
 
 import attrs
@@ -120,6 +121,45 @@ class Transaction(TransactionState):
 
     def saw(self, key_enc: bytes, version: int, key: Key) -> None:
         self.reads.setdefault(key_enc, (version, key))  # the first read is what the caller acted on
+
+
+#: How often a writer tries again for the write lock another process holds.
+WRITE_LOCK_POLL_S = 0.0002
+
+
+def begin_write(conn: sqlite3.Connection, timeout: float) -> None:
+    """``BEGIN IMMEDIATE``: take the file's write lock, waiting up to
+    ``timeout`` seconds (the connection's busy timeout, set back after)
+    for another process to let it go.
+
+    The wait polls every ``WRITE_LOCK_POLL_S`` instead of going through
+    SQLite's busy handler, which sleeps 1, 2, 5, 10 ... up to 100 ms between
+    tries: another process's write transaction lasts a millisecond or so,
+    so with four processes writing one file much of their time went to
+    sleeping past the moment the lock was free (p99 of an increment 119 ms
+    at 4 processes x 4 threads). Writers of one process never meet here:
+    they queue on the pool's write lock first."""
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if not is_busy(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(WRITE_LOCK_POLL_S)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether SQLite refused because another connection holds a lock."""
+    if not isinstance(exc, sqlite3.OperationalError):
+        return False
+    text = str(exc)
+    return "locked" in text or "busy" in text
 
 
 def commit_seq(conn: sqlite3.Connection) -> int:

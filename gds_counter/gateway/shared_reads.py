@@ -3,10 +3,12 @@
 Sixteen writers of one counter each read its total right after their own
 commit: sixteen runs of the same query over the same shards, each paying
 the server for the query (and, on Datastore, for its entity reads) and the
-client for decoding the same twenty entities. Here they queue instead:
-while one read of a query runs, every caller that arrives for the same
-query joins the *next* read, which starts when the running one ends and
-answers all of them.
+client for decoding the same twenty entities. Here they share instead: a
+read's leader first lets the threads (or tasks) that are ready to run do
+so, and every caller that asks for the same query before the read begins
+joins it; while it runs, callers join the *next* read, which starts when
+the running one ends. Callers released together (the writers of one group
+commit, the answers of one batch of RPCs) so share one read.
 
 That keeps reads strongly consistent: a caller is only ever answered by a
 read that began after the caller arrived, so it sees every commit that was
@@ -28,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import weakref
 from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar, Union
 
@@ -42,12 +45,12 @@ _Event = Union[threading.Event, asyncio.Event]
 
 
 class _Round(Generic[R]):
-    """The next read of one query: who joined it, and its answer."""
+    """One read of one query: who joined it, and its answer."""
 
     __slots__ = ("turn", "done", "result", "failed", "waiting")
 
     def __init__(self, turn: _Event, done: _Event) -> None:
-        self.turn = turn  # set when the read before it ended: run now
+        self.turn = turn  # set when the read before it ended: its leader may start
         self.done = done  # set when its answer (or failure) is known
         self.result: R | None = None
         self.failed = False
@@ -55,52 +58,64 @@ class _Round(Generic[R]):
 
 
 class _Line(Generic[R]):
-    """One query's reads: a read runs, and maybe a round waits behind it."""
+    """One query's reads: whether one runs, and the round still open to
+    callers (its read has not begun)."""
 
-    __slots__ = ("next",)
+    __slots__ = ("running", "next")
 
     def __init__(self) -> None:
+        self.running = False
         self.next: _Round[R] | None = None
 
 
 class _Lines(Generic[R]):
     """Which reads run, per key; the decisions both kinds of waiting share.
-    Callers hold ``lock`` (a real lock for threads, none needed in one
-    event loop) around ``join`` and ``finish``."""
+    Callers hold the lock (a real one for threads; one event loop needs
+    none) around ``join``, ``start``, ``abandon`` and ``finish``."""
 
     def __init__(self, new_event: Callable[[], _Event]) -> None:
         self.new_event = new_event
         self.lines: dict[Hashable, _Line[R]] = {}
 
-    def join(self, key: Hashable) -> tuple[_Line[R], _Round[R] | None, bool]:
-        """The caller's line, the round it belongs to (None: read at once,
-        nothing runs) and whether it leads that round (runs its read)."""
+    def join(self, key: Hashable) -> tuple[_Line[R], _Round[R], bool, bool]:
+        """The caller's line, the open round it joins, whether it leads that
+        round (runs its read) and, if so, whether it must wait for the
+        running read to end first."""
         line = self.lines.get(key)
         if line is None:
             line = self.lines[key] = _Line()
-            return line, None, True
         mine = line.next
-        if mine is None:
-            mine = line.next = _Round(self.new_event(), self.new_event())
-            return line, mine, True
-        mine.waiting += 1
-        return line, mine, False
-
-    def finish(self, key: Hashable, line: _Line[R]) -> None:
-        """A read of ``line`` ended (its round, if any, already answered):
-        let the round behind it run, or drop the line when none waits."""
-        following = line.next
-        if following is None or following.done.is_set():  # none, or abandoned before its turn
-            del self.lines[key]
-        else:
-            line.next = None  # closed: callers arriving from now on wait for the read after it
-            following.turn.set()
+        if mine is not None:
+            mine.waiting += 1
+            return line, mine, False, False
+        mine = line.next = _Round(self.new_event(), self.new_event())
+        return line, mine, True, line.running
 
     @staticmethod
-    def answer(mine: _Round[R] | None, result: R | None, *, failed: bool) -> None:
-        if mine is not None:
-            mine.result, mine.failed = result, failed
-            mine.done.set()
+    def start(line: _Line[R]) -> None:
+        """The leader begins its round's read: callers arriving from now on
+        open the next round."""
+        line.next, line.running = None, True
+
+    @staticmethod
+    def abandon(line: _Line[R], mine: _Round[R]) -> None:
+        """The leader gave up before its read began: whoever joined reads
+        alone, and newcomers open a round of their own."""
+        if line.next is mine:
+            line.next = None
+        mine.failed = True
+        mine.done.set()
+
+    def finish(self, key: Hashable, line: _Line[R], mine: _Round[R], result: R | None, *, failed: bool) -> None:
+        """A read ended: answer its round, then let the round behind it
+        start, or drop the line when none is open."""
+        mine.result, mine.failed = result, failed
+        mine.done.set()
+        line.running = False
+        if line.next is not None:
+            line.next.turn.set()
+        elif self.lines.get(key) is line:
+            del self.lines[key]
 
 
 class SharedReads(Generic[R]):
@@ -123,30 +138,34 @@ class SharedReads(Generic[R]):
         twice: ``own_result``)."""
         if self._pid != os.getpid():
             self._reset()
-        lines = self._lines
-        with self._lock:
-            line, mine, leads = lines.join(key)
-        if mine is not None and not leads:
+        lines, lock = self._lines, self._lock
+        with lock:
+            line, mine, leads, wait = lines.join(key)
+        if not leads:
             mine.done.wait()
             if mine.failed:
                 return read(), False  # its failure was its own: try once more alone
             return mine.result, True  # type: ignore[return-value]  # set with done
-        if mine is not None:
-            try:
+        try:
+            if wait:
                 mine.turn.wait()
-            except BaseException:  # interrupted before its turn: its callers read alone
-                lines.answer(mine, None, failed=True)
-                raise
+            # Let the threads that are about to ask for the same read (the
+            # writers one group commit just released) join it first.
+            time.sleep(0)
+        except BaseException:  # interrupted before its read: its callers read alone
+            with lock:
+                lines.abandon(line, mine)
+            raise
+        with lock:
+            lines.start(line)
         try:
             result = read()
         except BaseException:
-            lines.answer(mine, None, failed=True)
-            with self._lock:
-                lines.finish(key, line)
+            with lock:
+                lines.finish(key, line, mine, None, failed=True)
             raise
-        lines.answer(mine, result, failed=False)
-        with self._lock:
-            lines.finish(key, line)
+        with lock:
+            lines.finish(key, line, mine, result, failed=False)
         return result, False
 
 
@@ -172,26 +191,28 @@ class AsyncSharedReads(Generic[R]):
         ``key`` or that of a read of it that began after this call did.
         A caller cancelled while it waits leaves the others unaffected."""
         lines = self._lines()
-        line, mine, leads = lines.join(key)  # no await in between: the loop's one thread decides
-        if mine is not None and not leads:
+        line, mine, leads, wait = lines.join(key)  # no await in between: the loop's one thread decides
+        if not leads:
             await _async(mine.done).wait()
             if mine.failed:
                 return await read(), False
             return mine.result, True  # type: ignore[return-value]  # set with done
-        if mine is not None:
-            try:
+        try:
+            if wait:
                 await _async(mine.turn).wait()
-            except BaseException:  # cancelled before its turn: its callers read alone
-                lines.answer(mine, None, failed=True)
-                raise
+            # Let the tasks that are ready to ask for the same read (the
+            # answers of one batch of commits arrive together) join it first.
+            await asyncio.sleep(0)
+        except BaseException:  # cancelled before its read: its callers read alone
+            lines.abandon(line, mine)
+            raise
+        lines.start(line)
         try:
             result = await read()
         except BaseException:
-            lines.answer(mine, None, failed=True)
-            lines.finish(key, line)
+            lines.finish(key, line, mine, None, failed=True)
             raise
-        lines.answer(mine, result, failed=False)
-        lines.finish(key, line)
+        lines.finish(key, line, mine, result, failed=False)
         return result, False
 
 

@@ -177,6 +177,19 @@ def test_tasks_arriving_during_a_read_share_the_next_one_not_the_running_one():
     asyncio.run(main())
 
 
+def test_tasks_ready_together_share_one_read_that_begins_after_all_of_them_asked():
+    async def main() -> None:
+        shared: AsyncSharedReads[int] = AsyncSharedReads()
+        read = AsyncReads()
+        together = [asyncio.create_task(shared.run("q", read)) for _ in range(5)]
+        await settle()
+        assert read.runs == 1
+        read.release[0].set()
+        assert sorted(await asyncio.gather(*together)) == [(0, False)] + [(0, True)] * 4
+
+    asyncio.run(main())
+
+
 def test_a_failed_shared_read_fails_only_its_runner_and_a_cancelled_waiter_leaves_the_rest_alone():
     async def main() -> None:
         shared: AsyncSharedReads[int] = AsyncSharedReads()
@@ -221,9 +234,9 @@ def test_each_event_loop_has_lines_of_its_own():
 @pytest.mark.emulator
 def test_the_async_datastore_gateway_sends_one_rpc_for_overlapping_identical_queries(firestore_emulator):
     """Ten identical queries awaited together on the Firestore emulator: the
-    first is sent at once, the other nine wait for the one read sent after
-    it, which one of them runs and eight share (two RPCs, eight shared
-    answers); every caller gets the same rows, as its own objects."""
+    first one's leader lets the other nine join before it sends the query
+    (one RPC, nine shared answers), and every caller gets the same rows, as
+    its own objects. A query asked while that RPC is out waits for the next."""
     from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
     from gds_counter.gateway.keys import Key
     from gds_counter.gateway.mutations import Upsert
@@ -242,9 +255,12 @@ def test_the_async_datastore_gateway_sends_one_rpc_for_overlapping_identical_que
             try:
                 await gateway.learn_capabilities()
                 gateway.stats.reset()
-                results = await asyncio.gather(*(gateway.run_query(query) for _ in range(10)))
+                first = [asyncio.create_task(gateway.run_query(query)) for _ in range(10)]
+                await asyncio.sleep(0.001)  # the first RPC is out by now ...
+                late = asyncio.create_task(gateway.run_query(query))  # ... so this one may not share it
+                results = await asyncio.gather(*first, late)
                 assert gateway.stats.snapshot().get("rpc.run_query") == 2
-                assert gateway.stats.snapshot().get("shared_reads") == 8
+                assert gateway.stats.snapshot().get("shared_reads") == 9
                 return [r.entities for r in results]
             finally:
                 await gateway.close()

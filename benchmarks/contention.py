@@ -735,14 +735,15 @@ def plot(goals: list[dict[str, Any]], series: list[dict[str, Any]], args: argpar
     left.set_xticks(range(len(ratio_goals)),
                     [f"{g.number}. {g.numerator}\n/ {g.denominator}\n(need {g.need:g})" for g in ratio_goals],
                     fontsize="small")
-    left.set_ylabel("ratio over all rounds (whiskers: single rounds, min-max)")
+    left.set_ylabel("ratio over all rounds\n(whiskers: single rounds, min-max)")
     left.grid(axis="y", alpha=0.3)
     left.legend(fontsize="small", loc="upper right")
     by_goal = verdicts(goals)
     met = sum(1 for ok in by_goal.values() if ok)
     missed_where = [f"{g['goal']} ({g['layout']})" for g in goals if g["met"] is False]
+    # Two lines: on one, a long list of missed goals ran off the figure's left edge.
     left.set_title(f"{met} of {len(by_goal)} goals met (5, the guarantees: {_verdict(by_goal.get(5))})"
-                   + (f"; missed, hatched: {', '.join(missed_where)}" if missed_where else ""), fontsize="medium")
+                   + (f"\nmissed, hatched: {', '.join(missed_where)}" if missed_where else ""), fontsize="medium")
     names = [s.name for s in SERIES]
     for j, layout in enumerate(layouts):
         rows = {s["series"]: s for s in series if s["layout"] == layout}

@@ -203,6 +203,11 @@ def _forget_all() -> None:
     global _lock
     _lock = threading.Lock()  # a thread of the parent may have held it at fork time
     _known.clear()
+    # Its own dice: children forked from one parent (gunicorn --preload
+    # workers) would otherwise draw the same arcs and the same shards, and
+    # collide on every one. (``random``'s module functions are reseeded at
+    # a fork; an instance of ``random.Random`` is not.)
+    _random.seed()
 
 
 if hasattr(os, "register_at_fork"):

@@ -268,3 +268,28 @@ def test_a_writer_skips_a_shard_another_process_is_seen_writing(open_process, cl
     [landed] = [n for n, count in counter.shards() if count != before[n]]
     # others are about: the first of this process's choices that is not busy
     assert landed == next(n for n in order if n != busy)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork() (POSIX)")
+def test_processes_forked_from_one_parent_draw_arcs_of_their_own(memory_gateway):
+    """gunicorn --preload hands every worker a fork of one process: each must
+    still start its arc at a shard of its own choosing, not its siblings'."""
+    import os
+
+    starts = []
+    for _ in range(6):
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child's side
+            try:
+                with _affinity._lock:
+                    state = _affinity._state(memory_gateway, ("ns", "Kind", "forked"))
+                    state.choose(range(1, 1001), 0.0)
+                os.write(write_end, str(state.order[0]).encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        starts.append(int(os.read(read_end, 16)))
+        os.close(read_end)
+        os.waitpid(pid, 0)
+    assert len(set(starts)) > 1, starts  # identical dice would give one start, six times

@@ -15,6 +15,7 @@ what the parent and the children were told was counted.
 from __future__ import annotations
 
 import ctypes
+import gc
 import multiprocessing
 import os
 import select
@@ -35,6 +36,26 @@ from gds_counter.gateway.embedded import EmbeddedGateway
 from gds_counter.gds import RetryPolicy
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork() (POSIX)")
+
+
+@pytest.fixture(autouse=True)
+def nothing_of_the_test_run_is_finalized_in_a_child():
+    """The children here are forks of the test run's own process, which
+    holds gRPC channels (the emulator fixtures', and garbage ones of earlier
+    tests). gRPC skips its fork handlers while its threads are busy ("Other
+    threads are currently calling into gRPC, skipping fork() handlers"),
+    and a child whose garbage collector then finalizes an inherited channel
+    can block inside gRPC forever, at any point, even while it holds the
+    SQLite write lock: once in CI every child waited on it for 240 s. So,
+    as the ``gc.freeze`` documentation advises for forking servers, the
+    parent collects its garbage and freezes the rest before it forks; the
+    engine's own fork handling is what these tests are about."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 PARENT = Path(__file__).with_name("fork_parent.py")
 CHILDREN = 6

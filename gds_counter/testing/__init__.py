@@ -8,7 +8,8 @@ launcher is ``gds_counter.emulators``, re-exported here for convenience.
   (no hooks, no markers, no change to how other tests are collected or
   reported), because it is loaded into every pytest run of every project
   that installs gds_counter. Turn it off with ``-p no:gds_counter``.
-* ``gds_counter.testing.faults``: gateways that fail on purpose, seeded.
+* ``gds_counter.testing.faults``: gateways that fail on purpose, seeded;
+  ``gds_counter.testing.async_faults``: the same for the asyncio face.
 * ``uses_emulator(item)``: which collected tests reach an emulator. A
   project that wants emulator tests marked, or wants CI to fail rather
   than skip them, applies it in its own ``conftest.py`` (gds_counter's
@@ -27,6 +28,7 @@ from gds_counter.emulators import (
     start_emulator,
     stop_all_emulators,
 )
+from gds_counter.testing.async_faults import FaultyAsyncGateway
 from gds_counter.testing.faults import FaultInjector, FaultyGateway, inject_rpc_faults, remove_rpc_faults
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "Emulator",
     "EmulatorError",
     "FaultInjector",
+    "FaultyAsyncGateway",
     "FaultyGateway",
     "inject_rpc_faults",
     "launch_emulator",

@@ -15,14 +15,13 @@ from typing import Any, Iterable, TypeVar
 
 from gds_counter.aio._gateway import AsyncGateway, in_flight_slot, resolve_gateway, writer_slot
 from gds_counter.aio.store import Store
-from gds_counter.counter.article import article_entity_class, make_target
+from gds_counter.counter.article import article_counter_args
 from gds_counter.counter.cache import CountCache
 from gds_counter.counter.engine import (
     AutoGrow,
     CounterCore,
     by_gateway,
     check_counters,
-    check_num_shards,
     counts_plan,
     locate,
 )
@@ -138,13 +137,11 @@ class CounterShardDS(ShardedCounter):
         cache: CountCache | bool | None = None,
         auto_grow: AutoGrow | bool | None = None,
     ) -> None:
-        target = make_target(target_type, target_id)
-        check_num_shards(num_shards)
-        entity_class = article_entity_class(store)
+        target, layout = article_counter_args(target_type, target_id, num_shards, store)
         self.target_type = target_type
         self.target_id = target_id
         super().__init__(
-            target, layout=entity_class.layout(), num_shards=num_shards, store=store, gateway=gateway,
+            target, layout=layout, num_shards=num_shards, store=store, gateway=gateway,
             strategy=strategy, retry=retry, cache=cache, auto_grow=auto_grow,
         )
 

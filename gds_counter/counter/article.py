@@ -13,6 +13,7 @@ from typing import Any
 from gds_counter._checks import is_int
 from gds_counter.counter.cache import CountCache
 from gds_counter.counter.entity import CounterShardEntity
+from gds_counter.counter.layout import Layout
 from gds_counter.counter.sharded import AutoGrow, ShardedCounter, check_num_shards
 from gds_counter.counter.strategy import Strategy
 from gds_counter.errors import BadValueError
@@ -47,6 +48,15 @@ def make_target(target_type: Any, target_id: Any) -> str:
     return f"{_target_part('target_type', target_type)}_{_target_part('target_id', target_id)}"
 
 
+def article_counter_args(target_type: Any, target_id: Any, num_shards: int, store: Any) -> tuple[str, Layout]:
+    """What both faces' ``CounterShardDS`` check before anything else, in
+    this order: the target's parts, the shard count, the store's shard
+    class; the target (PHP's ``type_id``) and the layout of that class."""
+    target = make_target(target_type, target_id)
+    check_num_shards(num_shards)
+    return target, article_entity_class(store).layout()
+
+
 class CounterShardDS(ShardedCounter):
     """``CounterShardDS("Counter Test", 1).increment()``: a counter for one
     object (type, id), sharded over ``num_shards`` ``IK_CounterShardEntity``
@@ -75,14 +85,12 @@ class CounterShardDS(ShardedCounter):
         cache: CountCache | bool | None = None,
         auto_grow: AutoGrow | bool | None = None,
     ) -> None:
-        target = make_target(target_type, target_id)
-        check_num_shards(num_shards)
-        entity_class = article_entity_class(store)
+        target, layout = article_counter_args(target_type, target_id, num_shards, store)
         self.target_type = target_type
         self.target_id = target_id
         super().__init__(
             target,
-            layout=entity_class.layout(),
+            layout=layout,
             num_shards=num_shards,
             store=store,
             gateway=gateway,

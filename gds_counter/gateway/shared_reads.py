@@ -97,14 +97,16 @@ class _Lines(Generic[R]):
         open the next round."""
         line.next, line.running = None, True
 
-    @staticmethod
-    def abandon(line: _Line[R], mine: _Round[R]) -> None:
+    def abandon(self, key: Hashable, line: _Line[R], mine: _Round[R]) -> None:
         """The leader gave up before its read began: whoever joined reads
-        alone, and newcomers open a round of their own."""
+        alone, newcomers open a round of their own, and a line with no read
+        running is dropped."""
         if line.next is mine:
             line.next = None
         mine.failed = True
         mine.done.set()
+        if not line.running and line.next is None:
+            del self.lines[key]
 
     def finish(self, key: Hashable, line: _Line[R], mine: _Round[R], result: R | None, *, failed: bool) -> None:
         """A read ended: answer its round, then let the round behind it
@@ -114,7 +116,7 @@ class _Lines(Generic[R]):
         line.running = False
         if line.next is not None:
             line.next.turn.set()
-        elif self.lines.get(key) is line:
+        else:
             del self.lines[key]
 
 
@@ -154,7 +156,7 @@ class SharedReads(Generic[R]):
             time.sleep(0)
         except BaseException:  # interrupted before its read: its callers read alone
             with lock:
-                lines.abandon(line, mine)
+                lines.abandon(key, line, mine)
             raise
         with lock:
             lines.start(line)
@@ -204,7 +206,7 @@ class AsyncSharedReads(Generic[R]):
             # answers of one batch of commits arrive together) join it first.
             await asyncio.sleep(0)
         except BaseException:  # cancelled before its read: its callers read alone
-            lines.abandon(line, mine)
+            lines.abandon(key, line, mine)
             raise
         lines.start(line)
         try:

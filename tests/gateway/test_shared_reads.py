@@ -215,6 +215,21 @@ def test_a_failed_shared_read_fails_only_its_runner_and_a_cancelled_waiter_leave
     asyncio.run(main())
 
 
+def test_a_leader_cancelled_before_its_read_leaves_nothing_behind():
+    async def main() -> None:
+        shared: AsyncSharedReads[int] = AsyncSharedReads()
+        read = AsyncReads()
+        leader = asyncio.create_task(shared.run("q", read))
+        await asyncio.sleep(0)  # it has joined and yields once before reading
+        leader.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await leader
+        assert read.runs == 0
+        assert shared._lines().lines == {}
+
+    asyncio.run(main())
+
+
 def test_each_event_loop_has_lines_of_its_own():
     shared: AsyncSharedReads[int] = AsyncSharedReads()
 

@@ -177,6 +177,8 @@ class CounterCore:
         self._recorded = 0
         #: Shard keys built so far, in shard order: a read reuses them.
         self._keys: list[Key] = []
+        #: What a strategy is given for each shard written so far.
+        self._shard_objects: dict[int, Shard] = {}
 
     # --- where it lives -------------------------------------------------------
 
@@ -206,7 +208,10 @@ class CounterCore:
         return keys[:count]
 
     def _shard(self, number: int) -> Shard:
-        return Shard(self._gateway, self.layout, self.name, number, self.namespace)
+        shard = self._shard_objects.get(number)
+        if shard is None:
+            shard = self._shard_objects[number] = Shard(self._gateway, self.layout, self.name, number, self.namespace)
+        return shard
 
     def _identity(self) -> Hashable:
         return (self.namespace, self.layout.shard_kind, self.name)
@@ -294,7 +299,13 @@ class CounterCore:
             shards = yield from self._query_shards()
             return sum(count for _, count in shards)
 
-        result: int = yield from _through_cache(self, read, use_cache=use_cache)
+        def shared_read() -> plan.Plan[int]:
+            # Writers that finish together share one read that began after
+            # each of them asked: strongly consistent, read and summed once.
+            total: int = yield from plan.shared(("total", self.layout, self._identity()), read)
+            return total
+
+        result: int = yield from _through_cache(self, shared_read, use_cache=use_cache)
         return result
 
     def _query_shards(self) -> plan.Plan[list[tuple[Key, int]]]:

@@ -109,8 +109,12 @@ class Layout:
     def shard_entity(self, target: str, shard: int, count: int | None, namespace: str = "") -> RawEntity:
         """A shard as it is stored, index flags included (``count`` None:
         without count, for a server-side increment to supply it)."""
-        unindexed = frozenset() if self.count_indexed else frozenset({self.count_property})
-        return RawEntity(self.shard_key(target, shard, namespace), self.shard_fields(target, count), unindexed)
+        return RawEntity(self.shard_key(target, shard, namespace), self.shard_fields(target, count), self.shard_unindexed)
+
+    @property
+    def shard_unindexed(self) -> frozenset[str]:
+        """The properties a shard stores unindexed."""
+        return frozenset() if self.count_indexed else frozenset({self.count_property})
 
     def count_of(self, shard: RawEntity | None) -> int:
         """A stored shard's count, read straight from the stored values (a

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Callable, Generator, Sequence, TypeVar, Union
+from typing import Any, Awaitable, Callable, Generator, Hashable, Sequence, TypeVar, Union
 
 import attrs
 
@@ -30,6 +30,7 @@ from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import CommitResult, Mutation
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
+from gds_counter.gateway.shared_reads import async_shared_reads, shared_reads
 from gds_counter.gateway.values import RawEntity
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "Effect",
     "Op",
     "Plan",
+    "Shared",
     "Sleep",
     "allocate_ids",
     "arun",
@@ -56,6 +58,7 @@ __all__ = [
     "run",
     "run_aggregation",
     "run_query",
+    "shared",
     "sleep",
 ]
 
@@ -106,7 +109,21 @@ class Await:
     factory: Callable[[], Awaitable[Any]]
 
 
-Effect = Union[Op, Sleep, Call, Await]
+@attrs.frozen
+class Shared:
+    """Run the read plan ``plan()``, or take the answer of a run of it (the
+    same ``key``) that began after this one was asked for: callers that
+    read the same thing at once share one read (``gateway.shared_reads``,
+    per gateway). For reads outside any transaction whose answer is
+    immutable (an int, a tuple), since every sharer gets the same object;
+    it saves each caller the work between the query and the answer (a
+    counter's total: twenty entities decoded, copied and summed)."""
+
+    key: Hashable
+    plan: Callable[[], "Plan[Any]"]
+
+
+Effect = Union[Op, Sleep, Call, Await, Shared]
 Plan = Generator[Effect, Any, T]
 
 
@@ -168,6 +185,13 @@ def call(function: Callable[[], T]) -> Plan[T]:
 
 def awaiting(factory: Callable[[], Awaitable[T]]) -> Plan[T]:
     result: T = yield Await(factory)
+    return result
+
+
+def shared(key: Hashable, read: Callable[[], Plan[T]]) -> Plan[T]:
+    """``read()``'s answer, shared with the callers asking for ``key`` at
+    the same time (see ``Shared``)."""
+    result: T = yield Shared(key, read)
     return result
 
 
@@ -258,6 +282,9 @@ def run(plan: Plan[T], gateway: Any, *, wait: Callable[[float], None] = time.sle
                 wait(effect.seconds)
             elif isinstance(effect, Call):
                 send = effect.function()
+            elif isinstance(effect, Shared):
+                read = effect.plan
+                send = shared_reads(gateway).run(effect.key, lambda: run(read(), gateway, wait=wait))[0]
             elif isinstance(effect, Await):
                 raise TypeError("a blocking driver cannot await; use gds_counter.aio for coroutines")
             else:  # pragma: no cover  (a plan's own bug)
@@ -303,6 +330,9 @@ async def arun(plan: Plan[T], gateway: Any) -> T:
                 send = await asyncio.to_thread(effect.function)
             elif isinstance(effect, Await):
                 send = await effect.factory()
+            elif isinstance(effect, Shared):
+                aread = effect.plan
+                send = (await async_shared_reads(gateway).run(effect.key, lambda: arun(aread(), gateway)))[0]
             else:  # pragma: no cover  (a plan's own bug)
                 raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
         except BaseException as exc:  # thrown into the plan, which may handle it

@@ -39,7 +39,7 @@ from gds_counter.gateway.values import RawEntity
 
 R = TypeVar("R")
 
-__all__ = ["AsyncSharedReads", "SharedReads", "own_copy", "own_result"]
+__all__ = ["AsyncSharedReads", "SharedReads", "async_shared_reads", "own_copy", "own_result", "shared_reads"]
 
 _Event = Union[threading.Event, asyncio.Event]
 
@@ -216,6 +216,30 @@ class AsyncSharedReads(Generic[R]):
             raise
         lines.finish(key, line, mine, result, failed=False)
         return result, False
+
+
+_per_gateway_lock = threading.Lock()
+_per_gateway: "weakref.WeakKeyDictionary[Any, SharedReads[Any]]" = weakref.WeakKeyDictionary()
+_async_per_gateway: "weakref.WeakKeyDictionary[Any, AsyncSharedReads[Any]]" = weakref.WeakKeyDictionary()
+
+
+def shared_reads(gateway: Any) -> "SharedReads[Any]":
+    """The lines of reads a blocking ``gateway``'s plans share
+    (``plan.Shared``); they go with the gateway."""
+    with _per_gateway_lock:
+        found = _per_gateway.get(gateway)
+        if found is None:
+            found = _per_gateway[gateway] = SharedReads()
+        return found
+
+
+def async_shared_reads(gateway: Any) -> "AsyncSharedReads[Any]":
+    """``shared_reads`` for an async gateway's plans (per event loop)."""
+    with _per_gateway_lock:
+        found = _async_per_gateway.get(gateway)
+        if found is None:
+            found = _async_per_gateway[gateway] = AsyncSharedReads()
+        return found
 
 
 def _async(event: _Event) -> asyncio.Event:

@@ -148,16 +148,20 @@ def validate_entity(entity: RawEntity) -> None:
         if utf8_size(name, "property name") > MAX_PROPERTY_NAME_BYTES:
             raise BadValueError(f"property name {name[:40]!r}... is over the {MAX_PROPERTY_NAME_BYTES}-byte limit")
         check_value(name, value, name not in entity.unindexed)
-    where = f"entity {entity.key}" if entity.key is not None else "embedded entity"
     indexed = sum(_indexed_values(value) for name, value in entity.properties.items() if name not in entity.unindexed)
     if indexed > MAX_INDEXED_VALUES:
         raise BadValueError(
-            f"{where} has {indexed} indexed values, over the {MAX_INDEXED_VALUES} Datastore accepts; "
+            f"{_named(entity)} has {indexed} indexed values, over the {MAX_INDEXED_VALUES} Datastore accepts; "
             "store the large lists unindexed"
         )
     size = entity_size(entity)
     if size > MAX_ENTITY_BYTES:
-        raise BadValueError(f"{where} is about {size} bytes, over Datastore's {MAX_ENTITY_BYTES}-byte entity limit")
+        raise BadValueError(f"{_named(entity)} is about {size} bytes, over Datastore's {MAX_ENTITY_BYTES}-byte entity limit")
+
+
+def _named(entity: RawEntity) -> str:
+    """How an error names ``entity`` (spelled out only when one is raised)."""
+    return f"entity {entity.key}" if entity.key is not None else "embedded entity"
 
 
 def _indexed_values(value: Any) -> int:

@@ -15,6 +15,7 @@ import pytest
 from gds_counter.errors import BadValueError, Contention, GatewayError
 from gds_counter.gateway.embedded import EmbeddedGateway
 from gds_counter.gateway.embedded._encoding import key_bytes
+from gds_counter.gateway.embedded._group_commit import GroupCommit, Request
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Increment, Upsert
 from gds_counter.gateway.values import RawEntity
@@ -123,3 +124,48 @@ def test_transactions_and_memory_commit_alone(tmp_path):
         assert "grouped_commits" not in gw.stats.snapshot()
     finally:
         gw.close()
+
+
+class TakenOnRelease:
+    """A write lock that someone else (a transaction's commit, say) takes,
+    and keeps, the moment its holder lets it go."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> None:
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        pass  # released and at once taken by the other holder
+
+
+def test_callers_a_writer_wrote_return_though_another_then_holds_the_write_lock():
+    """Only the writer takes the write lock: the callers it wrote are
+    answered when it is done, even while someone else holds the lock by
+    then (they used to take it one by one just to see that they were done,
+    each behind the next group's whole transaction)."""
+    group = GroupCommit()
+    write_lock = TakenOnRelease()
+    write_lock.lock.acquire()  # someone holds the lock while the callers queue
+    out: dict[str, object] = {}
+
+    def write(batch: list[Request]) -> None:
+        for request in batch:
+            request.results = f"wrote {request.mutations}"
+
+    def commit(name: str) -> None:
+        out[name] = group.commit(name, write_lock, write, lambda exc: exc)  # type: ignore[arg-type]
+
+    threads = [threading.Thread(target=commit, args=(name,)) for name in ("a", "b", "c")]
+    for thread in threads:
+        thread.start()
+    for _ in range(1000):  # white box: all three queued, one of them waits for the lock
+        if len(group._queue) == 3:
+            break
+        time.sleep(0.005)
+    write_lock.lock.release()  # the writer takes it, writes all three, and the lock is taken from it at once
+    for thread in threads:
+        thread.join(10)
+    assert out == {name: f"wrote {name}" for name in ("a", "b", "c")}
+    assert write_lock.lock.locked()  # held by the other holder throughout the answers

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 
 import pytest
 
-from gds_counter.gateway.shared_reads import AsyncSharedReads, SharedReads, own_copy
+from gds_counter.gateway import plan
+from gds_counter.gateway.shared_reads import AsyncSharedReads, SharedReads, own_copy, shared_reads
 
 
 class Reads:
@@ -286,3 +288,61 @@ def test_the_async_datastore_gateway_sends_one_rpc_for_overlapping_identical_que
         assert all(entities[0] is not first and entities[0].properties is not first.properties for entities in answers[1:])
     finally:
         blocking.close()
+
+
+# --- plan.shared: a whole read plan shared, per gateway, by both drivers ---------------
+
+
+class AGateway:
+    """Any gateway: ``plan.shared`` keeps its lines per gateway object."""
+
+
+def test_plans_that_read_one_key_during_a_run_share_the_next_run_on_the_blocking_driver():
+    gateway, other = AGateway(), AGateway()
+    read, out = Reads(), {}
+
+    def ask(name: str, on: AGateway, key: str = "total") -> threading.Thread:
+        def run() -> None:
+            out[name] = plan.run(plan.shared(key, lambda: plan.call(read)), on)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    first = ask("first", gateway)
+    assert read.started[0].wait(10)
+    later = [ask("second", gateway), ask("third", gateway)]  # arrive while run 0 goes on: not answered by it
+    lines = shared_reads(gateway)._lines
+    for _ in range(1000):  # white box: both joined the next round
+        line = lines.lines.get("total")
+        if line is not None and line.next is not None and line.next.waiting >= 1:
+            break
+        time.sleep(0.005)
+    read.release[0].set()
+    first.join(10)
+    assert read.started[1].wait(10)
+    read.release[1].set()
+    for thread in later:
+        thread.join(10)
+    assert out == {"first": 0, "second": 1, "third": 1}
+    assert read.runs == 2
+    # Another gateway, or another key, is another line: it reads for itself.
+    read.release[2].set()
+    read.release[3].set()
+    for thread in (ask("elsewhere", other), ask("other key", gateway, "another total")):
+        thread.join(10)
+    assert sorted([out["elsewhere"], out["other key"]]) == [2, 3]
+
+
+def test_tasks_ready_together_run_a_shared_read_plan_once_on_the_async_driver():
+    async def main() -> None:
+        gateway = AGateway()
+        read = AsyncReads()
+        together = [asyncio.create_task(plan.arun(plan.shared("total", lambda: plan.awaiting(read)), gateway))
+                    for _ in range(5)]
+        await settle()
+        assert read.runs == 1
+        read.release[0].set()
+        assert await asyncio.gather(*together) == [0] * 5
+
+    asyncio.run(main())

@@ -31,20 +31,29 @@ __all__ = ["GroupCommit", "Request"]
 
 
 class Request:
-    """One caller's commit: its mutations, then its results or error."""
+    """One caller's commit: its mutations, then its results or error.
+    ``woken`` is set when it is done, or when its caller is to write next."""
 
-    __slots__ = ("mutations", "done", "results", "error")
+    __slots__ = ("mutations", "done", "results", "error", "woken")
 
     def __init__(self, mutations: Any) -> None:
         self.mutations = mutations
         self.done = False
         self.results: Any = None
         self.error: BaseException | None = None
+        self.woken = threading.Event()
 
 
 class GroupCommit:
     """The commits queued for one file's write lock (see the module
-    docstring). Safe across ``fork()``: a child starts with an empty queue."""
+    docstring). Safe across ``fork()``: a child starts with an empty queue.
+
+    One caller at a time is the writer; the others wait on their own event,
+    not on the write lock. A writer that is done wakes the callers it wrote
+    and hands the writing to the first caller still queued. (When every
+    caller queued on the write lock, the ones already written took it one
+    by one just to see that they were done, each behind the next group's
+    whole transaction.)"""
 
     def __init__(self) -> None:
         self._reset()
@@ -53,6 +62,7 @@ class GroupCommit:
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._queue: list[Request] = []
+        self._writing = False
 
     def commit(
         self,
@@ -61,19 +71,38 @@ class GroupCommit:
         write: Callable[[list[Request]], None],
         failed: Callable[[BaseException], BaseException],
     ) -> Any:
-        """Queue ``mutations``; under ``write_lock``, unless a writer before
-        has already written them, ``write`` every queued request: it sets
-        each one's results once committed, or its own error. When ``write``
-        raises (nothing was written), this caller raises that and every
-        other caller in the batch ``failed(that)``, an error of its own.
-        Returns this one's results or raises its error."""
+        """Queue ``mutations``; unless a writer before has already written
+        them, become the writer and, under ``write_lock``, ``write`` every
+        queued request: it sets each one's results once committed, or its
+        own error. When ``write`` raises (nothing was written), this caller
+        raises that and every other caller in the batch ``failed(that)``, an
+        error of its own. Returns this one's results or raises its error."""
         if self._pid != os.getpid():
             self._reset()
         request = Request(mutations)
         with self._lock:
             self._queue.append(request)
-        with write_lock:
-            if not request.done:
+            writes = not self._writing
+            self._writing = True
+        if not writes:
+            request.woken.wait()
+        if not request.done:
+            self._write(request, write_lock, write, failed)
+        if request.error is not None:
+            raise request.error
+        return request.results
+
+    def _write(
+        self,
+        request: Request,
+        write_lock: threading.Lock,
+        write: Callable[[list[Request]], None],
+        failed: Callable[[BaseException], BaseException],
+    ) -> None:
+        batch: list[Request] = []
+        try:
+            with write_lock:
+                # Taken under the lock: what queued while it was held joins.
                 with self._lock:
                     batch, self._queue = self._queue, []
                 try:
@@ -83,9 +112,12 @@ class GroupCommit:
                         if queued is not request and queued.error is None:
                             queued.error = failed(exc)
                     raise
-                finally:
-                    for queued in batch:
-                        queued.done = True
-        if request.error is not None:
-            raise request.error
-        return request.results
+        finally:
+            with self._lock:
+                for queued in batch:
+                    queued.done = True
+                    queued.woken.set()
+                if self._queue:
+                    self._queue[0].woken.set()  # the next writer
+                else:
+                    self._writing = False

@@ -474,30 +474,46 @@ class Plan:
         none if the entity lacks an indexed value for a sort or projection."""
         key = doc.entity.key
         names = self.row_properties
+        if not names:
+            # One row per entity, none of its values in it (a counter's
+            # total reads twenty such rows): no combinations to make.
+            position = self._position(doc, {})
+            if position is not None:
+                yield Row(position, doc, RawEntity(key) if self.keys_only else doc.entity)
+            return
         choices = [self._candidates(doc, name) for name in names]
         for combo in itertools.product(*choices):
             chosen = dict(zip(names, combo))
-            position = []
-            for order in self.orders:
-                if order.name == KEY_PROPERTY:
-                    enc = doc.key_enc
-                elif order.name in chosen:
-                    enc = chosen[order.name][0]
-                else:
-                    values = [e for e, _ in self._candidates(doc, order.name)]
-                    if not values:
-                        return  # not in this property's index: not a result
-                    enc = max(values) if order.descending else min(values)
-                position.append(descending(enc) if order.descending else enc)
-            position.append(descending(doc.key_enc) if self.key_descending else doc.key_enc)
-            position.extend(enc for enc, _ in combo)
+            position = self._position(doc, chosen)
+            if position is None:
+                return  # not in a sort order's index: not a result
             if self.projection:
                 entity = RawEntity(key, {name: projected(chosen[name][1]) for name in self.projection})
             elif self.keys_only:
                 entity = RawEntity(key)
             else:
                 entity = doc.entity
-            yield Row(tuple(position), doc, entity)
+            yield Row(position + tuple(enc for enc, _ in combo), doc, entity)
+
+    def _position(self, doc: Doc, chosen: dict[str, tuple[bytes, Any]]) -> tuple[bytes, ...] | None:
+        """Where a row sorts, before its projected values: each sort order's
+        value (the row's ``chosen`` one, else the least, or greatest when
+        descending, of the entity's indexed values), then the key; None
+        when the entity is not in a sort order's index."""
+        position = []
+        for order in self.orders:
+            if order.name == KEY_PROPERTY:
+                enc = doc.key_enc
+            elif order.name in chosen:
+                enc = chosen[order.name][0]
+            else:
+                values = [e for e, _ in self._candidates(doc, order.name)]
+                if not values:
+                    return None
+                enc = max(values) if order.descending else min(values)
+            position.append(descending(enc) if order.descending else enc)
+        position.append(descending(doc.key_enc) if self.key_descending else doc.key_enc)
+        return tuple(position)
 
     def first_of_each(self, rows: Iterable[Row]) -> list[Row]:
         seen: set[tuple[bytes, ...]] = set()

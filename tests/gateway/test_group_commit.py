@@ -150,8 +150,8 @@ def test_callers_a_writer_wrote_return_though_another_then_holds_the_write_lock(
     write_lock.lock.acquire()  # someone holds the lock while the callers queue
     out: dict[str, object] = {}
 
-    def write(batch: list[Request]) -> None:
-        for request in batch:
+    def write(take: Callable[[], list[Request]]) -> None:
+        for request in take():
             request.results = f"wrote {request.mutations}"
 
     def commit(name: str) -> None:
@@ -169,3 +169,48 @@ def test_callers_a_writer_wrote_return_though_another_then_holds_the_write_lock(
         thread.join(10)
     assert out == {name: f"wrote {name}" for name in ("a", "b", "c")}
     assert write_lock.lock.locked()  # held by the other holder throughout the answers
+
+
+def test_a_commit_after_one_rolled_back_in_the_same_group_sees_the_entity_as_it_was(gw):
+    """The group reads the rows it writes ahead, once; a commit rolled back
+    to its savepoint takes its writes out of what the next one sees."""
+    gw.commit([Upsert(RawEntity(Key.of("Shard", "full"), {"target": "T", "count": 2**63 - 1}))])
+    out = queued_together(gw, [
+        lambda: gw.commit([increment("b"), increment("full")]),  # writes "b", then fails: rolled back
+        lambda: gw.commit([increment("b")]),
+        lambda: gw.commit([increment("b", 5)]),
+    ])
+    assert isinstance(out[0], BadValueError)
+    assert [r.mutation_results[0].transform_results for r in out[1:]] == [(1,), (6,)]
+    assert gw.lookup([Key.of("Shard", "b")])[0].properties["count"] == 6
+    assert gw.stats.snapshot()["group_transactions"] == 1
+
+
+def test_commits_queued_while_another_process_holds_the_file_join_one_transaction(gw):
+    """The writer takes its batch once it holds the file's write lock, so
+    every commit that queued while another process held it is written in
+    that one transaction."""
+    assert gw.path is not None
+    other = sqlite3.connect(gw.path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's write transaction
+    names = [f"s{i}" for i in range(5)]
+    out: list[Any] = [None] * len(names)
+
+    def run(i: int) -> None:
+        out[i] = gw.commit([increment(names[i])])
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(names))]
+    for thread in threads:
+        thread.start()
+    for _ in range(2000):  # white box: all queued, the first one waiting for the file
+        if len(gw._group._queue) == len(names):
+            break
+        time.sleep(0.005)
+    assert len(gw._group._queue) == len(names)
+    other.execute("ROLLBACK")
+    other.close()
+    for thread in threads:
+        thread.join(60)
+    assert [r.mutation_results[0].transform_results for r in out] == [(1,)] * len(names)
+    snapshot = gw.stats.snapshot()
+    assert (snapshot["group_transactions"], snapshot["grouped_commits"]) == (1, len(names))

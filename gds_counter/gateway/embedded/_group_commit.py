@@ -68,15 +68,17 @@ class GroupCommit:
         self,
         mutations: Any,
         write_lock: threading.Lock,
-        write: Callable[[list[Request]], None],
+        write: Callable[[Callable[[], list[Request]]], None],
         failed: Callable[[BaseException], BaseException],
     ) -> Any:
         """Queue ``mutations``; unless a writer before has already written
-        them, become the writer and, under ``write_lock``, ``write`` every
-        queued request: it sets each one's results once committed, or its
-        own error. When ``write`` raises (nothing was written), this caller
-        raises that and every other caller in the batch ``failed(that)``, an
-        error of its own. Returns this one's results or raises its error."""
+        them, become the writer and, under ``write_lock``, ``write(take)``:
+        ``take()`` hands it every request queued by then (the writer calls
+        it once it holds the file's lock), and it sets each one's results
+        once committed, or its own error. When ``write`` raises (nothing
+        was written), this caller raises that and every other caller in the
+        batch ``failed(that)``, an error of its own. Returns this one's
+        results or raises its error."""
         if self._pid != os.getpid():
             self._reset()
         request = Request(mutations)
@@ -92,22 +94,31 @@ class GroupCommit:
             raise request.error
         return request.results
 
+    def _take(self) -> list[Request]:
+        with self._lock:
+            batch, self._queue = self._queue, []
+        return batch
+
     def _write(
         self,
         request: Request,
         write_lock: threading.Lock,
-        write: Callable[[list[Request]], None],
+        write: Callable[[Callable[[], list[Request]]], None],
         failed: Callable[[BaseException], BaseException],
     ) -> None:
         batch: list[Request] = []
+
+        def take() -> list[Request]:
+            batch[:] = self._take()
+            return batch
+
         try:
             with write_lock:
-                # Taken under the lock: what queued while it was held joins.
-                with self._lock:
-                    batch, self._queue = self._queue, []
                 try:
-                    write(batch)
+                    write(take)
                 except BaseException as exc:
+                    if not batch:  # failed before taking (the file stayed locked): so do the queued ones
+                        take()
                     for queued in batch:
                         if queued is not request and queued.error is None:
                             queued.error = failed(exc)

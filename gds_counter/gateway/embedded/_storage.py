@@ -37,9 +37,10 @@ from aborting each other.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import time
-from typing import Any, Hashable
+from typing import Any, Hashable, Iterable, Iterator
 
 import attrs
 
@@ -127,29 +128,39 @@ class Transaction(TransactionState):
 WRITE_LOCK_POLL_S = 0.0002
 
 
-def begin_write(conn: sqlite3.Connection, timeout: float) -> None:
-    """``BEGIN IMMEDIATE``: take the file's write lock, waiting up to
-    ``timeout`` seconds (the connection's busy timeout, set back after)
-    for another process to let it go.
+@contextlib.contextmanager
+def write_transaction(conn: sqlite3.Connection, timeout: float) -> Iterator[None]:
+    """A write transaction: ``BEGIN IMMEDIATE`` takes the file's write
+    lock, waiting up to ``timeout`` seconds (the connection's busy timeout)
+    for another process to let it go; the block writes and commits; one
+    that does not commit is rolled back.
 
     The wait polls every ``WRITE_LOCK_POLL_S`` instead of going through
     SQLite's busy handler, which sleeps 1, 2, 5, 10 ... up to 100 ms between
     tries: another process's write transaction lasts a millisecond or so,
     so with four processes writing one file much of their time went to
     sleeping past the moment the lock was free (p99 of an increment 119 ms
-    at 4 processes x 4 threads). Writers of one process never meet here:
-    they queue on the pool's write lock first."""
+    at 4 processes x 4 threads). The handler is switched off before the
+    wait and back on once the transaction has ended, so that neither
+    statement runs while this connection holds the lock the other processes
+    wait for. Writers of one process never meet here: they queue on the
+    pool's write lock first."""
     conn.execute("PRAGMA busy_timeout = 0")
     try:
         deadline = time.monotonic() + timeout
         while True:
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                return
+                break
             except sqlite3.OperationalError as exc:
                 if not is_busy(exc) or time.monotonic() >= deadline:
                     raise
             time.sleep(WRITE_LOCK_POLL_S)
+        try:
+            yield
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
     finally:
         conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
 
@@ -192,7 +203,23 @@ def allocate(conn: sqlite3.Connection, count: int) -> list[int]:
     return [_scatter(n) for n in range(end - count, end)]
 
 
-def upsert(conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now: float) -> tuple[Key, tuple[Any, ...]]:
+def stored_texts(conn: sqlite3.Connection, keys: Iterable[bytes]) -> dict[bytes, str | None]:
+    """What ``entities.data`` holds for each of ``keys`` (None: nothing),
+    read in one statement per 500 keys: a group commit reads the rows it
+    writes at once, not one statement each while it holds the file's
+    write lock."""
+    wanted = list(dict.fromkeys(keys))
+    texts: dict[bytes, str | None] = dict.fromkeys(wanted)
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        texts.update(conn.execute(f"SELECT key_bytes, data FROM entities WHERE key_bytes IN ({marks})", chunk).fetchall())
+    return texts
+
+
+def upsert(
+    conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now: float, stored: dict[bytes, str | None] | None = None
+) -> tuple[Key, tuple[Any, ...]]:
     """Write one entity (after its property mask and transforms) and its index
     rows; return the key and the transform results.
 
@@ -201,10 +228,17 @@ def upsert(conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now: 
     ``count`` alone, so its commit writes the row's page and nothing of
     ``props`` or ``entities_by_kind`` (every page a commit touches is another
     write into the WAL). The stored index rows are compared, not the old
-    entity's, so rows written under an older encoding are still replaced."""
+    entity's, so rows written under an older encoding are still replaced.
+
+    ``stored``, when given, holds what this transaction knows some keys'
+    rows hold (``stored_texts``); this write keeps it up to date."""
     entity = mutation.entity
     kb = key_bytes(key)
-    row = conn.execute("SELECT data FROM entities WHERE key_bytes = ?", (kb,)).fetchone()
+    if stored is not None and kb in stored:
+        text = stored[kb]
+        row = None if text is None else (text,)
+    else:
+        row = conn.execute("SELECT data FROM entities WHERE key_bytes = ?", (kb,)).fetchone()
     if mutation.property_mask is None:
         properties = dict(entity.properties)
         unindexed = set(entity.unindexed) & set(properties)
@@ -230,19 +264,20 @@ def upsert(conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now: 
         properties[transform.name] = total
         (unindexed.add if transform.name in entity.unindexed else unindexed.discard)(transform.name)
         transform_results.append(total)
-    stored = RawEntity(key, properties, frozenset(unindexed & set(properties)))
-    entries = {(name, enc) for name, enc, _ in index_entries(stored)}
+    written = RawEntity(key, properties, frozenset(unindexed & set(properties)))
+    entries = {(name, enc) for name, enc, _ in index_entries(written)}
+    text = dump_entity(written)
     if row is None:
         conn.execute(
             "INSERT INTO entities (key_bytes, ns, kind, version, written_at, data) VALUES (?, ?, ?, ?, ?, ?)",
-            (kb, key.namespace, key.kind, seq, now, dump_entity(stored)),
+            (kb, key.namespace, key.kind, seq, now, text),
         )
     else:
         known = _stored_index(row[0])  # before the first write: a single mutation raises before it writes
-        conn.execute(
-            "UPDATE entities SET version = ?, written_at = ?, data = ? WHERE key_bytes = ?",
-            (seq, now, dump_entity(stored), kb),
-        )
+        conn.execute("UPDATE entities SET version = ?, written_at = ?, data = ? WHERE key_bytes = ?", (seq, now, text, kb))
+    if stored is not None:
+        stored[kb] = text
+    if row is not None:
         if known == entries or set(conn.execute("SELECT name, value FROM props WHERE key_bytes = ?", (kb,))) == entries:
             return key, tuple(transform_results)
         conn.execute("DELETE FROM props WHERE key_bytes = ?", (kb,))

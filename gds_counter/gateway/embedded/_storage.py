@@ -38,6 +38,7 @@ from aborting each other.
 from __future__ import annotations
 
 import contextlib
+import logging
 import sqlite3
 import time
 from typing import Any, Hashable, Iterable, Iterator
@@ -52,6 +53,8 @@ from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Upsert
 from gds_counter.gateway.query import Query
 from gds_counter.gateway.values import RawEntity
+
+log = logging.getLogger("gds_counter.gateway.embedded")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entities (
@@ -162,7 +165,10 @@ def write_transaction(conn: sqlite3.Connection, timeout: float) -> Iterator[None
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
     finally:
-        conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        except sqlite3.Error as exc:  # never turn a write that committed into an error
+            log.warning("could not switch SQLite's busy handler back on: %r", exc)
 
 
 def is_busy(exc: BaseException) -> bool:

@@ -11,7 +11,9 @@ stall it for the whole call), not a speed figure.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
+import uuid
 
 import pytest
 
@@ -84,3 +86,45 @@ def test_concurrent_counters_and_the_blocking_face_agree(make_async_gateway, mak
 
     assert asyncio.run(read()) == 15
     asyncio.run(gateway.close())
+
+
+TASKS, PER_TASK = 64, 6
+
+
+@pytest.mark.parametrize("name", ["sqlite", "firestore"])
+def test_every_total_from_tasks_includes_each_increment_acknowledged_before_the_call(make_async_gateway, name):
+    """Tasks that finish together share one read of the total; none may be
+    handed a read that began before it asked (tests/counter/
+    test_total_consistency.py does the same from threads)."""
+    gateway = make_async_gateway(name)
+    target = uuid.uuid4().hex[:8]
+
+    async def scenario() -> tuple[list[tuple[int, int]], list[list[int]], int]:
+        async with gateway:
+            counter = aio.CounterShardDS("Consistency", target, gateway=gateway)
+            acknowledged = 0
+            seen: list[tuple[int, int]] = []
+            own: list[list[int]] = []  # each task's totals, in order
+
+            async def writer() -> None:
+                nonlocal acknowledged
+                mine: list[int] = []
+                own.append(mine)
+                for _ in range(PER_TASK):
+                    await asyncio.sleep(random.random() * 0.005)  # out of step: calls begin between others' reads
+                    before = acknowledged  # one loop: no lock needed
+                    total = await counter.increment()
+                    acknowledged += 1
+                    seen.append((before, total))
+                    mine.append(total)
+
+            await asyncio.gather(*(writer() for _ in range(TASKS)))
+            return seen, own, await counter.get_count()
+
+    seen, own, final = asyncio.run(scenario())
+    expected = TASKS * PER_TASK
+    assert len(seen) == expected
+    assert [(before, total) for before, total in seen if total < before + 1] == []
+    # A task's next total holds its previous increments and its new one.
+    assert [totals for totals in own if any(b <= a for a, b in zip(totals, totals[1:]))] == []
+    assert max(total for _, total in seen) == expected == final

@@ -109,12 +109,13 @@ class Layout:
     def shard_entity(self, target: str, shard: int, count: int | None, namespace: str = "") -> RawEntity:
         """A shard as it is stored, index flags included (``count`` None:
         without count, for a server-side increment to supply it)."""
-        return RawEntity(self.shard_key(target, shard, namespace), self.shard_fields(target, count), self.shard_unindexed)
+        return self.shard_entity_at(self.shard_key(target, shard, namespace), target, count)
 
-    @property
-    def shard_unindexed(self) -> frozenset[str]:
-        """The properties a shard stores unindexed."""
-        return frozenset() if self.count_indexed else frozenset({self.count_property})
+    def shard_entity_at(self, key: Key, target: str, count: int | None) -> RawEntity:
+        """``shard_entity`` for a shard whose key the caller holds already
+        (a counter builds each shard's key once)."""
+        unindexed = frozenset() if self.count_indexed else frozenset({self.count_property})
+        return RawEntity(key, self.shard_fields(target, count), unindexed)
 
     def count_of(self, shard: RawEntity | None) -> int:
         """A stored shard's count, read straight from the stored values (a

@@ -62,7 +62,7 @@ class Shard:
     )
 
     def entity(self, count: int | None) -> RawEntity:
-        return RawEntity(self.key, self.layout.shard_fields(self.target, count), self.layout.shard_unindexed)
+        return self.layout.shard_entity_at(self.key, self.target, count)
 
     def __str__(self) -> str:
         return f"shard {self.number} of {self.layout.shard_kind} {self.target!r}"

@@ -222,24 +222,26 @@ _per_gateway_lock = threading.Lock()
 _per_gateway: "weakref.WeakKeyDictionary[Any, SharedReads[Any]]" = weakref.WeakKeyDictionary()
 _async_per_gateway: "weakref.WeakKeyDictionary[Any, AsyncSharedReads[Any]]" = weakref.WeakKeyDictionary()
 
+S = TypeVar("S")
+
+
+def _of(table: "weakref.WeakKeyDictionary[Any, S]", gateway: Any, new: Callable[[], S]) -> S:
+    with _per_gateway_lock:
+        found = table.get(gateway)
+        if found is None:
+            found = table[gateway] = new()
+        return found
+
 
 def shared_reads(gateway: Any) -> "SharedReads[Any]":
     """The lines of reads a blocking ``gateway``'s plans share
     (``plan.Shared``); they go with the gateway."""
-    with _per_gateway_lock:
-        found = _per_gateway.get(gateway)
-        if found is None:
-            found = _per_gateway[gateway] = SharedReads()
-        return found
+    return _of(_per_gateway, gateway, SharedReads)
 
 
 def async_shared_reads(gateway: Any) -> "AsyncSharedReads[Any]":
     """``shared_reads`` for an async gateway's plans (per event loop)."""
-    with _per_gateway_lock:
-        found = _async_per_gateway.get(gateway)
-        if found is None:
-            found = _async_per_gateway[gateway] = AsyncSharedReads()
-        return found
+    return _of(_async_per_gateway, gateway, AsyncSharedReads)
 
 
 def _async(event: _Event) -> asyncio.Event:

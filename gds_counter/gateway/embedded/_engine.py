@@ -375,11 +375,17 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         """One write transaction: validate ``txn``'s reads, apply the
         mutations, commit (or roll back on any error)."""
         with write_transaction(conn, conn.busy_timeout):
-            seq, results = self._mutate(conn, mutations, txn)
-            self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
-            conn.execute("COMMIT")
-            if self.path is None:
-                self._memory_seq = seq
+            return self._write_within(conn, mutations, txn)
+
+    def _write_within(
+        self, conn: Connection, mutations: list[Mutation], txn: Transaction | None
+    ) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
+        """``_write`` in the write transaction already begun on ``conn``."""
+        seq, results = self._mutate(conn, mutations, txn)
+        self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
+        conn.execute("COMMIT")
+        if self.path is None:
+            self._memory_seq = seq
         return results
 
     def _write_group(self, take: Callable[[], list[Request]]) -> None:
@@ -392,10 +398,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         with self._db() as conn, write_transaction(conn, conn.busy_timeout):
             batch = take()
             if len(batch) == 1:
-                [request] = batch
-                seq, request.results = self._mutate(conn, request.mutations, None)
-                self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
-                conn.execute("COMMIT")
+                batch[0].results = self._write_within(conn, batch[0].mutations, None)
                 return
             written: list[tuple[Request, Any]] = []
             stored = stored_texts(conn, _upserted_keys(batch))

@@ -28,6 +28,7 @@ bookkeeping (``_Lines``) is the same for both, only the waiting differs.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import threading
 import time
@@ -42,6 +43,12 @@ R = TypeVar("R")
 __all__ = ["AsyncSharedReads", "SharedReads", "async_shared_reads", "own_copy", "own_result", "shared_reads"]
 
 _Event = Union[threading.Event, asyncio.Event]
+
+#: True while this thread leads a shared read, after it let the threads
+#: ready to join do so: a shared read nested in it (the counter's total
+#: read sharing the gateway's query) need not let them again. Each wait
+#: (``time.sleep(0)``) costs about 25 us of CPU and 90 us of time.
+_settled: contextvars.ContextVar[bool] = contextvars.ContextVar("gds_counter_shared_read_settled", default=False)
 
 
 class _Round(Generic[R]):
@@ -151,21 +158,25 @@ class SharedReads(Generic[R]):
         try:
             if wait:
                 mine.turn.wait()
-            # Let the threads that are about to ask for the same read (the
-            # writers one group commit just released) join it first.
-            time.sleep(0)
+            if wait or not _settled.get():
+                # Let the threads that are about to ask for the same read
+                # (the writers one group commit just released) join it first.
+                time.sleep(0)
         except BaseException:  # interrupted before its read: its callers read alone
             with lock:
                 lines.abandon(key, line, mine)
             raise
         with lock:
             lines.start(line)
+        settled = _settled.set(True)
         try:
             result = read()
         except BaseException:
             with lock:
                 lines.finish(key, line, mine, None, failed=True)
             raise
+        finally:
+            _settled.reset(settled)
         with lock:
             lines.finish(key, line, mine, result, failed=False)
         return result, False

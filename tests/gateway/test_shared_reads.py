@@ -112,6 +112,24 @@ def test_alone_a_caller_reads_at_once_and_nothing_is_kept():
     assert shared._lines.lines == {}
 
 
+def test_a_leader_lets_ready_callers_join_once_not_again_for_a_read_nested_in_its_own(monkeypatch):
+    """A counter's shared total read runs the gateway's shared query inside
+    it: its leader already let the ready threads join, so the nested read
+    starts at once (each wait costs a system call and tens of microseconds)."""
+    from gds_counter.gateway import shared_reads as module
+
+    waits: list[float] = []
+    monkeypatch.setattr(module.time, "sleep", waits.append)
+    outer: SharedReads[int] = SharedReads()
+    inner: SharedReads[int] = SharedReads()
+    assert inner.run("query", lambda: 1) == (1, False)
+    assert waits == [0]
+    assert outer.run("total", lambda: inner.run("query", lambda: 2)[0]) == (2, False)
+    assert waits == [0, 0]
+    assert inner.run("query", lambda: 3) == (3, False)  # outside it, a leader waits again
+    assert waits == [0, 0, 0]
+
+
 def test_a_shared_answer_is_handed_out_as_each_callers_own_copy():
     from gds_counter.gateway.keys import Key
     from gds_counter.gateway.values import RawEntity

@@ -32,7 +32,14 @@ __all__ = ["GroupCommit", "Request"]
 
 class Request:
     """One caller's commit: its mutations, then its results or error.
-    ``woken`` is set when it is done, or when its caller is to write next."""
+
+    ``woken`` is a lock taken from the start and released when the request
+    is done, or when its caller is to write next: the caller waits by
+    acquiring it. (A ``threading.Event`` builds a Condition per commit and
+    notifies through it, a measurable share of a commit's CPU.) It is
+    released at most once per wait: a caller woken to write goes on to
+    write its own request, and ``GroupCommit._write`` releases each written
+    request once, after its caller took the lock back or never waited."""
 
     __slots__ = ("mutations", "done", "results", "error", "woken")
 
@@ -41,7 +48,8 @@ class Request:
         self.done = False
         self.results: Any = None
         self.error: BaseException | None = None
-        self.woken = threading.Event()
+        self.woken = threading.Lock()
+        self.woken.acquire()
 
 
 class GroupCommit:
@@ -87,7 +95,7 @@ class GroupCommit:
             writes = not self._writing
             self._writing = True
         if not writes:
-            request.woken.wait()
+            request.woken.acquire()
         if not request.done:
             self._write(request, write_lock, write, failed)
         if request.error is not None:
@@ -127,8 +135,8 @@ class GroupCommit:
             with self._lock:
                 for queued in batch:
                     queued.done = True
-                    queued.woken.set()
+                    queued.woken.release()
                 if self._queue:
-                    self._queue[0].woken.set()  # the next writer
+                    self._queue[0].woken.release()  # the next writer
                 else:
                     self._writing = False

@@ -450,6 +450,16 @@ class Plan:
         return not self.row_properties and all(o.name == KEY_PROPERTY for o in self.orders[:1]) and len(self.orders) <= 1
 
     @property
+    def key_width(self) -> int | None:
+        """For whole entities in ascending key order (a counter's total, a
+        kind's scan): how many times a row's position repeats its key, the
+        whole of the position. None for any other plan, whose rows
+        ``rows`` makes."""
+        if not self.streams or any(o.descending for o in self.orders):
+            return None
+        return len(self.orders) + 1
+
+    @property
     def first_property(self) -> str | None:
         names = [o.name for o in self.orders if o.name != KEY_PROPERTY]
         return names[0] if names else None

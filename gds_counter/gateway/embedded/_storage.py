@@ -48,7 +48,7 @@ import attrs
 from gds_counter._checks import INT64_MAX, INT64_MIN, is_int
 from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError
 from gds_counter.gateway.base import TransactionState
-from gds_counter.gateway.embedded._encoding import dump_entity, index_entries, key_bytes, load_entity, load_indexed
+from gds_counter.gateway.embedded._encoding import dump_entity, index_entries, key_bytes, load_entity, load_indexed, remember_written
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Upsert
 from gds_counter.gateway.query import Query
@@ -271,8 +271,10 @@ def upsert(
         (unindexed.add if transform.name in entity.unindexed else unindexed.discard)(transform.name)
         transform_results.append(total)
     written = RawEntity(key, properties, frozenset(unindexed & set(properties)))
-    entries = {(name, enc) for name, enc, _ in index_entries(written)}
+    indexed = list(index_entries(written))
+    entries = {(name, enc) for name, enc, _ in indexed}
     text = dump_entity(written)
+    remember_written(text, written, indexed)
     if row is None:
         conn.execute(
             "INSERT INTO entities (key_bytes, ns, kind, version, written_at, data) VALUES (?, ?, ?, ?, ?, ?)",

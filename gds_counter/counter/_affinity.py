@@ -59,7 +59,6 @@ none: its parent's writers are not its own.
 from __future__ import annotations
 
 import collections
-import contextlib
 import contextvars
 import logging
 import os
@@ -67,7 +66,8 @@ import random
 import threading
 import time
 import weakref
-from typing import Callable, Hashable, Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import Callable, Hashable, Iterable, Mapping
 
 from gds_counter.errors import Contention
 from gds_counter.gateway.base import Gateway
@@ -98,8 +98,8 @@ class _CounterShards:
     __slots__ = ("held", "order", "ranked", "last", "wrote_since", "avoid_until", "values", "busy_until", "contended_until", "numbers")
 
     def __init__(self) -> None:
-        #: shard -> writers of this process holding it now
-        self.held: collections.Counter[int] = collections.Counter()
+        #: shard -> writers of this process holding it now (a shard nobody holds is absent)
+        self.held: dict[int, int] = {}
         #: this process's preference: the counter's shards from a random one on, wrapping around
         self.order: list[int] = []
         #: the shards ``order`` ranks (a range compares in O(1), on every attempt)
@@ -142,18 +142,19 @@ class _CounterShards:
             quiet = [n for n in self.order if self._quiet(n, now)]
             if quiet:
                 return _random.choice(quiet)
+        held = self.held
         for n in self.order:  # every quiet shard is taken: a busy one
-            if not self.held[n] and self.avoid_until.get(n, 0.0) <= now:
+            if n not in held and self.avoid_until.get(n, 0.0) <= now:
                 return n
-        free = [n for n in self.order if not self.held[n]]
+        free = [n for n in self.order if n not in held]
         if free:  # every free shard is avoided: the one avoided longest ago
             return min(free, key=lambda n: self.avoid_until.get(n, 0.0))
-        fewest = min(self.held[n] for n in self.order)
-        return _random.choice([n for n in self.order if self.held[n] == fewest])
+        fewest = min(held[n] for n in self.order)
+        return _random.choice([n for n in self.order if held[n] == fewest])
 
     def _quiet(self, n: int, now: float) -> bool:
         """Held by no writer of this process, neither avoided nor busy."""
-        return not self.held[n] and self.avoid_until.get(n, 0.0) <= now and self.busy_until.get(n, 0.0) <= now
+        return n not in self.held and self.avoid_until.get(n, 0.0) <= now and self.busy_until.get(n, 0.0) <= now
 
     def contended(self, now: float) -> None:
         self.contended_until = now + BUSY_SECONDS
@@ -168,7 +169,7 @@ class _CounterShards:
         so a shard missing from it holds 0. A shard that changed between two
         reads while this process did not write it is busy."""
         for n in set(self.order).union(counts) if every else counts:
-            if self.held[n] or n in self.wrote_since:
+            if n in self.held or n in self.wrote_since:
                 # This process's own writes change it: judge from the next read on.
                 self.wrote_since.discard(n)
                 self.values.pop(n, None)
@@ -229,33 +230,43 @@ def _state(gateway: Gateway, counter: Hashable) -> _CounterShards:
     return state
 
 
-@contextlib.contextmanager
-def holding_shard(gateway: Gateway, counter: Hashable, shards: range) -> Iterator[int]:
+class holding_shard:
     """A shard of ``shards`` for one attempt on ``counter``: the first in
     this process's order that no other writer of this process holds and that
-    is not avoided, held until the block ends. ``Contention`` raised in the
-    block makes this process avoid the shard."""
-    with _lock:
-        state = _state(gateway, counter)
-        shard = state.choose(shards, _clock())
-        state.held[shard] += 1
-    outer = _current.get()
-    _current.set(_Hold(state, shard, gateway))
-    try:
-        yield shard
-    except Contention:
+    is not avoided, held until the block ends (``with holding_shard(...) as
+    shard``). ``Contention`` raised in the block makes this process avoid
+    the shard. A class, not a generator: every attempt of every increment
+    enters one."""
+
+    __slots__ = ("_gateway", "_counter", "_shards", "_state", "_shard", "_outer")
+
+    def __init__(self, gateway: Gateway, counter: Hashable, shards: range) -> None:
+        self._gateway, self._counter, self._shards = gateway, counter, shards
+
+    def __enter__(self) -> int:
         with _lock:
-            state.avoid(shard, _clock(), "contention")
-        gateway.stats.bump("counter.shard_moves")
-        raise
-    finally:
+            state = self._state = _state(self._gateway, self._counter)
+            shard = self._shard = state.choose(self._shards, _clock())
+            state.held[shard] = state.held.get(shard, 0) + 1
+        self._outer = _current.get()
+        _current.set(_Hold(state, shard, self._gateway))
+        return shard
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        state, shard = self._state, self._shard
         # set, not reset(token): a plan closed by the garbage collector ends
         # in whatever context that runs, where the token is not valid.
-        _current.set(outer)
+        _current.set(self._outer)
         with _lock:
-            state.held[shard] -= 1
-            if not state.held[shard]:
+            if isinstance(exc, Contention):
+                state.avoid(shard, _clock(), "contention")
+            left = state.held[shard] - 1
+            if left:
+                state.held[shard] = left
+            else:
                 del state.held[shard]
+        if isinstance(exc, Contention):
+            self._gateway.stats.bump("counter.shard_moves")
 
 
 def wrote(found: int, stored: int) -> None:

@@ -33,7 +33,7 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar, Union
+from typing import Any, Awaitable, Callable, Generic, Hashable, Iterator, TypeVar, Union
 
 from gds_counter.gateway.query import QueryResult
 from gds_counter.gateway.values import RawEntity
@@ -43,6 +43,9 @@ R = TypeVar("R")
 __all__ = ["AsyncSharedReads", "SharedReads", "async_shared_reads", "own_copy", "own_result", "shared_reads"]
 
 _Event = Union[threading.Event, asyncio.Event]
+
+#: The most times a read's leader lets ready callers join before it reads.
+SETTLE_WAITS = 4
 
 #: True while this thread leads a shared read, after it let the threads
 #: ready to join do so: a shared read nested in it (the counter's total
@@ -62,6 +65,21 @@ class _Round(Generic[R]):
         self.result: R | None = None
         self.failed = False
         self.waiting = 0  # callers that joined it and wait for its answer
+
+
+def _settling(mine: _Round[Any]) -> Iterator[None]:
+    """The leader's waits before its read (each lets the threads or tasks
+    that are ready run): one, then another as long as the last one brought
+    a caller to join, up to ``SETTLE_WAITS``. The callers one group commit
+    releases reach the read one after another; a single wait let the first
+    few join and left the rest to a second read (16 threads: 0.19 reads per
+    increment with one wait, 0.14 with up to four, one per group commit)."""
+    joined = -1
+    for _ in range(SETTLE_WAITS):
+        if mine.waiting == joined:
+            return
+        joined = mine.waiting
+        yield
 
 
 class _Line(Generic[R]):
@@ -161,7 +179,8 @@ class SharedReads(Generic[R]):
             if wait or not _settled.get():
                 # Let the threads that are about to ask for the same read
                 # (the writers one group commit just released) join it first.
-                time.sleep(0)
+                for _ in _settling(mine):
+                    time.sleep(0)
         except BaseException:  # interrupted before its read: its callers read alone
             with lock:
                 lines.abandon(key, line, mine)
@@ -215,7 +234,8 @@ class AsyncSharedReads(Generic[R]):
                 await _async(mine.turn).wait()
             # Let the tasks that are ready to ask for the same read (the
             # answers of one batch of commits arrive together) join it first.
-            await asyncio.sleep(0)
+            for _ in _settling(mine):
+                await asyncio.sleep(0)
         except BaseException:  # cancelled before its read: its callers read alone
             lines.abandon(key, line, mine)
             raise

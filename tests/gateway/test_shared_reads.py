@@ -130,6 +130,41 @@ def test_a_leader_lets_ready_callers_join_once_not_again_for_a_read_nested_in_it
     assert waits == [0, 0, 0]
 
 
+@pytest.mark.parametrize("bringing", [0, 2, 10])
+def test_a_leader_waits_again_while_each_wait_brings_another_caller_to_join(monkeypatch, bringing):
+    """The callers one group commit releases reach the read one after
+    another: the leader waits once, then again for as long as the last wait
+    brought a caller, up to SETTLE_WAITS; everyone who came shares its one
+    read."""
+    from gds_counter.gateway import shared_reads as module
+
+    shared: SharedReads[int] = SharedReads()
+    read = Reads()
+    read.release[0].set()
+    out: dict[str, object] = {}
+    threads: list[threading.Thread] = []
+    waits: list[float] = []
+
+    def wait_for_joiner(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) <= bringing:
+            threads.append(call(shared, read, out, f"joiner {len(waits)}"))
+            for _ in range(2000):
+                line = shared._lines.lines["q"]
+                if line.next is not None and line.next.waiting >= len(waits):
+                    return
+                threading.Event().wait(0.005)
+            raise AssertionError("the caller did not join")
+
+    monkeypatch.setattr(module.time, "sleep", wait_for_joiner)
+    assert shared.run("q", read) == (0, False)
+    for thread in threads:
+        thread.join(10)
+    assert waits == [0] * min(bringing + 1, module.SETTLE_WAITS)
+    assert out == {f"joiner {n}": (0, True) for n in range(1, len(threads) + 1)}
+    assert read.runs == 1
+
+
 def test_a_shared_answer_is_handed_out_as_each_callers_own_copy():
     from gds_counter.gateway.keys import Key
     from gds_counter.gateway.values import RawEntity

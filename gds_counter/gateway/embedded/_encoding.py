@@ -208,9 +208,13 @@ def _entity_from_json(data: dict[str, Any], key: Key | None = None) -> RawEntity
     return RawEntity(key, {name: _from_json(v) for name, v in data["p"].items()}, frozenset(data["u"]))
 
 
+#: ``json.dumps(..., separators=(",", ":"))`` builds an encoder per call; every write uses this one.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def dump_entity(entity: RawEntity) -> str:
     """The text stored in ``entities.data``."""
-    return json.dumps(_entity_to_json(entity), separators=(",", ":"))
+    return _encode(_entity_to_json(entity))
 
 
 def load_entity(text: str, key: Key | None = None) -> RawEntity:

@@ -249,7 +249,7 @@ def upsert(
         properties = dict(entity.properties)
         unindexed = set(entity.unindexed) & set(properties)
     else:
-        old = load_entity(row[0]) if row else RawEntity(key)
+        old = load_entity(row[0], key) if row else RawEntity(key)
         properties, unindexed = dict(old.properties), set(old.unindexed)
         for name in mutation.property_mask:
             unindexed.discard(name)

@@ -20,16 +20,20 @@ out of the way of the others:
   of its own). Only when every shard is held do two writers share one.
 * **A preference order per process, once others are about.** While this
   process sees no other writer, it spreads its writes over every free
-  shard, as the articles do (a single writer does not pile its writes onto
-  one entity). Once it sees one (a busy shard, a foreign count, or
+  shard in turn, as the articles spread theirs at random (a single writer
+  does not pile its writes onto one entity). Once it sees one (a busy shard, a foreign count, or
   ``Contention``, within ``BUSY_SECONDS``), it takes the first free shard in
   an order of its own, so its writers stay on a few shards (about as many as
   it has writers at once); two processes then share a shard only where
   their first choices overlap, not everywhere. The order is an arc: the
-  shards from a random one on, wrapping around. Arcs overlap less than
-  random orders do: two processes' first 4 of 20 shards meet for about 35%
-  of pairs of arcs (7 starting points of 20), against 62% for random
-  orders (1 - C(16,4)/C(20,4)), so processes settle sooner.
+  shards from a start of this process's own on, wrapping around. Arcs
+  overlap less than random orders do: two processes' first 4 of 20 shards
+  meet for about 35% of pairs of random arcs (7 starting points of 20),
+  against 62% for random orders (1 - C(16,4)/C(20,4)); and the starts are
+  not random but spread by process id (``_arc_start``), so that processes
+  started together begin apart. Alone, a process takes the shards of its
+  arc in turn (round robin), which spreads its writes as evenly as
+  possible and keeps processes that write at a similar rate apart.
 * **Moving away from other processes.** A strategy reports what it found in
   the shard and what it wrote (``wrote``). When the count found is not the
   one this process last wrote there, another writer (another process, or a
@@ -61,11 +65,14 @@ from __future__ import annotations
 import collections
 import contextvars
 import logging
+import math
 import os
 import random
+import socket
 import threading
 import time
 import weakref
+import zlib
 from types import TracebackType
 from typing import Callable, Hashable, Iterable, Mapping
 
@@ -91,19 +98,50 @@ MAX_COUNTERS = 1024
 _clock: Callable[[], float] = time.monotonic
 _random = random.Random()
 
+#: The golden ratio's fractional part: successive multiples of it, taken
+#: modulo 1, stay as far apart as any sequence can (the three-gap theorem).
+_GOLDEN = (math.sqrt(5) - 1) / 2
+#: This process's id (tests stand in for other processes by replacing it).
+_process_id = os.getpid
+
+
+def _arc_start(size: int, counter: Hashable) -> int:
+    """Where this process's arc of ``size`` shards of ``counter`` starts.
+
+    Processes started together (a server's workers, a pool) have nearby
+    process ids, and ``pid * golden ratio`` modulo 1 spreads such ids
+    evenly around the circle: the arcs of 4 consecutive ids on 20 shards
+    start at least 2 shards apart, and at least 3 for 92% of ids, where 4
+    random starts are all 3 or more apart 12% of the time. Their writers
+    then begin on different shards, not only once they have met (on the
+    Firestore emulator a first meeting costs both writers its 2 s lock
+    timeout). The host name and the counter, hashed (the same in every
+    process), turn the circle: each machine's processes may have the very
+    same ids (containers), and a process's counters start apart from one
+    another."""
+    turn = zlib.crc32(f"{socket.gethostname()} {counter!r}".encode()) / 2**32
+    return int((turn + _process_id() * _GOLDEN) % 1.0 * size)
+
 
 class _CounterShards:
     """What this process knows about one counter's shards."""
 
-    __slots__ = ("held", "order", "ranked", "last", "wrote_since", "avoid_until", "values", "busy_until", "contended_until", "numbers")
+    __slots__ = (
+        "counter", "held", "order", "ranked", "cursor", "last", "wrote_since", "avoid_until", "values", "busy_until", "contended_until",
+        "numbers",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, counter: Hashable) -> None:
+        #: which counter (``_arc_start``)
+        self.counter = counter
         #: shard -> writers of this process holding it now (a shard nobody holds is absent)
         self.held: dict[int, int] = {}
         #: this process's preference: the counter's shards from a random one on, wrapping around
         self.order: list[int] = []
         #: the shards ``order`` ranks (a range compares in O(1), on every attempt)
         self.ranked = range(0)
+        #: where in ``order`` a writer of this process, alone, looks first
+        self.cursor = 0
         #: shard -> the count this process last committed there
         self.last: dict[int, int] = {}
         #: shards this process wrote since the last read of them
@@ -121,27 +159,25 @@ class _CounterShards:
 
     def choose(self, shards: range, now: float) -> int:
         if self.ranked != shards:
-            # New (or grown): a fresh arc from a random shard, this process's own.
-            start = _random.randrange(len(shards))
+            # New (or grown): a fresh arc, from this process's own start.
+            start = _arc_start(len(shards), self.counter)
             self.order = [*shards[start:], *shards[:start]]
             self.ranked = shards
+            self.cursor = 0
         # Others about: keep to this process's first choices, so that
-        # processes meet on few shards. Alone: spread over every shard, a
-        # quiet one at random (a few random draws find one when most are
-        # quiet, as they are with fewer writers than shards; the list of all
-        # of them is built only when they do not: uniform either way).
+        # processes meet on few shards. Alone: spread over every shard, the
+        # next quiet one along the arc (round robin: every shard in turn).
         if now < self.contended_until:
             for n in self.order:
                 if self._quiet(n, now):
                     return n
         else:
-            for _ in range(4):
-                n = self.order[_random.randrange(len(self.order))]
-                if self._quiet(n, now):
-                    return n
-            quiet = [n for n in self.order if self._quiet(n, now)]
-            if quiet:
-                return _random.choice(quiet)
+            size = len(self.order)
+            for step in range(size):
+                at = (self.cursor + step) % size
+                if self._quiet(self.order[at], now):
+                    self.cursor = at + 1
+                    return self.order[at]
         held = self.held
         for n in self.order:  # every quiet shard is taken: a busy one
             if n not in held and self.avoid_until.get(n, 0.0) <= now:
@@ -205,9 +241,9 @@ def _forget_all() -> None:
     _lock = threading.Lock()  # a thread of the parent may have held it at fork time
     _known.clear()
     # Its own dice: children forked from one parent (gunicorn --preload
-    # workers) would otherwise draw the same arcs and the same shards, and
-    # collide on every one. (``random``'s module functions are reseeded at
-    # a fork; an instance of ``random.Random`` is not.)
+    # workers) would otherwise draw the same shards to leave. (``random``'s
+    # module functions are reseeded at a fork; an instance of
+    # ``random.Random`` is not.) Its arcs start from its own process id.
     _random.seed()
 
 
@@ -220,7 +256,7 @@ def _state(gateway: Gateway, counter: Hashable) -> _CounterShards:
     counters = _known.setdefault(gateway, collections.OrderedDict())
     state = counters.get(counter)
     if state is None:
-        state = counters[counter] = _CounterShards()
+        state = counters[counter] = _CounterShards(counter)
         if len(counters) > MAX_COUNTERS:
             # Forget the least recently used counters nobody is writing.
             for name in [name for name, old in counters.items() if not old.held][: len(counters) - MAX_COUNTERS]:

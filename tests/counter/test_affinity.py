@@ -112,12 +112,26 @@ def test_when_every_shard_is_held_the_least_held_is_shared(memory_gateway):
                         assert d in {1, 2, 3} and e in {1, 2, 3} and d != e
 
 
-def test_a_process_alone_spreads_its_writes_over_the_shards(memory_gateway, dice):
+def test_a_process_alone_writes_every_shard_in_turn(memory_gateway, dice):
     counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy="transactional")
-    for expected in range(1, 31):
+    for expected in range(1, 41):
         assert counter.increment() == expected
-    assert len(shards_written(counter)) > 5  # not piled onto one entity
+    assert dict(counter.shards(method="lookup")) == {n: 2 for n in range(1, 21)}  # not piled onto one entity
     assert memory_gateway.stats["counter.shard_moves"] == 0
+
+
+def test_processes_started_together_begin_their_arcs_apart(monkeypatch):
+    """Worker processes started together have consecutive ids: their arcs
+    start at least 2 of 20 shards apart, for any such ids (random starts
+    put two of four on the same or the next shard most of the time)."""
+    for first in range(1, 3000, 7):
+        starts = []
+        for pid in range(first, first + 4):
+            monkeypatch.setattr(_affinity, "_process_id", lambda pid=pid: pid)
+            starts.append(_affinity._arc_start(20, ("", "CounterShard", "Counter Test")))
+        ordered = sorted(starts)
+        gaps = [(ordered[(i + 1) % 4] - ordered[i]) % 20 for i in range(4)]
+        assert min(gaps) >= 2, (first, starts)
 
 
 def test_after_contention_a_process_keeps_off_that_shard_and_to_its_first_choices(memory_gateway, clock, dice):

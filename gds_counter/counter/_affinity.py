@@ -21,11 +21,12 @@ out of the way of the others:
 * **A preference order per process, once others are about.** While this
   process sees no other writer, it spreads its writes over every free
   shard in turn, as the articles spread theirs at random (a single writer
-  does not pile its writes onto one entity). Once it sees one (a busy shard, a foreign count, or
-  ``Contention``, within ``BUSY_SECONDS``), it takes the first free shard in
-  an order of its own, so its writers stay on a few shards (about as many as
-  it has writers at once); two processes then share a shard only where
-  their first choices overlap, not everywhere. The order is an arc: the
+  does not pile its writes onto one entity). Once it sees one (a busy
+  shard, a foreign count, or ``Contention``, within ``BUSY_SECONDS``), it
+  takes the first free shard in an order of its own, so its writers stay
+  on a few shards (about as many as it has writers at once); two processes
+  then share a shard only where their first choices overlap, not
+  everywhere. The order is an arc: the
   shards from a start of this process's own on, wrapping around. Arcs
   overlap less than random orders do: two processes' first 4 of 20 shards
   meet for about 35% of pairs of random arcs (7 starting points of 20),
@@ -127,8 +128,8 @@ class _CounterShards:
     """What this process knows about one counter's shards."""
 
     __slots__ = (
-        "counter", "held", "order", "ranked", "cursor", "last", "wrote_since", "avoid_until", "values", "busy_until", "contended_until",
-        "numbers",
+        "counter", "held", "order", "ranked", "cursor", "last", "wrote_since",
+        "avoid_until", "values", "busy_until", "contended_until", "numbers",
     )
 
     def __init__(self, counter: Hashable) -> None:
@@ -136,7 +137,7 @@ class _CounterShards:
         self.counter = counter
         #: shard -> writers of this process holding it now (a shard nobody holds is absent)
         self.held: dict[int, int] = {}
-        #: this process's preference: the counter's shards from a random one on, wrapping around
+        #: this process's preference: the counter's shards from its own start on, wrapping around
         self.order: list[int] = []
         #: the shards ``order`` ranks (a range compares in O(1), on every attempt)
         self.ranked = range(0)

@@ -38,7 +38,7 @@ import datetime as _dt
 import json
 import math
 import struct
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from gds_counter.errors import BadValueError, GatewayError
 from gds_counter.gateway.keys import Key, PathElement
@@ -257,13 +257,19 @@ def _decoded(text: str) -> _Decoded | None:
     entity = _entity_from_json(json.loads(text))
     if not all(value is None or isinstance(value, _SHAREABLE) for value in entity.properties.values()):
         return None
-    index: Index = {}
     try:
-        for name, enc, value in index_entries(entity):
-            index.setdefault(name, []).append((enc, value))
+        index = _index(index_entries(entity))
     except BadValueError:
         return None  # not indexable here: the query that needs it says so itself
     return entity.key, entity.properties, entity.unindexed, index
+
+
+def _index(entries: Iterable[tuple[str, bytes, Any]]) -> Index:
+    """``index_entries`` grouped by property name."""
+    index: Index = {}
+    for name, enc, value in entries:
+        index.setdefault(name, []).append((enc, value))
+    return index
 
 
 def remember_written(text: str, entity: RawEntity, entries: list[tuple[str, bytes, Any]]) -> None:
@@ -275,10 +281,7 @@ def remember_written(text: str, entity: RawEntity, entries: list[tuple[str, byte
     values all decode to themselves (``_EXACT``)."""
     if len(text) > _REMEMBERED_TEXT or not all(type(value) in _EXACT for value in entity.properties.values()):
         return
-    index: Index = {}
-    for name, enc, value in entries:
-        index.setdefault(name, []).append((enc, value))
-    token = _written.set((text, (entity.key, entity.properties, entity.unindexed, index)))
+    token = _written.set((text, (entity.key, entity.properties, entity.unindexed, _index(entries))))
     try:
         _decoded(text)
     finally:

@@ -73,8 +73,6 @@ class _Compiled:
     matches: Callable[[Doc], bool] | None
     sql: str
     params: tuple[Any, ...]
-    #: ``plan.key_width``, looked up once: each row of such a plan is made here, not by the plan
-    key_width: int | None
 
 __all__ = ["BATCH_SIZE", "BUSY_TIMEOUT_S", "CAPABILITIES", "EmbeddedGateway"]
 
@@ -286,7 +284,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
             plan = Plan.of(query)
             exact = query.filter is None or sql_is_exact(query.filter)
             matches = None if exact or query.filter is None else compile_filter(query.filter)
-            found = _Compiled(plan, matches, *candidate_sql(query, plan, None), plan.key_width)
+            found = _Compiled(plan, matches, *candidate_sql(query, plan, None))
             if len(self._compiled_queries) >= COMPILED_QUERIES:
                 self._compiled_queries.clear()
             self._compiled_queries[shape] = found
@@ -298,7 +296,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         (index-narrowed) candidates for every batch, which is fine for
         filtered queries but makes following every batch of a large kind
         sorted by a property quadratic."""
-        plan, matches, streams, width = compiled.plan, compiled.matches, compiled.plan.streams, compiled.key_width
+        plan, matches, streams, keyed = compiled.plan, compiled.matches, compiled.plan.streams, compiled.plan.key_width is not None
         sql, params = (compiled.sql, compiled.params) if start is None else candidate_sql(query, plan, start)
         cursor = conn.execute(sql, params)
         examined = 0
@@ -310,8 +308,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
                 doc = Doc(kb, version, entity, index)
                 if matches is not None and not matches(doc):
                     continue
-                if width is not None:  # key order, whole entities: the row is the entity at its key
-                    yield Row((kb,) * width, doc, RawEntity(entity.key) if plan.keys_only else entity)
+                if keyed:
+                    yield plan.key_row(doc)
                 elif streams:
                     yield from plan.rows(doc)
                 else:

@@ -400,6 +400,13 @@ class Plan:
     distinct_on: tuple[str, ...]
     ranges: dict[str, list[Callable[[bytes], bool]]]
     branches: tuple[Branch, ...] | None = None
+    #: For whole entities in ascending key order (a counter's total, a
+    #: kind's scan): how many times a row's position repeats its key, the
+    #: whole of the position (``key_row``); None for any other plan, whose
+    #: rows ``rows`` makes. Worked out once per plan.
+    key_width: int | None = attrs.field(
+        init=False, eq=False, default=attrs.Factory(lambda self: self._key_width(), takes_self=True)
+    )
 
     @classmethod
     def of(cls, query: Query) -> Plan:
@@ -449,15 +456,16 @@ class Plan:
         """Key order only, one row per entity: SQLite's key order is the answer."""
         return not self.row_properties and all(o.name == KEY_PROPERTY for o in self.orders[:1]) and len(self.orders) <= 1
 
-    @property
-    def key_width(self) -> int | None:
-        """For whole entities in ascending key order (a counter's total, a
-        kind's scan): how many times a row's position repeats its key, the
-        whole of the position. None for any other plan, whose rows
-        ``rows`` makes."""
+    def _key_width(self) -> int | None:
         if not self.streams or any(o.descending for o in self.orders):
             return None
         return len(self.orders) + 1
+
+    def key_row(self, doc: Doc) -> Row:
+        """``doc``'s one row under a plan with a ``key_width``, made without
+        ``rows``' general machinery (a counter's total reads twenty)."""
+        assert self.key_width is not None
+        return Row((doc.key_enc,) * self.key_width, doc, RawEntity(doc.entity.key) if self.keys_only else doc.entity)
 
     @property
     def first_property(self) -> str | None:

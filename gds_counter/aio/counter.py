@@ -16,15 +16,9 @@ from typing import Any, Iterable, TypeVar
 from gds_counter.aio._gateway import AsyncGateway, in_flight_slot, resolve_gateway, writer_slot
 from gds_counter.aio.store import Store
 from gds_counter.counter.article import article_counter_args
+from gds_counter.counter.arguments import check_counters, locate
 from gds_counter.counter.cache import CountCache
-from gds_counter.counter.engine import (
-    AutoGrow,
-    CounterCore,
-    by_gateway,
-    check_counters,
-    counts_plan,
-    locate,
-)
+from gds_counter.counter.engine import AutoGrow, CounterCore, by_gateway, counts_plan
 from gds_counter.counter.layout import NDB_GENERAL, Layout
 from gds_counter.counter.strategy import Strategy
 from gds_counter.errors import BadValueError

@@ -40,12 +40,13 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from typing import Any, Callable, Hashable, Iterable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import attrs
 
 from gds_counter._checks import INT64_MAX, check_int
 from gds_counter.counter._affinity import holding_shard, seen, seen_shards
+from gds_counter.counter.arguments import check_name, check_num_shards
 from gds_counter.counter.cache import CountCache, shared_cache
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.strategy import Shard, Strategy, add_plan, get_strategy
@@ -57,7 +58,7 @@ from gds_counter.gateway.query import PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy, retry_plan
 
-__all__ = ["AutoGrow", "CounterCore", "check_name", "check_num_shards", "check_store_kind", "counts_plan", "locate"]
+__all__ = ["AutoGrow", "CounterCore", "by_gateway", "counts_plan"]
 
 log = logging.getLogger("gds_counter.counter.sharded")  # the name logging configuration knows
 
@@ -79,49 +80,6 @@ class AutoGrow:
     after_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     factor: int = attrs.field(default=2, validator=attrs.validators.ge(2))
     max_shards: int = attrs.field(default=320, validator=attrs.validators.ge(1))
-
-
-def check_num_shards(num_shards: object, what: str = "num_shards") -> int:
-    return check_int(num_shards, what, low=1, high=None)
-
-
-def check_name(name: object) -> None:
-    """A counter's name is a non-empty string (it is the shards' target)."""
-    if not isinstance(name, str) or not name:
-        raise BadValueError(f"a counter needs a non-empty string name, got {name!r}")
-
-
-def locate(
-    name: object,
-    layout: Layout,
-    store: Any,
-    gateway: Any,
-    *,
-    store_type: type[Any],
-    store_label: str,
-    resolve: Callable[[Any], Any],
-) -> tuple[Any, str]:
-    """The gateway and namespace a face's counter lives in: its ``store``'s
-    (which must be a ``store_type`` for the layout's shard kind), else
-    ``resolve(gateway)``'s. Both faces call this before anything is read, so
-    a bad argument is refused the same way on each."""
-    check_name(name)
-    if store is not None:
-        if not isinstance(store, store_type):
-            raise BadValueError(f"store must be a {store_label}, got {type(store).__name__} {store!r}")
-        check_store_kind(store.schema.kind, layout, str(name))
-        return store.gateway, store.namespace
-    resolved = resolve(gateway)
-    return resolved, resolved.namespace
-
-
-def check_store_kind(store_kind: str, layout: Layout, name: str) -> None:
-    """A counter given a Store keeps its shards in that Store's kind."""
-    if store_kind != layout.shard_kind:
-        raise BadValueError(
-            f"store is for kind {store_kind!r} but counter {name!r} keeps its shards "
-            f"in kind {layout.shard_kind!r} (layout {layout.name!r})"
-        )
 
 
 class CounterCore:
@@ -179,6 +137,18 @@ class CounterCore:
         self._keys: list[Key] = []
         #: What a strategy is given for each shard written so far.
         self._shard_objects: dict[int, Shard] = {}
+        #: Callers of one process whose writes go by this key are combined
+        #: into one write (``_commit``): the same counter written the same
+        #: way, whichever counter object each holds. None: a strategy that
+        #: cannot be a key (unhashable) writes each amount alone.
+        self._combining: Hashable | None = (
+            "commit", layout, self._identity(), self._strategy, retry, self._auto_grow,
+            self._follow_config, self._min_shards,
+        )
+        try:
+            hash(self._combining)
+        except TypeError:
+            self._combining = None
 
     # --- where it lives -------------------------------------------------------
 
@@ -448,9 +418,22 @@ class CounterCore:
     # --- committing one amount ---------------------------------------------------------
 
     def _commit(self, amount: int) -> plan.Plan[None]:
+        """Commit ``amount`` exactly once or raise: in one write with what
+        the other callers of this process add to this counter meanwhile
+        (``gateway.combined_writes``). Sixteen threads on one counter so pay
+        for a few attempts, not sixteen, and meet each other on no lock."""
+        if self._combining is None:
+            yield from self._commit_sum(amount, 1)
+        else:
+            yield from plan.combined(self._combining, amount, self._commit_sum)
+
+    def _commit_sum(self, amount: int, callers: int) -> plan.Plan[None]:
+        """Commit ``amount``, the sum of ``callers``' amounts, in one
+        attempt at a time, retried on a fresh shard as the policy says."""
         stats = self._gateway.stats
         attempts = 0
-        what = f"increment of counter {self} by {amount}"
+        together = f" (the amounts of {callers} callers, combined)" if callers > 1 else ""
+        what = f"increment of counter {self} by {amount}{together}"
 
         def attempt() -> plan.Plan[None]:
             with holding_shard(self._gateway, self._identity(), self.layout.shard_numbers(self._num_shards)) as number:
@@ -482,7 +465,7 @@ class CounterCore:
                     growing = yield from self._grow(seen)
                     continue
                 raise Contention(
-                    f"counter {self}: the increment by {amount} was NOT counted; "
+                    f"counter {self}: the increment by {amount}{together} was NOT counted; "
                     f"it conflicted on all {attempts} attempts (over {self._num_shards} shards). "
                     f"Retry later, add shards (increase_shards) or use auto_grow. Last: {exc}",
                     attempts=attempts,
@@ -508,15 +491,6 @@ def counts_plan(counters: Sequence[CounterCore], *, use_cache: bool = True) -> p
         if cache is not None:
             cache.store(counters[i]._identity(), total, tickets[i])
     return [int(total or 0) for total in totals]
-
-
-def check_counters(counters: Iterable[Any], kind: type[CounterCore]) -> list[CounterCore]:
-    """``get_counts``'s argument: counters of the face that asks."""
-    listed = list(counters)
-    for counter in listed:
-        if not isinstance(counter, kind):
-            raise BadValueError(f"get_counts takes counters, got {type(counter).__name__} {counter!r}")
-    return listed
 
 
 def by_gateway(counters: Sequence[CounterCore]) -> dict[Any, list[int]]:

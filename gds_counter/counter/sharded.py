@@ -10,16 +10,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from gds_counter.counter.arguments import check_counters, check_num_shards, locate
 from gds_counter.counter.cache import CountCache
-from gds_counter.counter.engine import (
-    AutoGrow,
-    CounterCore,
-    by_gateway,
-    check_counters,
-    check_num_shards,
-    counts_plan,
-    locate,
-)
+from gds_counter.counter.engine import AutoGrow, CounterCore, by_gateway, counts_plan
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.strategy import Strategy
 from gds_counter.gateway import plan, resolve_gateway

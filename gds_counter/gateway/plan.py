@@ -27,6 +27,7 @@ import attrs
 
 from gds_counter.errors import GDSError
 from gds_counter.gateway.capabilities import Capabilities
+from gds_counter.gateway.combined_writes import async_combined_writes, combined_writes
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import CommitResult, Mutation
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
@@ -36,6 +37,7 @@ from gds_counter.gateway.values import RawEntity
 __all__ = [
     "Await",
     "Call",
+    "Combine",
     "Effect",
     "Op",
     "Plan",
@@ -47,6 +49,7 @@ __all__ = [
     "begin_transaction",
     "call",
     "capabilities",
+    "combined",
     "commit",
     "in_transaction",
     "just",
@@ -123,7 +126,21 @@ class Shared:
     plan: Callable[[], "Plan[Any]"]
 
 
-Effect = Union[Op, Sleep, Call, Await, Shared]
+@attrs.frozen
+class Combine:
+    """Commit ``amount`` by running the write plan ``write(total, callers)``
+    for it and the amounts of the callers of the same ``key`` that arrive
+    while a write of that key runs (``gateway.combined_writes``, per
+    gateway): every one of them gets that one write's outcome. For writes
+    that add (a counter's), where one commit of the sum is the same as a
+    commit of each amount."""
+
+    key: Hashable
+    amount: int
+    write: Callable[[int, int], "Plan[None]"]
+
+
+Effect = Union[Op, Sleep, Call, Await, Shared, Combine]
 Plan = Generator[Effect, Any, T]
 
 
@@ -193,6 +210,12 @@ def shared(key: Hashable, read: Callable[[], Plan[T]]) -> Plan[T]:
     the same time (see ``Shared``)."""
     result: T = yield Shared(key, read)
     return result
+
+
+def combined(key: Hashable, amount: int, write: Callable[[int, int], Plan[None]]) -> Plan[None]:
+    """Commit ``amount`` with whatever other callers add under ``key`` at
+    the same time (see ``Combine``)."""
+    yield Combine(key, amount, write)
 
 
 def just(value: T) -> Plan[T]:
@@ -285,6 +308,9 @@ def run(plan: Plan[T], gateway: Any, *, wait: Callable[[float], None] = time.sle
             elif isinstance(effect, Shared):
                 read = effect.plan
                 send = shared_reads(gateway).run(effect.key, lambda: run(read(), gateway, wait=wait))[0]
+            elif isinstance(effect, Combine):
+                write = effect.write
+                combined_writes(gateway).run(effect.key, effect.amount, lambda n, k: run(write(n, k), gateway, wait=wait))
             elif isinstance(effect, Await):
                 raise TypeError("a blocking driver cannot await; use gds_counter.aio for coroutines")
             else:  # pragma: no cover  (a plan's own bug)
@@ -333,6 +359,9 @@ async def arun(plan: Plan[T], gateway: Any) -> T:
             elif isinstance(effect, Shared):
                 aread = effect.plan
                 send = (await async_shared_reads(gateway).run(effect.key, lambda: arun(aread(), gateway)))[0]
+            elif isinstance(effect, Combine):
+                awrite = effect.write
+                await async_combined_writes(gateway).run(effect.key, effect.amount, lambda n, k: arun(awrite(n, k), gateway))
             else:  # pragma: no cover  (a plan's own bug)
                 raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
         except BaseException as exc:  # thrown into the plan, which may handle it

@@ -22,27 +22,24 @@ it (they read their transaction's own snapshot).
 
 ``SharedReads`` is for threads (the blocking gateways), ``AsyncSharedReads``
 for tasks of one event loop (the async Datastore gateway); the rounds'
-bookkeeping (``_Lines``) is the same for both, only the waiting differs.
+bookkeeping is ``gds_counter.gateway.rounds``, shared with combined writes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-import os
-import threading
 import time
 import weakref
-from typing import Any, Awaitable, Callable, Generic, Hashable, Iterator, TypeVar, Union
+from typing import Any, Awaitable, Callable, Generic, Hashable, Iterator, TypeVar
 
 from gds_counter.gateway.query import QueryResult
+from gds_counter.gateway.rounds import LoopLines, Round, ThreadLines, as_async, per_gateway
 from gds_counter.gateway.values import RawEntity
 
 R = TypeVar("R")
 
 __all__ = ["AsyncSharedReads", "SharedReads", "async_shared_reads", "own_copy", "own_result", "shared_reads"]
-
-_Event = Union[threading.Event, asyncio.Event]
 
 #: The most times a read's leader lets ready callers join before it reads.
 SETTLE_WAITS = 4
@@ -54,20 +51,7 @@ SETTLE_WAITS = 4
 _settled: contextvars.ContextVar[bool] = contextvars.ContextVar("gds_counter_shared_read_settled", default=False)
 
 
-class _Round(Generic[R]):
-    """One read of one query: who joined it, and its answer."""
-
-    __slots__ = ("turn", "done", "result", "failed", "waiting")
-
-    def __init__(self, turn: _Event, done: _Event) -> None:
-        self.turn = turn  # set when the read before it ended: its leader may start
-        self.done = done  # set when its answer (or failure) is known
-        self.result: R | None = None
-        self.failed = False
-        self.waiting = 0  # callers that joined it and wait for its answer
-
-
-def _settling(mine: _Round[Any]) -> Iterator[None]:
+def _settling(mine: Round[Any]) -> Iterator[None]:
     """The leader's waits before its read (each lets the threads or tasks
     that are ready run): one, then another as long as the last one brought
     a caller to join, up to ``SETTLE_WAITS``. The callers one group commit
@@ -82,90 +66,19 @@ def _settling(mine: _Round[Any]) -> Iterator[None]:
         yield
 
 
-class _Line(Generic[R]):
-    """One query's reads: whether one runs, and the round still open to
-    callers (its read has not begun)."""
-
-    __slots__ = ("running", "next")
-
-    def __init__(self) -> None:
-        self.running = False
-        self.next: _Round[R] | None = None
-
-
-class _Lines(Generic[R]):
-    """Which reads run, per key; the decisions both kinds of waiting share.
-    Callers hold the lock (a real one for threads; one event loop needs
-    none) around ``join``, ``start``, ``abandon`` and ``finish``."""
-
-    def __init__(self, new_event: Callable[[], _Event]) -> None:
-        self.new_event = new_event
-        self.lines: dict[Hashable, _Line[R]] = {}
-
-    def join(self, key: Hashable) -> tuple[_Line[R], _Round[R], bool, bool]:
-        """The caller's line, the open round it joins, whether it leads that
-        round (runs its read) and, if so, whether it must wait for the
-        running read to end first."""
-        line = self.lines.get(key)
-        if line is None:
-            line = self.lines[key] = _Line()
-        mine = line.next
-        if mine is not None:
-            mine.waiting += 1
-            return line, mine, False, False
-        mine = line.next = _Round(self.new_event(), self.new_event())
-        return line, mine, True, line.running
-
-    @staticmethod
-    def start(line: _Line[R]) -> None:
-        """The leader begins its round's read: callers arriving from now on
-        open the next round."""
-        line.next, line.running = None, True
-
-    def abandon(self, key: Hashable, line: _Line[R], mine: _Round[R]) -> None:
-        """The leader gave up before its read began: whoever joined reads
-        alone, newcomers open a round of their own, and a line with no read
-        running is dropped."""
-        if line.next is mine:
-            line.next = None
-        mine.failed = True
-        mine.done.set()
-        if not line.running and line.next is None:
-            del self.lines[key]
-
-    def finish(self, key: Hashable, line: _Line[R], mine: _Round[R], result: R | None, *, failed: bool) -> None:
-        """A read ended: answer its round, then let the round behind it
-        start, or drop the line when none is open."""
-        mine.result, mine.failed = result, failed
-        mine.done.set()
-        line.running = False
-        if line.next is not None:
-            line.next.turn.set()
-        else:
-            del self.lines[key]
-
-
 class SharedReads(Generic[R]):
-    """See the module docstring: for threads. Safe across ``fork()``: a
-    child starts with no reads in flight (the threads running them are not
-    there)."""
+    """See the module docstring: for threads (safe across ``fork()``: a
+    child starts with no reads in flight)."""
 
     def __init__(self) -> None:
-        self._reset()
-
-    def _reset(self) -> None:
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
-        self._lines: _Lines[R] = _Lines(threading.Event)
+        self._lines: ThreadLines[R] = ThreadLines()
 
     def run(self, key: Hashable, read: Callable[[], R]) -> tuple[R, bool]:
         """``read()``'s answer for ``key``, or the answer of a read of the
         same key that began after this call did; and whether it was another
         caller's (then the caller must not hand out the same mutable objects
         twice: ``own_result``)."""
-        if self._pid != os.getpid():
-            self._reset()
-        lines, lock = self._lines, self._lock
+        lines, lock = self._lines.get()
         with lock:
             line, mine, leads, wait = lines.join(key)
         if not leads:
@@ -202,36 +115,26 @@ class SharedReads(Generic[R]):
 
 
 class AsyncSharedReads(Generic[R]):
-    """See the module docstring: for the tasks of an event loop, one set of
-    lines per running loop (an async gateway may serve several loops, one
-    after the other or in several threads)."""
+    """See the module docstring: for the tasks of an event loop (one set
+    of lines per running loop)."""
 
     def __init__(self) -> None:
-        self._per_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lines[R]]" = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
-
-    def _lines(self) -> _Lines[R]:
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            lines = self._per_loop.get(loop)
-            if lines is None:
-                lines = self._per_loop[loop] = _Lines(asyncio.Event)
-            return lines
+        self._lines: LoopLines[R] = LoopLines()
 
     async def run(self, key: Hashable, read: Callable[[], Awaitable[R]]) -> tuple[R, bool]:
         """As ``SharedReads.run``, awaited: ``await read()``'s answer for
         ``key`` or that of a read of it that began after this call did.
         A caller cancelled while it waits leaves the others unaffected."""
-        lines = self._lines()
+        lines = self._lines.get()
         line, mine, leads, wait = lines.join(key)  # no await in between: the loop's one thread decides
         if not leads:
-            await _async(mine.done).wait()
+            await as_async(mine.done).wait()
             if mine.failed:
                 return await read(), False
             return mine.result, True  # type: ignore[return-value]  # set with done
         try:
             if wait:
-                await _async(mine.turn).wait()
+                await as_async(mine.turn).wait()
             # Let the tasks that are ready to ask for the same read (the
             # answers of one batch of commits arrive together) join it first.
             for _ in _settling(mine):
@@ -249,35 +152,19 @@ class AsyncSharedReads(Generic[R]):
         return result, False
 
 
-_per_gateway_lock = threading.Lock()
 _per_gateway: "weakref.WeakKeyDictionary[Any, SharedReads[Any]]" = weakref.WeakKeyDictionary()
 _async_per_gateway: "weakref.WeakKeyDictionary[Any, AsyncSharedReads[Any]]" = weakref.WeakKeyDictionary()
-
-S = TypeVar("S")
-
-
-def _of(table: "weakref.WeakKeyDictionary[Any, S]", gateway: Any, new: Callable[[], S]) -> S:
-    with _per_gateway_lock:
-        found = table.get(gateway)
-        if found is None:
-            found = table[gateway] = new()
-        return found
 
 
 def shared_reads(gateway: Any) -> "SharedReads[Any]":
     """The lines of reads a blocking ``gateway``'s plans share
     (``plan.Shared``); they go with the gateway."""
-    return _of(_per_gateway, gateway, SharedReads)
+    return per_gateway(_per_gateway, gateway, SharedReads)
 
 
 def async_shared_reads(gateway: Any) -> "AsyncSharedReads[Any]":
     """``shared_reads`` for an async gateway's plans (per event loop)."""
-    return _of(_async_per_gateway, gateway, AsyncSharedReads)
-
-
-def _async(event: _Event) -> asyncio.Event:
-    assert isinstance(event, asyncio.Event)  # AsyncSharedReads' lines make only these
-    return event
+    return per_gateway(_async_per_gateway, gateway, AsyncSharedReads)
 
 
 def own_result(result: QueryResult) -> QueryResult:

@@ -27,8 +27,9 @@ def test_async_vs_threads_runs_and_records_both_series(tmp_path):
     assert {(r["series"], r["round"]) for r in record["runs"]} == {(s, n) for s in ("async", "threads") for n in (0, 1)}
     for run in record["runs"]:
         assert run["calls"] >= run["ok"] > 0 and run["lost"] == 0  # stored = acknowledged + the warm-up increment
-        # One commit each, and at most one target query each (increments
-        # that finish together share one read of the total).
-        assert 1 < run["rpcs_per_inc"] <= 2
+        # At most one commit each (increments that overlap share one), and
+        # at most one target query each (increments that finish together
+        # share one read of the total).
+        assert 0 < run["rpcs_per_inc"] <= 2
     assert [v["backend"] for v in record["verdicts"]] == ["sqlite"]
     assert (tmp_path / "async_vs_threads.png").exists() or "matplotlib is not installed" in done.stdout

@@ -88,17 +88,42 @@ def shards_written(counter: CounterShardDS) -> set[int]:
 
 
 def test_writers_of_one_process_never_share_a_shard_while_one_is_free(memory_gateway):
-    # 16 writers all inside an attempt at once, on 20 shards: 16 different shards.
+    # 16 writers all holding a shard of one counter at once, on 20 shards: 16
+    # different shards. (Callers of one counter object are combined into one
+    # write at a time, test_combined_writes; these are writers that are not:
+    # counters written with different strategies, or other event loops.)
+    counter = ("", "CounterShard", "Counter Test")
     for _ in range(3):
-        strategy = Recording(barrier=threading.Barrier(16))
-        counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy)
-        threads = [threading.Thread(target=counter.add) for _ in range(16)]
+        barrier = threading.Barrier(16)
+        taken: list[int] = []
+
+        def write() -> None:
+            with _affinity.holding_shard(memory_gateway, counter, range(1, 21)) as number:
+                taken.append(number)
+                barrier.wait(timeout=30)
+
+        threads = [threading.Thread(target=write) for _ in range(16)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-        assert len(strategy.attempts) == 16
-        assert len(set(strategy.attempts)) == 16
+        assert len(taken) == 16
+        assert len(set(taken)) == 16
+
+
+def test_counters_written_differently_hold_different_shards_at_once(memory_gateway):
+    """Two counter objects of one counter whose writes are not combined
+    (different strategies) take different shards while both write."""
+    barrier = threading.Barrier(2)
+    strategies = [Recording(barrier=barrier), Recording(barrier=barrier)]
+    counters = [CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=s) for s in strategies]
+    threads = [threading.Thread(target=c.add) for c in counters]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    [first], [second] = (s.attempts for s in strategies)
+    assert first != second
 
 
 def test_when_every_shard_is_held_the_least_held_is_shared(memory_gateway):

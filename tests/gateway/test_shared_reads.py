@@ -56,7 +56,7 @@ def joined(shared: SharedReads[int], count: int) -> None:
     import time
 
     for _ in range(1000):
-        line = shared._lines.lines.get("q")
+        line = shared._lines.get()[0].lines.get("q")
         if line is not None and line.next is not None and line.next.waiting >= count:
             return
         time.sleep(0.005)
@@ -109,7 +109,7 @@ def test_alone_a_caller_reads_at_once_and_nothing_is_kept():
     assert shared.run("q", lambda: 8) == (8, False)
     with pytest.raises(ZeroDivisionError):
         shared.run("q", lambda: 1 // 0)
-    assert shared._lines.lines == {}
+    assert shared._lines.get()[0].lines == {}
 
 
 def test_a_leader_lets_ready_callers_join_once_not_again_for_a_read_nested_in_its_own(monkeypatch):
@@ -150,7 +150,7 @@ def test_a_leader_waits_again_while_each_wait_brings_another_caller_to_join(monk
         if len(waits) <= bringing:
             threads.append(call(shared, read, out, f"joiner {len(waits)}"))
             for _ in range(2000):
-                line = shared._lines.lines["q"]
+                line = shared._lines.get()[0].lines["q"]
                 if line.next is not None and line.next.waiting >= len(waits):
                     return
                 threading.Event().wait(0.005)
@@ -227,7 +227,7 @@ def test_tasks_arriving_during_a_read_share_the_next_one_not_the_running_one():
         answers = await asyncio.gather(*later)
         assert sorted(answers) == [(1, False), (1, True), (1, True)]
         assert read.runs == 2
-        assert shared._lines().lines == {}  # nothing kept once all are answered
+        assert shared._lines.get().lines == {}  # nothing kept once all are answered
 
     asyncio.run(main())
 
@@ -280,7 +280,7 @@ def test_a_leader_cancelled_before_its_read_leaves_nothing_behind():
         with pytest.raises(asyncio.CancelledError):
             await leader
         assert read.runs == 0
-        assert shared._lines().lines == {}
+        assert shared._lines.get().lines == {}
 
     asyncio.run(main())
 
@@ -365,7 +365,7 @@ def test_plans_that_read_one_key_during_a_run_share_the_next_run_on_the_blocking
     first = ask("first", gateway)
     assert read.started[0].wait(10)
     later = [ask("second", gateway), ask("third", gateway)]  # arrive while run 0 goes on: not answered by it
-    lines = shared_reads(gateway)._lines
+    lines, _ = shared_reads(gateway)._lines.get()
     for _ in range(1000):  # white box: both joined the next round
         line = lines.lines.get("total")
         if line is not None and line.next is not None and line.next.waiting >= 1:

@@ -355,7 +355,7 @@ def test_concurrent_tasks_under_faults_count_each_increment_at_most_once(memory,
     kwargs: dict[str, Any] = {"auto_grow": GROW} if strategy == "auto-grow" else {}
     counter = aio.CounterShardDS("faults", uuid.uuid4().hex[:12], 5, gateway=gw, strategy=strategy, retry=PATIENT,
                                  **kwargs)
-    n = 240
+    n = 600  # combined writes: many tasks share each commit, so it takes this many to meet 50 faults
 
     async def one() -> str:
         try:
@@ -383,7 +383,12 @@ def test_concurrent_tasks_under_faults_count_each_increment_at_most_once(memory,
               double_counts=max(0, total - 2 * (seen["ok"] + seen["unknown"])) // 2)
     assert sum(seen.values()) == n
     assert seen["unknown"] > 0 and gw.injector.total > 50, (seen, gw.injector)
-    assert 2 * seen["ok"] <= total <= 2 * (seen["ok"] + min(seen["unknown"], applied)), (seen, applied, total)
+    assert 2 * seen["ok"] <= total <= 2 * (seen["ok"] + seen["unknown"]), (seen, applied, total)
+    if strategy != "auto-grow":  # growth commits config entities, which are not increments
+        # Every unknown here was in fact applied, once: tasks whose amounts
+        # one commit carried (combined writes) all get its outcome.
+        assert total == 2 * (seen["ok"] + seen["unknown"]), (seen, applied, total)
+        assert 0 < applied <= seen["unknown"]
     assert set(seen) - {"ok", "unknown"} <= {"GatewayError", "Contention", "Unavailable"}, seen
     assert open_transactions(memory) == 0
 

@@ -1,0 +1,66 @@
+"""What a counter's arguments must be, checked before anything is read or
+written, the same way by both faces (blocking and ``gds_counter.aio``)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, TypeVar
+
+from gds_counter._checks import check_int
+from gds_counter.counter.layout import Layout
+from gds_counter.errors import BadValueError
+
+__all__ = ["check_counters", "check_name", "check_num_shards", "check_store_kind", "locate"]
+
+C = TypeVar("C")
+
+
+def check_num_shards(num_shards: object, what: str = "num_shards") -> int:
+    return check_int(num_shards, what, low=1, high=None)
+
+
+def check_name(name: object) -> None:
+    """A counter's name is a non-empty string (it is the shards' target)."""
+    if not isinstance(name, str) or not name:
+        raise BadValueError(f"a counter needs a non-empty string name, got {name!r}")
+
+
+def locate(
+    name: object,
+    layout: Layout,
+    store: Any,
+    gateway: Any,
+    *,
+    store_type: type[Any],
+    store_label: str,
+    resolve: Callable[[Any], Any],
+) -> tuple[Any, str]:
+    """The gateway and namespace a face's counter lives in: its ``store``'s
+    (which must be a ``store_type`` for the layout's shard kind), else
+    ``resolve(gateway)``'s. Both faces call this before anything is read, so
+    a bad argument is refused the same way on each."""
+    check_name(name)
+    if store is not None:
+        if not isinstance(store, store_type):
+            raise BadValueError(f"store must be a {store_label}, got {type(store).__name__} {store!r}")
+        check_store_kind(store.schema.kind, layout, str(name))
+        return store.gateway, store.namespace
+    resolved = resolve(gateway)
+    return resolved, resolved.namespace
+
+
+def check_store_kind(store_kind: str, layout: Layout, name: str) -> None:
+    """A counter given a Store keeps its shards in that Store's kind."""
+    if store_kind != layout.shard_kind:
+        raise BadValueError(
+            f"store is for kind {store_kind!r} but counter {name!r} keeps its shards "
+            f"in kind {layout.shard_kind!r} (layout {layout.name!r})"
+        )
+
+
+def check_counters(counters: Iterable[Any], kind: type[C]) -> list[C]:
+    """``get_counts``'s argument: counters of the face that asks."""
+    listed = list(counters)
+    for counter in listed:
+        if not isinstance(counter, kind):
+            raise BadValueError(f"get_counts takes counters, got {type(counter).__name__} {counter!r}")
+    return listed

@@ -1,0 +1,188 @@
+"""Amounts added to one counter at once, committed by one write.
+
+Sixteen threads of one process incrementing one counter each paid a whole
+attempt for their 1: on a locking server (Firestore in Datastore mode) a
+begin, a lookup and a commit, and a wait for the lock whenever two of them
+met on a shard. Here, while one write of a counter runs, the callers that
+arrive join the *next* write: when the running one ends, one of them (the
+leader) commits the sum of their amounts in a single attempt, and every one
+of them gets that attempt's outcome. Alone, a caller writes at once, as
+before; combining only changes anything when writes of one counter overlap.
+
+Why that keeps "counted exactly once or raised": the amounts go into one
+atomic commit, so each caller's amount was applied exactly when the commit
+was. Every caller gets the commit's outcome: nothing raised means counted;
+an error raised is the commit's own (``Contention`` and ``Unavailable``: not
+counted; ``CommitUnknown``: unknown), copied for each caller so that no two
+threads raise one object. An error that is not a ``GDSError`` (the leader
+interrupted, say) leaves the joiners' outcome unknown, so they get
+``CommitUnknown``. When the sum itself is refused (``BadValueError``: the
+amounts together would pass 64 bits, where each alone might not), nothing
+was written and each caller commits its own amount alone.
+
+A caller is only ever combined into a write that began after it arrived,
+so a read after its call returns sees its amount, as if it had written
+alone. (``gds_counter.gateway.rounds`` keeps the rounds, as for shared
+reads.) ``CombinedWrites`` is for threads, ``AsyncCombinedWrites`` for the
+tasks of one event loop.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from typing import Any, Awaitable, Callable, Hashable
+
+from gds_counter._checks import INT64_MAX, INT64_MIN
+from gds_counter.errors import BadValueError, CommitUnknown, GDSError
+from gds_counter.gateway.rounds import Lines, LoopLines, Round, ThreadLines, as_async, per_gateway
+
+__all__ = ["AsyncCombinedWrites", "CombinedWrites", "async_combined_writes", "combined_writes"]
+
+#: ``write(amount, callers)``: commit ``amount`` (the sum of ``callers``'
+#: amounts) once, or raise.
+Write = Callable[[int, int], None]
+AsyncWrite = Callable[[int, int], Awaitable[None]]
+
+
+def _combinable(shares: list[int]) -> bool:
+    return len(shares) > 1 and INT64_MIN <= sum(shares) <= INT64_MAX
+
+
+def _alone(shares: list[int], exc: BaseException) -> bool:
+    """The combined write was refused for the sum alone: each caller writes
+    its own amount instead (nothing was written)."""
+    return len(shares) > 1 and isinstance(exc, BadValueError)
+
+
+def _joiners_error(error: BaseException) -> BaseException:
+    """What a caller whose amount rode in another caller's failed write
+    raises: a copy of the write's own error, or ``CommitUnknown`` when the
+    write ended in something that says nothing about the commit."""
+    if isinstance(error, GDSError):
+        try:
+            clone = copy.copy(error)
+        except Exception:  # an error that cannot be copied: the same one
+            return error
+        clone.__traceback__ = None
+        return clone
+    return CommitUnknown(
+        f"this amount was committed together with others by another caller, whose write ended in "
+        f"{type(error).__name__}: {error}; it may or may not have been counted"
+    )
+
+
+class CombinedWrites:
+    """See the module docstring: for threads (safe across ``fork()``)."""
+
+    def __init__(self) -> None:
+        self._lines: ThreadLines[None] = ThreadLines()
+
+    def run(self, key: Hashable, amount: int, write: Write) -> None:
+        """Commit ``amount`` once, with the amounts of the callers of the
+        same ``key`` that arrive while a write of it runs, or raise."""
+        lines, lock = self._lines.get()
+        with lock:
+            line, mine, leads, wait = lines.join(key)
+            mine.shares.append(amount)
+        if not leads:
+            mine.done.wait()
+            if mine.failed:
+                return write(amount, 1)
+            if mine.error is not None:
+                raise _joiners_error(mine.error) from mine.error
+            return None
+        try:
+            if wait:
+                mine.turn.wait()
+        except BaseException:  # interrupted before its write: its callers write alone
+            with lock:
+                lines.abandon(key, line, mine)
+            raise
+        with lock:
+            lines.start(line)
+            shares = list(mine.shares)
+        if len(shares) > 1 and not _combinable(shares):
+            with lock:
+                lines.finish(key, line, mine, None, failed=True)
+            return write(amount, 1)
+        try:
+            write(sum(shares), len(shares))
+        except BaseException as exc:
+            with lock:
+                lines.finish(key, line, mine, None, failed=_alone(shares, exc), error=exc)
+            if _alone(shares, exc):
+                return write(amount, 1)
+            raise
+        with lock:
+            lines.finish(key, line, mine, None)
+        return None
+
+
+class AsyncCombinedWrites:
+    """As ``CombinedWrites``, for the tasks of an event loop (one set of
+    lines per running loop). A caller cancelled before its round's write
+    began takes its amount out of it; once begun, its amount is the write's
+    (counted or not with the others), as for a caller cancelled during its
+    own commit."""
+
+    def __init__(self) -> None:
+        self._lines: LoopLines[None] = LoopLines()
+
+    async def run(self, key: Hashable, amount: int, write: AsyncWrite) -> None:
+        lines = self._lines.get()
+        line, mine, leads, wait = lines.join(key)  # no await in between: the loop's one thread decides
+        mine.shares.append(amount)
+        if not leads:
+            try:
+                await as_async(mine.done).wait()
+            except BaseException:
+                _leave(lines, line, mine, amount)
+                raise
+            if mine.failed:
+                return await write(amount, 1)
+            if mine.error is not None:
+                raise _joiners_error(mine.error) from mine.error
+            return None
+        try:
+            if wait:
+                await as_async(mine.turn).wait()
+        except BaseException:  # cancelled before its write: its callers write alone
+            lines.abandon(key, line, mine)
+            raise
+        lines.start(line)
+        shares = list(mine.shares)
+        if len(shares) > 1 and not _combinable(shares):
+            lines.finish(key, line, mine, None, failed=True)
+            return await write(amount, 1)
+        try:
+            await write(sum(shares), len(shares))
+        except BaseException as exc:
+            lines.finish(key, line, mine, None, failed=_alone(shares, exc), error=exc)
+            if _alone(shares, exc):
+                return await write(amount, 1)
+            raise
+        lines.finish(key, line, mine, None)
+        return None
+
+
+def _leave(lines: Lines[None], line: Any, mine: Round[None], amount: int) -> None:
+    """A joiner cancelled while it waits: out of its round if that has not
+    begun (then its amount is not written)."""
+    if line.next is mine:
+        mine.shares.remove(amount)
+        mine.waiting -= 1
+
+
+_per_gateway: "weakref.WeakKeyDictionary[Any, CombinedWrites]" = weakref.WeakKeyDictionary()
+_async_per_gateway: "weakref.WeakKeyDictionary[Any, AsyncCombinedWrites]" = weakref.WeakKeyDictionary()
+
+
+def combined_writes(gateway: Any) -> CombinedWrites:
+    """The combined writes of a blocking ``gateway``'s plans (``plan.Combine``)."""
+    return per_gateway(_per_gateway, gateway, CombinedWrites)
+
+
+def async_combined_writes(gateway: Any) -> AsyncCombinedWrites:
+    """``combined_writes`` for an async gateway's plans (per event loop)."""
+    return per_gateway(_async_per_gateway, gateway, AsyncCombinedWrites)

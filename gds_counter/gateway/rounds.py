@@ -1,0 +1,176 @@
+"""Rounds: callers that ask for the same work while it runs join its next run.
+
+Both ways this library lets callers of one process share work go by the
+same rule, kept here once:
+
+* ``shared_reads``: callers reading the same query at once share one read;
+* ``combined_writes``: callers adding to the same counter at once have
+  their amounts committed by one write.
+
+Per key there is a *line*: at most one round runs, and at most one round
+is open (its work has not begun). A caller joins the open round, or opens
+one and leads it: the leader waits for the running round to end (its
+``turn``), starts the work with whoever joined by then, and answers them
+all (``done``). A caller is therefore only ever served by work that began
+after it arrived, which is what keeps a shared read strongly consistent and
+a combined write's callers' amounts each in exactly one commit.
+
+The rounds' bookkeeping is the same for threads and for the tasks of one
+event loop; only the waiting (``threading.Event`` or ``asyncio.Event``)
+and the locking (a real lock; one event loop needs none) differ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from typing import Any, Callable, Generic, Hashable, TypeVar, Union
+
+R = TypeVar("R")
+S = TypeVar("S")
+
+__all__ = ["Line", "Lines", "LoopLines", "Round", "ThreadLines", "as_async", "per_gateway"]
+
+Event = Union[threading.Event, asyncio.Event]
+
+
+class Round(Generic[R]):
+    """One run of one key's work: who joined it, and its outcome."""
+
+    __slots__ = ("turn", "done", "result", "error", "failed", "waiting", "shares")
+
+    def __init__(self, turn: Event, done: Event) -> None:
+        self.turn = turn  # set when the round before it ended: its leader may start
+        self.done = done  # set when its outcome is known
+        self.result: R | None = None
+        #: What the work raised, for the callers that joined it.
+        self.error: BaseException | None = None
+        #: True when the round did not serve its callers (its leader gave up,
+        #: or the work failed for a reason of its own): each does its own.
+        self.failed = False
+        self.waiting = 0  # callers that joined it and wait for its outcome
+        #: What each caller brought (a combined write's amounts; reads bring none).
+        self.shares: list[Any] = []
+
+
+class Line(Generic[R]):
+    """One key's rounds: whether one runs, and the round still open to
+    callers (its work has not begun)."""
+
+    __slots__ = ("running", "next")
+
+    def __init__(self) -> None:
+        self.running = False
+        self.next: Round[R] | None = None
+
+
+class Lines(Generic[R]):
+    """Which rounds run, per key. Callers hold the lock (a real one for
+    threads; one event loop needs none) around every method."""
+
+    def __init__(self, new_event: Callable[[], Event]) -> None:
+        self.new_event = new_event
+        self.lines: dict[Hashable, Line[R]] = {}
+
+    def join(self, key: Hashable) -> tuple[Line[R], Round[R], bool, bool]:
+        """The caller's line, the open round it joins, whether it leads that
+        round (does its work) and, if so, whether it must wait for the
+        running round to end first."""
+        line = self.lines.get(key)
+        if line is None:
+            line = self.lines[key] = Line()
+        mine = line.next
+        if mine is not None:
+            mine.waiting += 1
+            return line, mine, False, False
+        mine = line.next = Round(self.new_event(), self.new_event())
+        return line, mine, True, line.running
+
+    @staticmethod
+    def start(line: Line[R]) -> None:
+        """The leader begins its round's work: callers arriving from now on
+        open the next round."""
+        line.next, line.running = None, True
+
+    def abandon(self, key: Hashable, line: Line[R], mine: Round[R]) -> None:
+        """The leader gave up before its round's work began: whoever joined
+        does its own, newcomers open a round of their own, and a line with
+        nothing running is dropped."""
+        if line.next is mine:
+            line.next = None
+        mine.failed = True
+        mine.done.set()
+        if not line.running and line.next is None:
+            del self.lines[key]
+
+    def finish(
+        self, key: Hashable, line: Line[R], mine: Round[R], result: R | None, *,
+        failed: bool = False, error: BaseException | None = None,
+    ) -> None:
+        """A round's work ended: answer its callers, then let the round
+        behind it start, or drop the line when none is open."""
+        mine.result, mine.failed, mine.error = result, failed, error
+        mine.done.set()
+        line.running = False
+        if line.next is not None:
+            line.next.turn.set()
+        else:
+            del self.lines[key]
+
+
+class ThreadLines(Generic[R]):
+    """The lines of a process's threads, and the lock around them. Safe
+    across ``fork()``: a child starts with none (the threads running the
+    parent's rounds are not there)."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._lines: Lines[R] = Lines(threading.Event)
+
+    def get(self) -> tuple[Lines[R], threading.Lock]:
+        if self._pid != os.getpid():
+            self._reset()
+        return self._lines, self._lock
+
+
+class LoopLines(Generic[R]):
+    """The lines of the tasks of each running event loop (an async gateway
+    may serve several loops, one after the other or in several threads)."""
+
+    def __init__(self) -> None:
+        self._per_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Lines[R]]" = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def get(self) -> Lines[R]:
+        """The running loop's lines (its tasks need no lock around them)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            lines = self._per_loop.get(loop)
+            if lines is None:
+                lines = self._per_loop[loop] = Lines(asyncio.Event)
+            return lines
+
+
+def as_async(event: Event) -> asyncio.Event:
+    """An event of lines made for tasks (``Lines(asyncio.Event)``)."""
+    assert isinstance(event, asyncio.Event)
+    return event
+
+
+_per_gateway_lock = threading.Lock()
+
+
+def per_gateway(table: "weakref.WeakKeyDictionary[Any, S]", gateway: Any, new: Callable[[], S]) -> S:
+    """``table``'s entry for ``gateway``, made by ``new()`` the first time:
+    rounds go with the gateway whose calls they share."""
+    with _per_gateway_lock:
+        found = table.get(gateway)
+        if found is None:
+            found = table[gateway] = new()
+        return found

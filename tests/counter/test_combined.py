@@ -1,0 +1,166 @@
+"""Callers of one counter in one process write it one attempt at a time:
+the amounts that arrive while a write of it runs are committed together by
+the next one (``gateway.combined_writes``), so sixteen threads pay for a
+few commits, not sixteen, and never wait on each other's locks. Exactly
+once or raised still holds for each caller."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from gds_counter.counter import CounterShardDS, Shard
+from gds_counter.counter.strategy import TRANSACTIONAL
+from gds_counter.errors import Contention
+from gds_counter.gateway.combined_writes import combined_writes
+from gds_counter.gds import RetryPolicy
+
+
+class Blocking:
+    """A strategy that records each attempt's amount, holds the first one
+    until released, and writes through the transactional strategy."""
+
+    name = "blocking"
+
+    def __init__(self) -> None:
+        self.amounts: list[int] = []
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.at_once = 0
+        self.most_at_once = 0
+        self.lock = threading.Lock()
+
+    def add(self, shard: Shard, amount: int) -> None:
+        with self.lock:
+            self.amounts.append(amount)
+            self.at_once += 1
+            self.most_at_once = max(self.most_at_once, self.at_once)
+        try:
+            self.started.set()
+            assert self.release.wait(10)
+            TRANSACTIONAL.add(shard, amount)
+        finally:
+            with self.lock:
+                self.at_once -= 1
+
+
+def waiting_to_join(gateway, count: int) -> None:
+    """Wait until ``count`` callers wait to join the next write besides its
+    leader (white box: not observable otherwise without timing)."""
+    lines, _ = combined_writes(gateway)._lines.get()
+    for _ in range(2000):
+        if any(line.next is not None and line.next.waiting >= count for line in list(lines.lines.values())):
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"{count} callers never joined")
+
+
+def test_sixteen_callers_of_one_counter_are_two_writes_when_fifteen_arrive_during_the_first(memory_gateway):
+    strategy = Blocking()
+    counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy)
+    first = threading.Thread(target=counter.add)
+    first.start()
+    assert strategy.started.wait(10)
+    others = [threading.Thread(target=counter.add, args=(2,)) for _ in range(15)]
+    for thread in others:
+        thread.start()
+    waiting_to_join(memory_gateway, 14)
+    strategy.release.set()
+    for thread in [first, *others]:
+        thread.join(10)
+    assert strategy.amounts == [1, 30]
+    assert strategy.most_at_once == 1
+    assert counter.get_count() == 31
+    assert memory_gateway.stats["entity_writes"] == 2
+
+
+def test_counter_objects_of_one_counter_written_the_same_way_are_combined(memory_gateway):
+    """One object per request (the article's ``new CounterShardDS(...)``)
+    still shares writes, when the counter and its settings are the same."""
+    strategy = Blocking()
+    first = threading.Thread(target=CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy).add)
+    first.start()
+    assert strategy.started.wait(10)
+    others = [
+        threading.Thread(target=CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy).add)
+        for _ in range(5)
+    ]
+    for thread in others:
+        thread.start()
+    waiting_to_join(memory_gateway, 4)
+    strategy.release.set()
+    for thread in [first, *others]:
+        thread.join(10)
+    assert strategy.amounts == [1, 5]
+    other_counter = CounterShardDS("Counter Test", 2, 20, gateway=memory_gateway)
+    assert other_counter._combining != CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway)._combining
+
+
+def test_every_caller_of_a_combined_write_that_ran_out_of_retries_is_told_not_counted(memory_gateway):
+    class Refusing:
+        name = "refusing"
+
+        def __init__(self) -> None:
+            self.calls = 0
+            self.started = threading.Event()
+            self.release = threading.Event()
+
+        def add(self, shard: Shard, amount: int) -> None:
+            self.calls += 1
+            if self.calls == 1:
+                self.started.set()
+                assert self.release.wait(10)
+                return
+            raise Contention(f"{shard} is taken (test)")
+
+    strategy = Refusing()
+    counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy,
+                             retry=RetryPolicy(attempts=3, initial=0.001, maximum=0.001))
+    outcomes: list[object] = []
+
+    def add() -> None:
+        try:
+            counter.add()
+            outcomes.append("counted")
+        except Contention as exc:
+            outcomes.append(exc)
+
+    first = threading.Thread(target=add)
+    first.start()
+    assert strategy.started.wait(10)
+    others = [threading.Thread(target=add) for _ in range(4)]
+    for thread in others:
+        thread.start()
+    waiting_to_join(memory_gateway, 3)
+    strategy.release.set()
+    for thread in [first, *others]:
+        thread.join(10)
+    assert outcomes.count("counted") == 1
+    refused = [o for o in outcomes if isinstance(o, Contention)]
+    assert len(refused) == 4
+    for exc in refused:
+        assert "was NOT counted" in str(exc) and "the amounts of 4 callers, combined" in str(exc)
+        assert exc.attempts == 3
+    assert strategy.calls == 1 + 3  # one write for the four, tried three times
+
+
+@pytest.mark.parametrize("strategy", ["transactional", "increment"])
+def test_sixteen_threads_count_exactly_and_each_sees_a_total_with_its_own_amount(memory_gateway, strategy):
+    counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy)
+    seen: list[list[int]] = [[] for _ in range(16)]
+
+    def writer(mine: list[int]) -> None:
+        for _ in range(50):
+            mine.append(counter.increment())
+
+    threads = [threading.Thread(target=writer, args=(mine,)) for mine in seen]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert counter.get_count() == 800
+    for mine in seen:  # each total includes the caller's own increments so far
+        assert len(mine) == 50 and all(a < b for a, b in zip(mine, mine[1:])) and mine[0] >= 1
+    assert max(max(mine) for mine in seen) == 800

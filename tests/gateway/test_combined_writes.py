@@ -1,0 +1,278 @@
+"""``CombinedWrites`` (threads) and ``AsyncCombinedWrites`` (tasks): the
+amounts callers add under one key while a write of it runs are committed by
+the next write, as their sum, and every one of those callers gets that
+write's outcome: counted, or the same error (its own copy), or, when the
+write ended in something that says nothing about the commit, CommitUnknown.
+A caller is never combined into a write that began before it arrived."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from gds_counter.errors import BadValueError, CommitUnknown, Contention
+from gds_counter.gateway.combined_writes import AsyncCombinedWrites, CombinedWrites
+
+INT64_MAX = 2**63 - 1
+
+
+class Writes:
+    """A write function whose runs block until released, recorded in order
+    as ``(amount, callers)``; ``fail[n]`` is what run ``n`` raises."""
+
+    def __init__(self, runs: int = 8) -> None:
+        self.started = [threading.Event() for _ in range(runs)]
+        self.release = [threading.Event() for _ in range(runs)]
+        self.fail: dict[int, BaseException] = {}
+        self.calls: list[tuple[int, int]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, amount: int, callers: int) -> None:
+        with self.lock:
+            n = len(self.calls)
+            self.calls.append((amount, callers))
+        self.started[n].set()
+        assert self.release[n].wait(10)
+        if n in self.fail:
+            raise self.fail[n]
+
+
+def add(combined: CombinedWrites, write: Writes, amount: int, out: dict[Any, object], name: Any) -> threading.Thread:
+    def run() -> None:
+        try:
+            combined.run("counter", amount, write)
+            out[name] = "counted"
+        except BaseException as exc:  # noqa: B902  (recorded for the test to check)
+            out[name] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def joined(combined: CombinedWrites, count: int) -> None:
+    """Wait until ``count`` callers wait in the next round besides its
+    leader (white box: not observable otherwise without timing)."""
+    for _ in range(2000):
+        line = combined._lines.get()[0].lines.get("counter")
+        if line is not None and line.next is not None and line.next.waiting >= count:
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"{count} callers never joined")
+
+
+def release_all(write: Writes) -> None:
+    for event in write.release:
+        event.set()
+
+
+def test_alone_a_caller_writes_its_own_amount_at_once_and_nothing_is_kept():
+    combined = CombinedWrites()
+    write = Writes()
+    release_all(write)
+    combined.run("counter", 5, write)
+    combined.run("counter", -2, write)
+    assert write.calls == [(5, 1), (-2, 1)]
+    assert combined._lines.get()[0].lines == {}
+
+
+def test_callers_arriving_during_a_write_are_combined_into_the_next_one():
+    combined, write, out = CombinedWrites(), Writes(), {}
+    first = add(combined, write, 1, out, "first")
+    assert write.started[0].wait(10)
+    later = [add(combined, write, amount, out, amount) for amount in (2, 3, 4, 5)]
+    joined(combined, 3)  # the leader of the next round and three more
+    assert write.calls == [(1, 1)]  # nobody joined the write that had begun
+    write.release[0].set()
+    assert write.started[1].wait(10)
+    write.release[1].set()
+    for thread in [first, *later]:
+        thread.join(10)
+    assert write.calls == [(1, 1), (14, 4)]
+    assert out == {"first": "counted", 2: "counted", 3: "counted", 4: "counted", 5: "counted"}
+    assert combined._lines.get()[0].lines == {}
+
+
+def test_each_caller_of_a_failed_write_raises_its_own_copy_of_the_error():
+    combined, write, out = CombinedWrites(), Writes(), {}
+    write.fail[1] = Contention("shard 3 of CounterShard 'c' kept conflicting", attempts=7)
+    first = add(combined, write, 1, out, "first")
+    assert write.started[0].wait(10)
+    later = [add(combined, write, 1, out, n) for n in range(3)]
+    joined(combined, 2)
+    release_all(write)
+    for thread in [first, *later]:
+        thread.join(10)
+    assert out["first"] == "counted"
+    errors = [out[n] for n in range(3)]
+    assert all(isinstance(e, Contention) and e.attempts == 7 and "kept conflicting" in str(e) for e in errors)
+    assert len({id(e) for e in errors}) == 3  # three objects: no two threads raise one
+    assert write.calls == [(1, 1), (3, 3)]
+
+
+def test_a_write_that_ends_in_something_else_leaves_its_joiners_unknown():
+    """KeyboardInterrupt in the leader (or a bug in a strategy) says nothing
+    about whether the commit was applied: the others get CommitUnknown, the
+    leader its own exception."""
+    combined, write, out = CombinedWrites(), Writes(), {}
+    write.fail[1] = RuntimeError("strategy bug")
+    first = add(combined, write, 1, out, "first")
+    assert write.started[0].wait(10)
+    later = [add(combined, write, 1, out, n) for n in range(3)]
+    joined(combined, 2)
+    release_all(write)
+    for thread in [first, *later]:
+        thread.join(10)
+    outcomes = [out[n] for n in range(3)]
+    assert sum(isinstance(o, RuntimeError) for o in outcomes) == 1  # the leader of the round
+    unknown = [o for o in outcomes if isinstance(o, CommitUnknown)]
+    assert len(unknown) == 2 and all("may or may not have been counted" in str(o) for o in unknown)
+
+
+def test_when_the_sum_is_refused_each_caller_writes_its_own_amount():
+    combined, write, out = CombinedWrites(), Writes(), {}
+    write.fail[1] = BadValueError("adding 9 to shard 1 would pass 64 bits; nothing was written")
+    first = add(combined, write, 1, out, "first")
+    assert write.started[0].wait(10)
+    later = [add(combined, write, amount, out, amount) for amount in (2, 3, 4)]
+    joined(combined, 2)
+    release_all(write)
+    for thread in [first, *later]:
+        thread.join(10)
+    assert write.calls[:2] == [(1, 1), (9, 3)]
+    assert sorted(write.calls[2:]) == [(2, 1), (3, 1), (4, 1)]
+    assert set(out.values()) == {"counted"}
+
+
+def test_amounts_whose_sum_passes_64_bits_are_written_one_by_one():
+    combined, write, out = CombinedWrites(), Writes(), {}
+    first = add(combined, write, 1, out, "first")
+    assert write.started[0].wait(10)
+    later = [add(combined, write, INT64_MAX - 5, out, n) for n in range(2)]
+    joined(combined, 1)
+    release_all(write)
+    for thread in [first, *later]:
+        thread.join(10)
+    assert write.calls == [(1, 1), (INT64_MAX - 5, 1), (INT64_MAX - 5, 1)]
+    assert set(out.values()) == {"counted"}
+
+
+def test_keys_are_combined_separately():
+    combined, write, out = CombinedWrites(), Writes(), {}
+    release_all(write)
+    other = Writes()
+    release_all(other)
+    combined.run("a", 1, write)
+    combined.run("b", 2, other)
+    assert write.calls == [(1, 1)] and other.calls == [(2, 1)]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork() (POSIX)")
+def test_a_forked_child_writes_at_once_though_its_parent_was_writing():
+    combined, write, out = CombinedWrites(), Writes(), {}
+    first = add(combined, write, 1, out, "first")
+    assert write.started[0].wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's running write is not here
+        calls: list[tuple[int, int]] = []
+        try:
+            combined.run("counter", 4, lambda amount, callers: calls.append((amount, callers)))
+            os._exit(0 if calls == [(4, 1)] else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    write.release[0].set()
+    first.join(10)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+# --- tasks -------------------------------------------------------------------
+
+
+def test_tasks_arriving_during_a_write_are_combined_into_the_next_one():
+    combined = AsyncCombinedWrites()
+    calls: list[tuple[int, int]] = []
+
+    async def main() -> None:
+        running = [asyncio.Event() for _ in range(2)]
+        release = [asyncio.Event() for _ in range(2)]
+
+        async def write(amount: int, callers: int) -> None:
+            n = len(calls)
+            calls.append((amount, callers))
+            running[n].set()
+            await release[n].wait()
+
+        first = asyncio.create_task(combined.run("c", 1, write))
+        await running[0].wait()
+        later = [asyncio.create_task(combined.run("c", amount, write)) for amount in (2, 3, 4)]
+        await asyncio.sleep(0)
+        release[0].set()
+        await running[1].wait()
+        release[1].set()
+        await asyncio.gather(first, *later)
+        assert combined._lines.get().lines == {}
+
+    asyncio.run(main())
+    assert calls == [(1, 1), (9, 3)]
+
+
+def test_a_task_cancelled_before_its_write_began_takes_its_amount_out():
+    combined = AsyncCombinedWrites()
+    calls: list[tuple[int, int]] = []
+
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def write(amount: int, callers: int) -> None:
+            calls.append((amount, callers))
+            if len(calls) == 1:
+                await release.wait()
+
+        first = asyncio.create_task(combined.run("c", 1, write))
+        await asyncio.sleep(0)
+        leader = asyncio.create_task(combined.run("c", 10, write))
+        joiner = asyncio.create_task(combined.run("c", 100, write))
+        stays = asyncio.create_task(combined.run("c", 1000, write))
+        await asyncio.sleep(0)
+        joiner.cancel()
+        await asyncio.sleep(0)
+        release.set()
+        await asyncio.gather(first, leader, stays)
+        with pytest.raises(asyncio.CancelledError):
+            await joiner
+
+    asyncio.run(main())
+    assert calls == [(1, 1), (1010, 2)]
+
+
+def test_a_task_whose_combined_write_failed_raises_its_own_copy():
+    combined = AsyncCombinedWrites()
+
+    async def main() -> list[BaseException | None]:
+        release = asyncio.Event()
+        runs = [0]
+
+        async def write(amount: int, callers: int) -> None:
+            runs[0] += 1
+            if runs[0] == 1:
+                await release.wait()
+                return
+            raise Contention("kept conflicting", attempts=3)
+
+        first = asyncio.create_task(combined.run("c", 1, write))
+        await asyncio.sleep(0)
+        later = [asyncio.create_task(combined.run("c", 1, write)) for _ in range(3)]
+        await asyncio.sleep(0)
+        release.set()
+        await first
+        return list(await asyncio.gather(*later, return_exceptions=True))
+
+    errors = asyncio.run(main())
+    assert all(isinstance(e, Contention) and e.attempts == 3 for e in errors)
+    assert len({id(e) for e in errors}) == 3

@@ -3,11 +3,13 @@
 Sixteen threads of one process incrementing one counter each paid a whole
 attempt for their 1: on a locking server (Firestore in Datastore mode) a
 begin, a lookup and a commit, and a wait for the lock whenever two of them
-met on a shard. Here, while one write of a counter runs, the callers that
-arrive join the *next* write: when the running one ends, one of them (the
-leader) commits the sum of their amounts in a single attempt, and every one
-of them gets that attempt's outcome. Alone, a caller writes at once, as
-before; combining only changes anything when writes of one counter overlap.
+met on a shard. Here at most ``IN_FLIGHT`` writes of a counter run at once
+(per process); callers that arrive while they run join the *next* write,
+and when a running one ends, one of them (the leader) commits the sum of
+their amounts in a single attempt, and every one of them gets that
+attempt's outcome. Before it starts, a leader lets the callers that are
+ready to run join (``rounds.settling``): the threads one write released
+come back together. Alone (one thread), a caller writes at once.
 
 Why that keeps "counted exactly once or raised": the amounts go into one
 atomic commit, so each caller's amount was applied exactly when the commit
@@ -29,15 +31,18 @@ tasks of one event loop.
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import threading
+import time
 import weakref
 from typing import Any, Awaitable, Callable, Hashable
 
 from gds_counter._checks import INT64_MAX, INT64_MIN
 from gds_counter.errors import BadValueError, CommitUnknown, GDSError
-from gds_counter.gateway.rounds import Lines, LoopLines, Round, ThreadLines, as_async, per_gateway
+from gds_counter.gateway.rounds import Lines, LoopLines, Round, ThreadLines, as_async, per_gateway, settling
 
-__all__ = ["AsyncCombinedWrites", "CombinedWrites", "async_combined_writes", "combined_writes"]
+__all__ = ["IN_FLIGHT", "AsyncCombinedWrites", "CombinedWrites", "async_combined_writes", "combined_writes"]
 
 #: ``write(amount, callers)``: commit ``amount`` (the sum of ``callers``'
 #: amounts) once, or raise.
@@ -72,11 +77,21 @@ def _joiners_error(error: BaseException) -> BaseException:
     )
 
 
+#: Writes of one key in flight at once (per process, per event loop): one
+#: commits while the next gathers callers. Two, not one, because a store
+#: that groups commits itself (the embedded engine's group commit) then
+#: has two to group, and a lock wait of one does not hold up the other
+#: (measured, 4 processes x 4 threads on one SQLite file: 3,181 increments
+#: a second with one in flight, 4,540 with two; the Firestore emulator
+#: gained too). More in flight would mean fewer amounts per write.
+IN_FLIGHT = 2
+
+
 class CombinedWrites:
     """See the module docstring: for threads (safe across ``fork()``)."""
 
-    def __init__(self) -> None:
-        self._lines: ThreadLines[None] = ThreadLines()
+    def __init__(self, in_flight: int = IN_FLIGHT) -> None:
+        self._lines: ThreadLines[None] = ThreadLines(in_flight)
 
     def run(self, key: Hashable, amount: int, write: Write) -> None:
         """Commit ``amount`` once, with the amounts of the callers of the
@@ -95,6 +110,11 @@ class CombinedWrites:
         try:
             if wait:
                 mine.turn.wait()
+            elif threading.active_count() > 1:
+                # Let the threads about to add to the same counter (those one
+                # write just released) join this write first.
+                for _ in settling(mine):
+                    time.sleep(0)
         except BaseException:  # interrupted before its write: its callers write alone
             with lock:
                 lines.abandon(key, line, mine)
@@ -126,8 +146,8 @@ class AsyncCombinedWrites:
     (counted or not with the others), as for a caller cancelled during its
     own commit."""
 
-    def __init__(self) -> None:
-        self._lines: LoopLines[None] = LoopLines()
+    def __init__(self, in_flight: int = IN_FLIGHT) -> None:
+        self._lines: LoopLines[None] = LoopLines(in_flight)
 
     async def run(self, key: Hashable, amount: int, write: AsyncWrite) -> None:
         lines = self._lines.get()
@@ -147,6 +167,9 @@ class AsyncCombinedWrites:
         try:
             if wait:
                 await as_async(mine.turn).wait()
+            else:
+                for _ in settling(mine):
+                    await asyncio.sleep(0)
         except BaseException:  # cancelled before its write: its callers write alone
             lines.abandon(key, line, mine)
             raise

@@ -7,11 +7,12 @@ same rule, kept here once:
 * ``combined_writes``: callers adding to the same counter at once have
   their amounts committed by one write.
 
-Per key there is a *line*: at most one round runs, and at most one round
-is open (its work has not begun). A caller joins the open round, or opens
-one and leads it: the leader waits for the running round to end (its
-``turn``), starts the work with whoever joined by then, and answers them
-all (``done``). A caller is therefore only ever served by work that began
+Per key there is a *line*: at most ``running`` rounds run (one for reads,
+two for writes), and at most one round is open (its work has not begun).
+A caller joins the open round, or opens one and leads it: when as many
+rounds run as may, the leader waits for one to end (its ``turn``); then it
+starts the work with whoever joined by then, and answers them all
+(``done``). A caller is therefore only ever served by work that began
 after it arrived, which is what keeps a shared read strongly consistent and
 a combined write's callers' amounts each in exactly one commit.
 
@@ -26,14 +27,17 @@ import asyncio
 import os
 import threading
 import weakref
-from typing import Any, Callable, Generic, Hashable, TypeVar, Union
+from typing import Any, Callable, Generic, Hashable, Iterator, TypeVar, Union
 
 R = TypeVar("R")
 S = TypeVar("S")
 
-__all__ = ["Line", "Lines", "LoopLines", "Round", "ThreadLines", "as_async", "per_gateway"]
+__all__ = ["SETTLE_WAITS", "Line", "Lines", "LoopLines", "Round", "ThreadLines", "as_async", "per_gateway", "settling"]
 
 Event = Union[threading.Event, asyncio.Event]
+
+#: The most times a round's leader lets ready callers join before it starts.
+SETTLE_WAITS = 4
 
 
 class Round(Generic[R]):
@@ -62,7 +66,7 @@ class Line(Generic[R]):
     __slots__ = ("running", "next")
 
     def __init__(self) -> None:
-        self.running = False
+        self.running = 0  # rounds whose work has begun and not ended
         self.next: Round[R] | None = None
 
 
@@ -70,14 +74,16 @@ class Lines(Generic[R]):
     """Which rounds run, per key. Callers hold the lock (a real one for
     threads; one event loop needs none) around every method."""
 
-    def __init__(self, new_event: Callable[[], Event]) -> None:
+    def __init__(self, new_event: Callable[[], Event], running: int = 1) -> None:
         self.new_event = new_event
+        #: How many rounds of one key may run at once.
+        self.limit = running
         self.lines: dict[Hashable, Line[R]] = {}
 
     def join(self, key: Hashable) -> tuple[Line[R], Round[R], bool, bool]:
         """The caller's line, the open round it joins, whether it leads that
-        round (does its work) and, if so, whether it must wait for the
-        running round to end first."""
+        round (does its work) and, if so, whether it must wait for a running
+        round to end first."""
         line = self.lines.get(key)
         if line is None:
             line = self.lines[key] = Line()
@@ -86,13 +92,14 @@ class Lines(Generic[R]):
             mine.waiting += 1
             return line, mine, False, False
         mine = line.next = Round(self.new_event(), self.new_event())
-        return line, mine, True, line.running
+        return line, mine, True, line.running >= self.limit
 
     @staticmethod
     def start(line: Line[R]) -> None:
         """The leader begins its round's work: callers arriving from now on
         open the next round."""
-        line.next, line.running = None, True
+        line.next = None
+        line.running += 1
 
     def abandon(self, key: Hashable, line: Line[R], mine: Round[R]) -> None:
         """The leader gave up before its round's work began: whoever joined
@@ -113,10 +120,10 @@ class Lines(Generic[R]):
         behind it start, or drop the line when none is open."""
         mine.result, mine.failed, mine.error = result, failed, error
         mine.done.set()
-        line.running = False
+        line.running -= 1
         if line.next is not None:
             line.next.turn.set()
-        else:
+        elif not line.running:
             del self.lines[key]
 
 
@@ -125,13 +132,14 @@ class ThreadLines(Generic[R]):
     across ``fork()``: a child starts with none (the threads running the
     parent's rounds are not there)."""
 
-    def __init__(self) -> None:
+    def __init__(self, running: int = 1) -> None:
+        self._running = running
         self._reset()
 
     def _reset(self) -> None:
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._lines: Lines[R] = Lines(threading.Event)
+        self._lines: Lines[R] = Lines(threading.Event, self._running)
 
     def get(self) -> tuple[Lines[R], threading.Lock]:
         if self._pid != os.getpid():
@@ -143,7 +151,8 @@ class LoopLines(Generic[R]):
     """The lines of the tasks of each running event loop (an async gateway
     may serve several loops, one after the other or in several threads)."""
 
-    def __init__(self) -> None:
+    def __init__(self, running: int = 1) -> None:
+        self._running = running
         self._per_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Lines[R]]" = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
@@ -153,8 +162,25 @@ class LoopLines(Generic[R]):
         with self._lock:
             lines = self._per_loop.get(loop)
             if lines is None:
-                lines = self._per_loop[loop] = Lines(asyncio.Event)
+                lines = self._per_loop[loop] = Lines(asyncio.Event, self._running)
             return lines
+
+
+def settling(mine: Round[Any]) -> Iterator[None]:
+    """The leader's waits before its round starts (each lets the threads
+    or tasks that are ready run: ``time.sleep(0)``, about 25 us of CPU and
+    90 us of time, or ``asyncio.sleep(0)``): one, then another as long as
+    the last one brought a caller to join, up to ``SETTLE_WAITS``. Callers
+    released together (by one group commit, one round) arrive one after
+    another; a single wait let the first few join and left the rest to
+    another round (16 threads reading a total: 0.19 reads per increment
+    with one wait, 0.14 with up to four)."""
+    joined = -1
+    for _ in range(SETTLE_WAITS):
+        if mine.waiting == joined:
+            return
+        joined = mine.waiting
+        yield
 
 
 def as_async(event: Event) -> asyncio.Event:

@@ -31,39 +31,21 @@ import asyncio
 import contextvars
 import time
 import weakref
-from typing import Any, Awaitable, Callable, Generic, Hashable, Iterator, TypeVar
+from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
 
 from gds_counter.gateway.query import QueryResult
-from gds_counter.gateway.rounds import LoopLines, Round, ThreadLines, as_async, per_gateway
+from gds_counter.gateway.rounds import LoopLines, ThreadLines, as_async, per_gateway, settling
 from gds_counter.gateway.values import RawEntity
 
 R = TypeVar("R")
 
 __all__ = ["AsyncSharedReads", "SharedReads", "async_shared_reads", "own_copy", "own_result", "shared_reads"]
 
-#: The most times a read's leader lets ready callers join before it reads.
-SETTLE_WAITS = 4
-
 #: True while this thread leads a shared read, after it let the threads
 #: ready to join do so: a shared read nested in it (the counter's total
 #: read sharing the gateway's query) need not let them again. Each wait
 #: (``time.sleep(0)``) costs about 25 us of CPU and 90 us of time.
 _settled: contextvars.ContextVar[bool] = contextvars.ContextVar("gds_counter_shared_read_settled", default=False)
-
-
-def _settling(mine: Round[Any]) -> Iterator[None]:
-    """The leader's waits before its read (each lets the threads or tasks
-    that are ready run): one, then another as long as the last one brought
-    a caller to join, up to ``SETTLE_WAITS``. The callers one group commit
-    releases reach the read one after another; a single wait let the first
-    few join and left the rest to a second read (16 threads: 0.19 reads per
-    increment with one wait, 0.14 with up to four, one per group commit)."""
-    joined = -1
-    for _ in range(SETTLE_WAITS):
-        if mine.waiting == joined:
-            return
-        joined = mine.waiting
-        yield
 
 
 class SharedReads(Generic[R]):
@@ -92,7 +74,7 @@ class SharedReads(Generic[R]):
             if wait or not _settled.get():
                 # Let the threads that are about to ask for the same read
                 # (the writers one group commit just released) join it first.
-                for _ in _settling(mine):
+                for _ in settling(mine):
                     time.sleep(0)
         except BaseException:  # interrupted before its read: its callers read alone
             with lock:
@@ -137,7 +119,7 @@ class AsyncSharedReads(Generic[R]):
                 await as_async(mine.turn).wait()
             # Let the tasks that are ready to ask for the same read (the
             # answers of one batch of commits arrive together) join it first.
-            for _ in _settling(mine):
+            for _ in settling(mine):
                 await asyncio.sleep(0)
         except BaseException:  # cancelled before its read: its callers read alone
             lines.abandon(key, line, mine)

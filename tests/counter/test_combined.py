@@ -1,7 +1,7 @@
-"""Callers of one counter in one process write it one attempt at a time:
-the amounts that arrive while a write of it runs are committed together by
-the next one (``gateway.combined_writes``), so sixteen threads pay for a
-few commits, not sixteen, and never wait on each other's locks. Exactly
+"""Callers of one counter in one process write it at most two attempts at a
+time: the amounts that arrive while its writes run are committed together
+by the next one (``gateway.combined_writes``), so sixteen threads pay for a
+few commits, not sixteen, and do not wait on each other's locks. Exactly
 once or raised still holds for each caller."""
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ from gds_counter.gds import RetryPolicy
 
 
 class Blocking:
-    """A strategy that records each attempt's amount, holds the first one
+    """A strategy that records each attempt's amount, holds every attempt
     until released, and writes through the transactional strategy."""
 
     name = "blocking"
 
     def __init__(self) -> None:
         self.amounts: list[int] = []
-        self.started = threading.Event()
         self.release = threading.Event()
         self.at_once = 0
         self.most_at_once = 0
@@ -38,12 +37,18 @@ class Blocking:
             self.at_once += 1
             self.most_at_once = max(self.most_at_once, self.at_once)
         try:
-            self.started.set()
             assert self.release.wait(10)
             TRANSACTIONAL.add(shard, amount)
         finally:
             with self.lock:
                 self.at_once -= 1
+
+    def started(self, count: int) -> None:
+        for _ in range(2000):
+            if len(self.amounts) >= count:
+                return
+            time.sleep(0.005)
+        raise AssertionError(f"{count} attempts never started")
 
 
 def waiting_to_join(gateway, count: int) -> None:
@@ -57,60 +62,64 @@ def waiting_to_join(gateway, count: int) -> None:
     raise AssertionError(f"{count} callers never joined")
 
 
-def test_sixteen_callers_of_one_counter_are_two_writes_when_fifteen_arrive_during_the_first(memory_gateway):
+def test_sixteen_callers_of_one_counter_are_three_writes_when_fourteen_arrive_during_the_first_two(memory_gateway):
     strategy = Blocking()
     counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy)
-    first = threading.Thread(target=counter.add)
-    first.start()
-    assert strategy.started.wait(10)
-    others = [threading.Thread(target=counter.add, args=(2,)) for _ in range(15)]
+    first = [threading.Thread(target=counter.add, args=(amount,)) for amount in (1, 10)]
+    for number, thread in enumerate(first, 1):
+        thread.start()
+        strategy.started(number)
+    others = [threading.Thread(target=counter.add, args=(2,)) for _ in range(14)]
     for thread in others:
         thread.start()
-    waiting_to_join(memory_gateway, 14)
+    waiting_to_join(memory_gateway, 13)
     strategy.release.set()
-    for thread in [first, *others]:
+    for thread in [*first, *others]:
         thread.join(10)
-    assert strategy.amounts == [1, 30]
-    assert strategy.most_at_once == 1
-    assert counter.get_count() == 31
-    assert memory_gateway.stats["entity_writes"] == 2
+    assert strategy.amounts == [1, 10, 28]
+    assert strategy.most_at_once == 2
+    assert counter.get_count() == 39
+    assert memory_gateway.stats["entity_writes"] == 3
 
 
 def test_counter_objects_of_one_counter_written_the_same_way_are_combined(memory_gateway):
     """One object per request (the article's ``new CounterShardDS(...)``)
     still shares writes, when the counter and its settings are the same."""
     strategy = Blocking()
-    first = threading.Thread(target=CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy).add)
-    first.start()
-    assert strategy.started.wait(10)
-    others = [
-        threading.Thread(target=CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy).add)
-        for _ in range(5)
-    ]
+
+    def add() -> None:
+        CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy).add()
+
+    first = [threading.Thread(target=add) for _ in range(2)]
+    for number, thread in enumerate(first, 1):
+        thread.start()
+        strategy.started(number)
+    others = [threading.Thread(target=add) for _ in range(5)]
     for thread in others:
         thread.start()
     waiting_to_join(memory_gateway, 4)
     strategy.release.set()
-    for thread in [first, *others]:
+    for thread in [*first, *others]:
         thread.join(10)
-    assert strategy.amounts == [1, 5]
+    assert strategy.amounts == [1, 1, 5]
     other_counter = CounterShardDS("Counter Test", 2, 20, gateway=memory_gateway)
     assert other_counter._combining != CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway)._combining
 
 
 def test_every_caller_of_a_combined_write_that_ran_out_of_retries_is_told_not_counted(memory_gateway):
     class Refusing:
+        """Holds its first two attempts until released (they succeed); every
+        later attempt conflicts."""
+
         name = "refusing"
 
         def __init__(self) -> None:
             self.calls = 0
-            self.started = threading.Event()
             self.release = threading.Event()
 
         def add(self, shard: Shard, amount: int) -> None:
             self.calls += 1
-            if self.calls == 1:
-                self.started.set()
+            if self.calls <= 2:
                 assert self.release.wait(10)
                 return
             raise Contention(f"{shard} is taken (test)")
@@ -127,23 +136,27 @@ def test_every_caller_of_a_combined_write_that_ran_out_of_retries_is_told_not_co
         except Contention as exc:
             outcomes.append(exc)
 
-    first = threading.Thread(target=add)
-    first.start()
-    assert strategy.started.wait(10)
+    first = [threading.Thread(target=add) for _ in range(2)]
+    for number, thread in enumerate(first, 1):
+        thread.start()
+        for _ in range(2000):
+            if strategy.calls >= number:
+                break
+            time.sleep(0.005)
     others = [threading.Thread(target=add) for _ in range(4)]
     for thread in others:
         thread.start()
     waiting_to_join(memory_gateway, 3)
     strategy.release.set()
-    for thread in [first, *others]:
+    for thread in [*first, *others]:
         thread.join(10)
-    assert outcomes.count("counted") == 1
+    assert outcomes.count("counted") == 2
     refused = [o for o in outcomes if isinstance(o, Contention)]
     assert len(refused) == 4
     for exc in refused:
         assert "was NOT counted" in str(exc) and "the amounts of 4 callers, combined" in str(exc)
         assert exc.attempts == 3
-    assert strategy.calls == 1 + 3  # one write for the four, tried three times
+    assert strategy.calls == 2 + 3  # one write for the four, tried three times
 
 
 @pytest.mark.parametrize("strategy", ["transactional", "increment"])

@@ -3,7 +3,9 @@ amounts callers add under one key while a write of it runs are committed by
 the next write, as their sum, and every one of those callers gets that
 write's outcome: counted, or the same error (its own copy), or, when the
 write ended in something that says nothing about the commit, CommitUnknown.
-A caller is never combined into a write that began before it arrived."""
+A caller is never combined into a write that began before it arrived. Two
+writes of a key run at once by default; the tests of what callers are told
+run one at a time (``in_flight=1``), which changes nothing there."""
 
 from __future__ import annotations
 
@@ -81,25 +83,28 @@ def test_alone_a_caller_writes_its_own_amount_at_once_and_nothing_is_kept():
     assert combined._lines.get()[0].lines == {}
 
 
-def test_callers_arriving_during_a_write_are_combined_into_the_next_one():
+def test_two_writes_run_at_once_and_callers_arriving_meanwhile_are_combined_into_the_next():
     combined, write, out = CombinedWrites(), Writes(), {}
-    first = add(combined, write, 1, out, "first")
+    running = [add(combined, write, 1, out, "first")]
     assert write.started[0].wait(10)
+    running.append(add(combined, write, 10, out, "second"))
+    assert write.started[1].wait(10)  # the second did not wait for the first
     later = [add(combined, write, amount, out, amount) for amount in (2, 3, 4, 5)]
     joined(combined, 3)  # the leader of the next round and three more
-    assert write.calls == [(1, 1)]  # nobody joined the write that had begun
-    write.release[0].set()
-    assert write.started[1].wait(10)
-    write.release[1].set()
-    for thread in [first, *later]:
+    assert write.calls == [(1, 1), (10, 1)]  # nobody joined a write that had begun
+    write.release[1].set()  # either running write ending lets the next one start
+    assert write.started[2].wait(10)
+    assert write.calls[2] == (14, 4)
+    release_all(write)
+    for thread in [*running, *later]:
         thread.join(10)
-    assert write.calls == [(1, 1), (14, 4)]
-    assert out == {"first": "counted", 2: "counted", 3: "counted", 4: "counted", 5: "counted"}
+    assert len(write.calls) == 3
+    assert out == {"first": "counted", "second": "counted", 2: "counted", 3: "counted", 4: "counted", 5: "counted"}
     assert combined._lines.get()[0].lines == {}
 
 
 def test_each_caller_of_a_failed_write_raises_its_own_copy_of_the_error():
-    combined, write, out = CombinedWrites(), Writes(), {}
+    combined, write, out = CombinedWrites(in_flight=1), Writes(), {}
     write.fail[1] = Contention("shard 3 of CounterShard 'c' kept conflicting", attempts=7)
     first = add(combined, write, 1, out, "first")
     assert write.started[0].wait(10)
@@ -119,7 +124,7 @@ def test_a_write_that_ends_in_something_else_leaves_its_joiners_unknown():
     """KeyboardInterrupt in the leader (or a bug in a strategy) says nothing
     about whether the commit was applied: the others get CommitUnknown, the
     leader its own exception."""
-    combined, write, out = CombinedWrites(), Writes(), {}
+    combined, write, out = CombinedWrites(in_flight=1), Writes(), {}
     write.fail[1] = RuntimeError("strategy bug")
     first = add(combined, write, 1, out, "first")
     assert write.started[0].wait(10)
@@ -135,7 +140,7 @@ def test_a_write_that_ends_in_something_else_leaves_its_joiners_unknown():
 
 
 def test_when_the_sum_is_refused_each_caller_writes_its_own_amount():
-    combined, write, out = CombinedWrites(), Writes(), {}
+    combined, write, out = CombinedWrites(in_flight=1), Writes(), {}
     write.fail[1] = BadValueError("adding 9 to shard 1 would pass 64 bits; nothing was written")
     first = add(combined, write, 1, out, "first")
     assert write.started[0].wait(10)
@@ -150,7 +155,7 @@ def test_when_the_sum_is_refused_each_caller_writes_its_own_amount():
 
 
 def test_amounts_whose_sum_passes_64_bits_are_written_one_by_one():
-    combined, write, out = CombinedWrites(), Writes(), {}
+    combined, write, out = CombinedWrites(in_flight=1), Writes(), {}
     first = add(combined, write, 1, out, "first")
     assert write.started[0].wait(10)
     later = [add(combined, write, INT64_MAX - 5, out, n) for n in range(2)]
@@ -162,8 +167,50 @@ def test_amounts_whose_sum_passes_64_bits_are_written_one_by_one():
     assert set(out.values()) == {"counted"}
 
 
-def test_keys_are_combined_separately():
+@pytest.mark.parametrize("bringing", [0, 2, 10])
+def test_a_leader_lets_ready_callers_join_before_it_writes(monkeypatch, bringing):
+    """The threads one write released come back together: a leader that did
+    not wait for a running write waits (``time.sleep(0)``) once, then again
+    while each wait brought a caller (up to SETTLE_WAITS), and writes their
+    amounts with its own."""
+    from gds_counter.gateway import combined_writes as module
+    from gds_counter.gateway import rounds
+
     combined, write, out = CombinedWrites(), Writes(), {}
+    release_all(write)
+    threads: list[threading.Thread] = []
+    waits: list[float] = []
+
+    def wait_for_joiner(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) <= bringing:
+            threads.append(add(combined, write, 1, out, len(waits)))
+            joined(combined, len(waits))
+
+    monkeypatch.setattr(module.time, "sleep", wait_for_joiner)
+    monkeypatch.setattr(module.threading, "active_count", lambda: 2)  # another thread might add
+    combined.run("counter", 100, write)
+    for thread in threads:
+        thread.join(10)
+    joiners = min(bringing, rounds.SETTLE_WAITS)
+    assert waits == [0] * min(bringing + 1, rounds.SETTLE_WAITS)
+    assert write.calls[0] == (100 + joiners, 1 + joiners)
+
+
+def test_a_thread_alone_in_its_process_writes_without_waiting(monkeypatch):
+    from gds_counter.gateway import combined_writes as module
+
+    combined, write = CombinedWrites(), Writes()
+    release_all(write)
+    waits: list[float] = []
+    monkeypatch.setattr(module.time, "sleep", waits.append)
+    monkeypatch.setattr(module.threading, "active_count", lambda: 1)
+    combined.run("counter", 3, write)
+    assert waits == [] and write.calls == [(3, 1)]
+
+
+def test_keys_are_combined_separately():
+    combined, write = CombinedWrites(), Writes()
     release_all(write)
     other = Writes()
     release_all(other)
@@ -174,7 +221,7 @@ def test_keys_are_combined_separately():
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork() (POSIX)")
 def test_a_forked_child_writes_at_once_though_its_parent_was_writing():
-    combined, write, out = CombinedWrites(), Writes(), {}
+    combined, write, out = CombinedWrites(in_flight=1), Writes(), {}
     first = add(combined, write, 1, out, "first")
     assert write.started[0].wait(10)
     pid = os.fork()
@@ -194,13 +241,13 @@ def test_a_forked_child_writes_at_once_though_its_parent_was_writing():
 # --- tasks -------------------------------------------------------------------
 
 
-def test_tasks_arriving_during_a_write_are_combined_into_the_next_one():
+def test_tasks_arriving_while_two_writes_run_are_combined_into_the_next_one():
     combined = AsyncCombinedWrites()
     calls: list[tuple[int, int]] = []
 
     async def main() -> None:
-        running = [asyncio.Event() for _ in range(2)]
-        release = [asyncio.Event() for _ in range(2)]
+        running = [asyncio.Event() for _ in range(3)]
+        release = [asyncio.Event() for _ in range(3)]
 
         async def write(amount: int, callers: int) -> None:
             n = len(calls)
@@ -210,20 +257,25 @@ def test_tasks_arriving_during_a_write_are_combined_into_the_next_one():
 
         first = asyncio.create_task(combined.run("c", 1, write))
         await running[0].wait()
-        later = [asyncio.create_task(combined.run("c", amount, write)) for amount in (2, 3, 4)]
-        await asyncio.sleep(0)
-        release[0].set()
+        second = asyncio.create_task(combined.run("c", 10, write))
         await running[1].wait()
-        release[1].set()
-        await asyncio.gather(first, *later)
+        later = [asyncio.create_task(combined.run("c", amount, write)) for amount in (2, 3, 4)]
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert calls == [(1, 1), (10, 1)]
+        release[0].set()
+        await running[2].wait()
+        for event in release:
+            event.set()
+        await asyncio.gather(first, second, *later)
         assert combined._lines.get().lines == {}
 
     asyncio.run(main())
-    assert calls == [(1, 1), (9, 3)]
+    assert calls == [(1, 1), (10, 1), (9, 3)]
 
 
 def test_a_task_cancelled_before_its_write_began_takes_its_amount_out():
-    combined = AsyncCombinedWrites()
+    combined = AsyncCombinedWrites(in_flight=1)
     calls: list[tuple[int, int]] = []
 
     async def main() -> None:
@@ -252,7 +304,7 @@ def test_a_task_cancelled_before_its_write_began_takes_its_amount_out():
 
 
 def test_a_task_whose_combined_write_failed_raises_its_own_copy():
-    combined = AsyncCombinedWrites()
+    combined = AsyncCombinedWrites(in_flight=1)
 
     async def main() -> list[BaseException | None]:
         release = asyncio.Event()

@@ -136,6 +136,7 @@ def test_a_leader_waits_again_while_each_wait_brings_another_caller_to_join(monk
     another: the leader waits once, then again for as long as the last wait
     brought a caller, up to SETTLE_WAITS; everyone who came shares its one
     read."""
+    from gds_counter.gateway import rounds
     from gds_counter.gateway import shared_reads as module
 
     shared: SharedReads[int] = SharedReads()
@@ -160,7 +161,7 @@ def test_a_leader_waits_again_while_each_wait_brings_another_caller_to_join(monk
     assert shared.run("q", read) == (0, False)
     for thread in threads:
         thread.join(10)
-    assert waits == [0] * min(bringing + 1, module.SETTLE_WAITS)
+    assert waits == [0] * min(bringing + 1, rounds.SETTLE_WAITS)
     assert out == {f"joiner {n}": (0, True) for n in range(1, len(threads) + 1)}
     assert read.runs == 1
 

@@ -355,7 +355,7 @@ def test_concurrent_tasks_under_faults_count_each_increment_at_most_once(memory,
     kwargs: dict[str, Any] = {"auto_grow": GROW} if strategy == "auto-grow" else {}
     counter = aio.CounterShardDS("faults", uuid.uuid4().hex[:12], 5, gateway=gw, strategy=strategy, retry=PATIENT,
                                  **kwargs)
-    n = 600  # combined writes: many tasks share each commit, so it takes this many to meet 50 faults
+    n = 1200  # combined writes: many tasks share each commit, so it takes this many to meet 50 faults
 
     async def one() -> str:
         try:

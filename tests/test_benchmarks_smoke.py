@@ -39,9 +39,10 @@ def test_contention_goals_on_sqlite(tmp_path):
         assert run["stored"] == run["acked"] == run["ok"] + run["warmup_calls"] and run["lost"] == 0
     embedded = [r for r in runs if r["series"] == "embedded"]
     assert all(r["totals_checked"] == r["ok"] and r["stale_totals"] == 0 for r in embedded)
-    # One commit each, and at most one target query each (increments that
-    # finish together share one read of the total).
-    assert all(1 < r["rpcs_per_inc"] <= 2 for r in embedded)
+    # At most one commit each (increments that overlap share one), and at
+    # most one target query each (increments that finish together share
+    # one read of the total).
+    assert all(0 < r["rpcs_per_inc"] <= 2 for r in embedded)
     goals = {(g["goal"], g["layout"]): g for g in record["goals"]}
     assert goals[(4, "1x4")]["ratio"] > 0 and len(goals[(4, "2x2")]["rounds"]) == 2
     assert goals[(1, "1x4")]["met"] is None  # its series were not run

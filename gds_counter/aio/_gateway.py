@@ -33,7 +33,6 @@ __all__ = [
     "AsyncGateway",
     "async_twin",
     "in_flight_slot",
-    "writer_slot",
     "open_gateway",
     "resolve_gateway",
     "shared_gateway",
@@ -165,38 +164,3 @@ def in_flight_slot(gateway: Any) -> asyncio.Semaphore:
         if slot is None:
             slot = per_loop[loop] = asyncio.Semaphore(getattr(gateway, "max_in_flight", DEFAULT_IN_FLIGHT))
         return slot
-
-
-_writers: "weakref.WeakKeyDictionary[Any, dict[Any, weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, list[Any]]]]" = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def writer_slot(gateway: Any, counter: Any, shards: int) -> asyncio.Semaphore:
-    """The slots for writes of one counter (``counter``: its identity) on
-    ``gateway`` in the running loop: as many as it has ``shards`` (raised
-    when it grows).
-
-    Why: the shard affinity gives each writer of a process a shard no other
-    of its writers holds, as long as there are fewer writers than shards.
-    Threads are few; tasks are not, and a thousand tasks incrementing one
-    counter would share shards: on an optimistic server (the legacy
-    Datastore emulator) they abort each other until retries run out
-    (measured: 500 tasks, 64 at a time on 20 shards, raised ``Contention``),
-    and on a locking one they only queue on its locks. So they queue here
-    instead, where waiting costs nothing."""
-    loop = asyncio.get_running_loop()
-    with _slots_lock:
-        per_counter = _writers.setdefault(gateway, {})
-        if len(per_counter) > 4096:  # counters seen, most long gone
-            per_counter.clear()
-        per_loop = per_counter.setdefault(counter, weakref.WeakKeyDictionary())
-        entry = per_loop.get(loop)
-        if entry is None:
-            entry = per_loop[loop] = [asyncio.Semaphore(shards), shards]
-        slot, size = entry
-        for _ in range(shards - size):  # the counter grew: more writers may run
-            slot.release()
-        entry[1] = max(size, shards)
-        result: asyncio.Semaphore = slot
-        return result

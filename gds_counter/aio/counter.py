@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, TypeVar
 
-from gds_counter.aio._gateway import AsyncGateway, in_flight_slot, resolve_gateway, writer_slot
+from gds_counter.aio._gateway import AsyncGateway, in_flight_slot, resolve_gateway
 from gds_counter.aio.store import Store
 from gds_counter.counter.article import article_counter_args
 from gds_counter.counter.arguments import check_counters, locate
@@ -35,13 +35,6 @@ async def _run(planned: plan.Plan[T], gateway: Any) -> T:
     (``in_flight_slot``: at most so many at once keep the loop responsive)."""
     async with in_flight_slot(gateway):
         return await plan.arun(planned, gateway)
-
-
-async def _write(counter: CounterCore, planned: plan.Plan[T]) -> T:
-    """Run one write of ``counter`` in one of its writer slots (one per
-    shard: ``writer_slot``) and one of its gateway's in-flight slots."""
-    async with writer_slot(counter._gateway, counter._identity(), counter.num_shards):
-        return await _run(planned, counter._gateway)
 
 
 class ShardedCounter(CounterCore):
@@ -93,15 +86,15 @@ class ShardedCounter(CounterCore):
 
     async def add(self, amount: int = 1) -> None:
         """Add ``amount``, counted exactly once or raised; no read back."""
-        await _write(self, self._add(amount))
+        await _run(self._add(amount), self._gateway)
 
     async def increment(self, amount: int = 1) -> int:
         """Add ``amount`` and return the total after it."""
-        return await _write(self, self._increment(amount))
+        return await _run(self._increment(amount), self._gateway)
 
     async def decrement(self, amount: int = 1) -> int:
         """Subtract ``amount`` and return the total after it."""
-        return await _write(self, self._decrement(amount))
+        return await _run(self._decrement(amount), self._gateway)
 
     async def reset(self) -> None:
         """Set every shard to 0, at most 25 shards per transaction."""

@@ -79,7 +79,9 @@ class Strategy(Protocol):
 
     def add(self, shard: Shard, amount: int) -> None:
         """Commit ``amount`` to ``shard`` once, or raise (``Contention`` when
-        another writer won; it is then safe to retry)."""
+        another writer won; it is then safe to retry). ``amount`` may be the
+        sum of several callers' amounts (``gateway.combined_writes``): each
+        of them gets what this attempt ends in."""
 
 
 def add_plan(strategy: Strategy, shard: Shard, amount: int) -> plan.Plan[None]:

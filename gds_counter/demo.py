@@ -20,6 +20,7 @@ tooling (``gds_counter.testing``).
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import logging
 import math
@@ -157,13 +158,17 @@ class _Storage:
             return f"embedded SQLite with the write-rate MODEL ({self.rate:g} writes/s per entity)"
         return f"the official {self.emulator.kind} emulator at {self.emulator.host}"
 
-    def open(self) -> Gateway:
+    def open(self, count: int = 1) -> list[Gateway]:
+        """``count`` gateways on one fresh place (a new file, or a new
+        namespace on the emulator): one per app instance that counts there."""
         name = uuid.uuid4().hex[:8]
         if self.emulator is not None:
-            return self.emulator.gateway(namespace=f"demo-{name}")
+            emulator = self.emulator
+            return [emulator.gateway(namespace=f"demo-{name}") for _ in range(count)]
         from gds_counter.gateway.embedded import EmbeddedGateway
 
-        return EmbeddedGateway(os.path.join(self.folder, f"demo-{name}.sqlite3"), entity_writes_per_second=self.rate)
+        path = os.path.join(self.folder, f"demo-{name}.sqlite3")
+        return [EmbeddedGateway(path, entity_writes_per_second=self.rate) for _ in range(count)]
 
 
 @contextlib.contextmanager
@@ -179,17 +184,27 @@ def _storage(emulator: str | None, rate: float) -> Iterator[_Storage]:
 
 
 def _load_step(storage: _Storage, settings: Settings, title: str, shards: int, strategy: str) -> Step:
-    gateway = storage.open()
+    """Each writer thread stands for an app instance of its own (as each
+    PHP request is), with a gateway of its own on the same storage: writers
+    sharing one gateway would have their overlapping writes combined
+    (``gateway.combined_writes``), which hides the contention the workshop
+    is about."""
+    gateways = storage.open(settings.writers)
     try:
-        counter = CounterShardDS("Workshop", shards, num_shards=shards, gateway=gateway, strategy=strategy)
-        gateway.stats.reset()
-        load = run_load(lambda: counter.add, writers=settings.writers, duration=settings.seconds)
-        stats = gateway.stats.snapshot()
-        final = counter.get_count()
+        counters = iter([
+            CounterShardDS("Workshop", shards, num_shards=shards, gateway=gateway, strategy=strategy)
+            for gateway in gateways
+        ])
+        load = run_load(lambda: next(counters).add, writers=settings.writers, duration=settings.seconds)
+        stats: collections.Counter[str] = collections.Counter()
+        for gateway in gateways:
+            stats.update(gateway.stats.snapshot())
+        final = CounterShardDS("Workshop", shards, num_shards=shards, gateway=gateways[0]).get_count()
     finally:
-        gateway.close()
+        for gateway in gateways:
+            gateway.close()
     return Step(title, shards, strategy, load, final, stats["rpcs"], stats["entity_reads"], stats["entity_writes"],
-                stats.get("counter.retries", 0))
+                stats["counter.retries"])
 
 
 def _report_step(write: Write, step: Step) -> None:
@@ -208,7 +223,7 @@ def _report_step(write: Write, step: Step) -> None:
 
 def _read_costs(storage: _Storage, shards: int) -> list[tuple[str, int, int]]:
     """(what, RPCs, entity reads) for each way of reading a total."""
-    gateway = storage.open()
+    [gateway] = storage.open()
     rows: list[tuple[str, int, int]] = []
     try:
         counter = CounterShardDS("Workshop", "reads", num_shards=shards, gateway=gateway,
@@ -320,7 +335,8 @@ def run_demo(
         result.storage = storage.label
         result.model_rate = settings.rate if storage.emulator is None else None
         write(f"gds-counter demo on {storage.label}")
-        write(f"{settings.writers} writer threads, {settings.seconds:g} s per step.")
+        write(f"{settings.writers} writer threads, {settings.seconds:g} s per step; each stands for an app instance")
+        write("of its own (writers in one process would have their overlapping writes combined).")
         write("")
         if emulator is None:
             write(
@@ -349,7 +365,7 @@ def run_demo(
 
         write("3. The server-side increment: one commit with an increment transform, no read and")
         write("   no transaction.")
-        gateway = storage.open()
+        [gateway] = storage.open()
         applies = gateway.capabilities.applies_transforms
         gateway.close()
         if applies:

@@ -338,9 +338,9 @@ def test_ambiguous_commits_are_reported_never_double_counted(memory, face, strat
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_concurrent_tasks_under_faults_count_each_increment_at_most_once(memory, strategy, tally):
-    """The asyncio face's own risk: many tasks at once share the counter's
-    writer and in-flight slots and the thread pool while faults interrupt
-    them. Which call meets which fault then depends on the interleaving, so
+    """The asyncio face's own risk: many tasks at once share writes
+    (combined writes), the gateway's in-flight slots and the thread pool
+    while faults interrupt them. Which call meets which fault then depends on the interleaving, so
     only what holds for every interleaving is asserted: nothing counted
     twice or lost, every unknown an applied commit, no transaction left
     open. (Threads on the blocking face: test_counter_races.py.)"""
@@ -355,7 +355,10 @@ def test_concurrent_tasks_under_faults_count_each_increment_at_most_once(memory,
     kwargs: dict[str, Any] = {"auto_grow": GROW} if strategy == "auto-grow" else {}
     counter = aio.CounterShardDS("faults", uuid.uuid4().hex[:12], 5, gateway=gw, strategy=strategy, retry=PATIENT,
                                  **kwargs)
-    n = 1200  # combined writes: many tasks share each commit, so it takes this many to meet 50 faults
+    # Waves of tasks at once: within a wave their writes combine (a few
+    # commits carry the lot), so it takes many waves to meet 50 faults.
+    waves, at_once = 200, 6
+    n = waves * at_once
 
     async def one() -> str:
         try:
@@ -368,7 +371,9 @@ def test_concurrent_tasks_under_faults_count_each_increment_at_most_once(memory,
 
     async def scenario() -> tuple[Counter[str], int]:
         try:
-            seen = Counter(await asyncio.gather(*(one() for _ in range(n))))
+            seen: Counter[str] = Counter()
+            for _ in range(waves):
+                seen.update(await asyncio.gather(*(one() for _ in range(at_once))))
             with gw.injector.paused():
                 return seen, await counter.get_count()
         finally:

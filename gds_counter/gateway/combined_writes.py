@@ -31,16 +31,14 @@ tasks of one event loop.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import threading
-import time
 import weakref
 from typing import Any, Awaitable, Callable, Hashable
 
 from gds_counter._checks import INT64_MAX, INT64_MIN
 from gds_counter.errors import BadValueError, CommitUnknown, GDSError
-from gds_counter.gateway.rounds import Lines, LoopLines, Round, ThreadLines, as_async, per_gateway, settling
+from gds_counter.gateway.rounds import Lines, LoopLines, Round, ThreadLines, as_async, per_gateway
 
 __all__ = ["IN_FLIGHT", "AsyncCombinedWrites", "CombinedWrites", "async_combined_writes", "combined_writes"]
 
@@ -107,21 +105,10 @@ class CombinedWrites:
             if mine.error is not None:
                 raise _joiners_error(mine.error) from mine.error
             return None
-        try:
-            if wait:
-                mine.turn.wait()
-            elif threading.active_count() > 1:
-                # Let the threads about to add to the same counter (those one
-                # write just released) join this write first.
-                for _ in settling(mine):
-                    time.sleep(0)
-        except BaseException:  # interrupted before its write: its callers write alone
-            with lock:
-                lines.abandon(key, line, mine)
-            raise
-        with lock:
-            lines.start(line)
-            shares = list(mine.shares)
+        # Let the threads about to add to the same counter (those one write
+        # just released) join this write first; alone, write at once.
+        self._lines.lead(key, line, mine, wait=wait, settle=not wait and threading.active_count() > 1)
+        shares = list(mine.shares)  # started: nobody joins it any more
         if len(shares) > 1 and not _combinable(shares):
             with lock:
                 lines.finish(key, line, mine, None, failed=True)
@@ -164,16 +151,7 @@ class AsyncCombinedWrites:
             if mine.error is not None:
                 raise _joiners_error(mine.error) from mine.error
             return None
-        try:
-            if wait:
-                await as_async(mine.turn).wait()
-            else:
-                for _ in settling(mine):
-                    await asyncio.sleep(0)
-        except BaseException:  # cancelled before its write: its callers write alone
-            lines.abandon(key, line, mine)
-            raise
-        lines.start(line)
+        await LoopLines.lead(lines, key, line, mine, wait=wait, settle=not wait)
         shares = list(mine.shares)
         if len(shares) > 1 and not _combinable(shares):
             lines.finish(key, line, mine, None, failed=True)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 import weakref
 from typing import Any, Callable, Generic, Hashable, Iterator, TypeVar, Union
 
@@ -146,6 +147,25 @@ class ThreadLines(Generic[R]):
             self._reset()
         return self._lines, self._lock
 
+    def lead(self, key: Hashable, line: Line[R], mine: Round[R], *, wait: bool, settle: bool) -> None:
+        """A leader's way into its round: wait for its turn (``wait``), let
+        the threads that are ready join first (``settle``), then start. A
+        leader interrupted before that abandons the round (its callers do
+        their own) and raises."""
+        lines, lock = self.get()
+        try:
+            if wait:
+                mine.turn.wait()
+            if settle:
+                for _ in settling(mine):
+                    time.sleep(0)
+        except BaseException:
+            with lock:
+                lines.abandon(key, line, mine)
+            raise
+        with lock:
+            lines.start(line)
+
 
 class LoopLines(Generic[R]):
     """The lines of the tasks of each running event loop (an async gateway
@@ -164,6 +184,21 @@ class LoopLines(Generic[R]):
             if lines is None:
                 lines = self._per_loop[loop] = Lines(asyncio.Event, self._running)
             return lines
+
+    @staticmethod
+    async def lead(lines: Lines[R], key: Hashable, line: Line[R], mine: Round[R], *, wait: bool, settle: bool) -> None:
+        """A leader's way into its round, as ``ThreadLines.lead``, for a
+        task (cancelled before it starts, it abandons the round)."""
+        try:
+            if wait:
+                await as_async(mine.turn).wait()
+            if settle:
+                for _ in settling(mine):
+                    await asyncio.sleep(0)
+        except BaseException:
+            lines.abandon(key, line, mine)
+            raise
+        lines.start(line)
 
 
 def settling(mine: Round[Any]) -> Iterator[None]:

@@ -27,14 +27,12 @@ bookkeeping is ``gds_counter.gateway.rounds``, shared with combined writes.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
-import time
 import weakref
 from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
 
 from gds_counter.gateway.query import QueryResult
-from gds_counter.gateway.rounds import LoopLines, ThreadLines, as_async, per_gateway, settling
+from gds_counter.gateway.rounds import LoopLines, ThreadLines, as_async, per_gateway
 from gds_counter.gateway.values import RawEntity
 
 R = TypeVar("R")
@@ -68,20 +66,9 @@ class SharedReads(Generic[R]):
             if mine.failed:
                 return read(), False  # its failure was its own: try once more alone
             return mine.result, True  # type: ignore[return-value]  # set with done
-        try:
-            if wait:
-                mine.turn.wait()
-            if wait or not _settled.get():
-                # Let the threads that are about to ask for the same read
-                # (the writers one group commit just released) join it first.
-                for _ in settling(mine):
-                    time.sleep(0)
-        except BaseException:  # interrupted before its read: its callers read alone
-            with lock:
-                lines.abandon(key, line, mine)
-            raise
-        with lock:
-            lines.start(line)
+        # Let the threads that are about to ask for the same read (the
+        # writers one group commit just released) join it first.
+        self._lines.lead(key, line, mine, wait=wait, settle=wait or not _settled.get())
         settled = _settled.set(True)
         try:
             result = read()
@@ -114,17 +101,9 @@ class AsyncSharedReads(Generic[R]):
             if mine.failed:
                 return await read(), False
             return mine.result, True  # type: ignore[return-value]  # set with done
-        try:
-            if wait:
-                await as_async(mine.turn).wait()
-            # Let the tasks that are ready to ask for the same read (the
-            # answers of one batch of commits arrive together) join it first.
-            for _ in settling(mine):
-                await asyncio.sleep(0)
-        except BaseException:  # cancelled before its read: its callers read alone
-            lines.abandon(key, line, mine)
-            raise
-        lines.start(line)
+        # Let the tasks that are ready to ask for the same read (the answers
+        # of one batch of commits arrive together) join it first.
+        await LoopLines.lead(lines, key, line, mine, wait=wait, settle=True)
         try:
             result = await read()
         except BaseException:

@@ -62,20 +62,28 @@ def waiting_to_join(gateway, count: int) -> None:
     raise AssertionError(f"{count} callers never joined")
 
 
+def two_writing_then_joining(gateway, strategy: Blocking, first: list, later: list) -> None:
+    """Start the callables ``first`` one by one until each one's write has
+    begun, then ``later`` until all but one of them wait to join the next
+    write; release the strategy and wait for everyone."""
+    running = [threading.Thread(target=target) for target in first]
+    for number, thread in enumerate(running, 1):
+        thread.start()
+        strategy.started(number)
+    joining = [threading.Thread(target=target) for target in later]
+    for thread in joining:
+        thread.start()
+    waiting_to_join(gateway, len(later) - 1)
+    strategy.release.set()
+    for thread in [*running, *joining]:
+        thread.join(10)
+
+
 def test_sixteen_callers_of_one_counter_are_three_writes_when_fourteen_arrive_during_the_first_two(memory_gateway):
     strategy = Blocking()
     counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy)
-    first = [threading.Thread(target=counter.add, args=(amount,)) for amount in (1, 10)]
-    for number, thread in enumerate(first, 1):
-        thread.start()
-        strategy.started(number)
-    others = [threading.Thread(target=counter.add, args=(2,)) for _ in range(14)]
-    for thread in others:
-        thread.start()
-    waiting_to_join(memory_gateway, 13)
-    strategy.release.set()
-    for thread in [*first, *others]:
-        thread.join(10)
+    two_writing_then_joining(memory_gateway, strategy, [lambda: counter.add(1), lambda: counter.add(10)],
+                             [lambda: counter.add(2)] * 14)
     assert strategy.amounts == [1, 10, 28]
     assert strategy.most_at_once == 2
     assert counter.get_count() == 39
@@ -90,17 +98,7 @@ def test_counter_objects_of_one_counter_written_the_same_way_are_combined(memory
     def add() -> None:
         CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy).add()
 
-    first = [threading.Thread(target=add) for _ in range(2)]
-    for number, thread in enumerate(first, 1):
-        thread.start()
-        strategy.started(number)
-    others = [threading.Thread(target=add) for _ in range(5)]
-    for thread in others:
-        thread.start()
-    waiting_to_join(memory_gateway, 4)
-    strategy.release.set()
-    for thread in [*first, *others]:
-        thread.join(10)
+    two_writing_then_joining(memory_gateway, strategy, [add] * 2, [add] * 5)
     assert strategy.amounts == [1, 1, 5]
     other_counter = CounterShardDS("Counter Test", 2, 20, gateway=memory_gateway)
     assert other_counter._combining != CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway)._combining

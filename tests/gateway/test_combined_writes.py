@@ -73,6 +73,21 @@ def release_all(write: Writes) -> None:
         event.set()
 
 
+def first_then_together(combined: CombinedWrites, write: Writes, later: dict[Any, int]) -> dict[Any, object]:
+    """Run "first" (adding 1) until its write has begun, then the callers
+    ``later`` (name: amount) until they all wait for the next write;
+    release every write, and return what each caller ended in."""
+    out: dict[Any, object] = {}
+    first = add(combined, write, 1, out, "first")
+    assert write.started[0].wait(10)
+    threads = [add(combined, write, amount, out, name) for name, amount in later.items()]
+    joined(combined, len(later) - 1)
+    release_all(write)
+    for thread in [first, *threads]:
+        thread.join(10)
+    return out
+
+
 def test_alone_a_caller_writes_its_own_amount_at_once_and_nothing_is_kept():
     combined = CombinedWrites()
     write = Writes()
@@ -104,15 +119,9 @@ def test_two_writes_run_at_once_and_callers_arriving_meanwhile_are_combined_into
 
 
 def test_each_caller_of_a_failed_write_raises_its_own_copy_of_the_error():
-    combined, write, out = CombinedWrites(in_flight=1), Writes(), {}
+    combined, write = CombinedWrites(in_flight=1), Writes()
     write.fail[1] = Contention("shard 3 of CounterShard 'c' kept conflicting", attempts=7)
-    first = add(combined, write, 1, out, "first")
-    assert write.started[0].wait(10)
-    later = [add(combined, write, 1, out, n) for n in range(3)]
-    joined(combined, 2)
-    release_all(write)
-    for thread in [first, *later]:
-        thread.join(10)
+    out = first_then_together(combined, write, {n: 1 for n in range(3)})
     assert out["first"] == "counted"
     errors = [out[n] for n in range(3)]
     assert all(isinstance(e, Contention) and e.attempts == 7 and "kept conflicting" in str(e) for e in errors)
@@ -124,15 +133,9 @@ def test_a_write_that_ends_in_something_else_leaves_its_joiners_unknown():
     """KeyboardInterrupt in the leader (or a bug in a strategy) says nothing
     about whether the commit was applied: the others get CommitUnknown, the
     leader its own exception."""
-    combined, write, out = CombinedWrites(in_flight=1), Writes(), {}
+    combined, write = CombinedWrites(in_flight=1), Writes()
     write.fail[1] = RuntimeError("strategy bug")
-    first = add(combined, write, 1, out, "first")
-    assert write.started[0].wait(10)
-    later = [add(combined, write, 1, out, n) for n in range(3)]
-    joined(combined, 2)
-    release_all(write)
-    for thread in [first, *later]:
-        thread.join(10)
+    out = first_then_together(combined, write, {n: 1 for n in range(3)})
     outcomes = [out[n] for n in range(3)]
     assert sum(isinstance(o, RuntimeError) for o in outcomes) == 1  # the leader of the round
     unknown = [o for o in outcomes if isinstance(o, CommitUnknown)]
@@ -140,29 +143,17 @@ def test_a_write_that_ends_in_something_else_leaves_its_joiners_unknown():
 
 
 def test_when_the_sum_is_refused_each_caller_writes_its_own_amount():
-    combined, write, out = CombinedWrites(in_flight=1), Writes(), {}
+    combined, write = CombinedWrites(in_flight=1), Writes()
     write.fail[1] = BadValueError("adding 9 to shard 1 would pass 64 bits; nothing was written")
-    first = add(combined, write, 1, out, "first")
-    assert write.started[0].wait(10)
-    later = [add(combined, write, amount, out, amount) for amount in (2, 3, 4)]
-    joined(combined, 2)
-    release_all(write)
-    for thread in [first, *later]:
-        thread.join(10)
+    out = first_then_together(combined, write, {amount: amount for amount in (2, 3, 4)})
     assert write.calls[:2] == [(1, 1), (9, 3)]
     assert sorted(write.calls[2:]) == [(2, 1), (3, 1), (4, 1)]
     assert set(out.values()) == {"counted"}
 
 
 def test_amounts_whose_sum_passes_64_bits_are_written_one_by_one():
-    combined, write, out = CombinedWrites(in_flight=1), Writes(), {}
-    first = add(combined, write, 1, out, "first")
-    assert write.started[0].wait(10)
-    later = [add(combined, write, INT64_MAX - 5, out, n) for n in range(2)]
-    joined(combined, 1)
-    release_all(write)
-    for thread in [first, *later]:
-        thread.join(10)
+    combined, write = CombinedWrites(in_flight=1), Writes()
+    out = first_then_together(combined, write, {n: INT64_MAX - 5 for n in range(2)})
     assert write.calls == [(1, 1), (INT64_MAX - 5, 1), (INT64_MAX - 5, 1)]
     assert set(out.values()) == {"counted"}
 
@@ -187,7 +178,7 @@ def test_a_leader_lets_ready_callers_join_before_it_writes(monkeypatch, bringing
             threads.append(add(combined, write, 1, out, len(waits)))
             joined(combined, len(waits))
 
-    monkeypatch.setattr(module.time, "sleep", wait_for_joiner)
+    monkeypatch.setattr(rounds.time, "sleep", wait_for_joiner)
     monkeypatch.setattr(module.threading, "active_count", lambda: 2)  # another thread might add
     combined.run("counter", 100, write)
     for thread in threads:
@@ -199,11 +190,12 @@ def test_a_leader_lets_ready_callers_join_before_it_writes(monkeypatch, bringing
 
 def test_a_thread_alone_in_its_process_writes_without_waiting(monkeypatch):
     from gds_counter.gateway import combined_writes as module
+    from gds_counter.gateway import rounds
 
     combined, write = CombinedWrites(), Writes()
     release_all(write)
     waits: list[float] = []
-    monkeypatch.setattr(module.time, "sleep", waits.append)
+    monkeypatch.setattr(rounds.time, "sleep", waits.append)
     monkeypatch.setattr(module.threading, "active_count", lambda: 1)
     combined.run("counter", 3, write)
     assert waits == [] and write.calls == [(3, 1)]

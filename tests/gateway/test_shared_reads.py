@@ -116,10 +116,10 @@ def test_a_leader_lets_ready_callers_join_once_not_again_for_a_read_nested_in_it
     """A counter's shared total read runs the gateway's shared query inside
     it: its leader already let the ready threads join, so the nested read
     starts at once (each wait costs a system call and tens of microseconds)."""
-    from gds_counter.gateway import shared_reads as module
+    from gds_counter.gateway import rounds
 
     waits: list[float] = []
-    monkeypatch.setattr(module.time, "sleep", waits.append)
+    monkeypatch.setattr(rounds.time, "sleep", waits.append)
     outer: SharedReads[int] = SharedReads()
     inner: SharedReads[int] = SharedReads()
     assert inner.run("query", lambda: 1) == (1, False)
@@ -137,7 +137,6 @@ def test_a_leader_waits_again_while_each_wait_brings_another_caller_to_join(monk
     brought a caller, up to SETTLE_WAITS; everyone who came shares its one
     read."""
     from gds_counter.gateway import rounds
-    from gds_counter.gateway import shared_reads as module
 
     shared: SharedReads[int] = SharedReads()
     read = Reads()
@@ -157,7 +156,7 @@ def test_a_leader_waits_again_while_each_wait_brings_another_caller_to_join(monk
                 threading.Event().wait(0.005)
             raise AssertionError("the caller did not join")
 
-    monkeypatch.setattr(module.time, "sleep", wait_for_joiner)
+    monkeypatch.setattr(rounds.time, "sleep", wait_for_joiner)
     assert shared.run("q", read) == (0, False)
     for thread in threads:
         thread.join(10)

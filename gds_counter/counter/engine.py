@@ -431,6 +431,8 @@ class CounterCore:
         """Commit ``amount``, the sum of ``callers``' amounts, in one
         attempt at a time, retried on a fresh shard as the policy says."""
         stats = self._gateway.stats
+        if callers > 1:
+            stats.bump("counter.combined", callers - 1)  # amounts that rode in another caller's write
         attempts = 0
         together = f" (the amounts of {callers} callers, combined)" if callers > 1 else ""
         what = f"increment of counter {self} by {amount}{together}"

@@ -88,6 +88,7 @@ def test_sixteen_callers_of_one_counter_are_three_writes_when_fourteen_arrive_du
     assert strategy.most_at_once == 2
     assert counter.get_count() == 39
     assert memory_gateway.stats["entity_writes"] == 3
+    assert memory_gateway.stats["counter.combined"] == 13  # the amounts that rode in another caller's write
 
 
 def test_counter_objects_of_one_counter_written_the_same_way_are_combined(memory_gateway):

@@ -21,6 +21,11 @@ What this engine adds to the articles it ports:
   down makes an increment raise after at most ``attempts`` x ``timeout``.)
   Outcomes that cannot be known (``CommitUnknown``) are raised,
   never retried, because a blind retry could count twice.
+* **Overlapping writes are combined.** At most two writes of a counter run
+  at once in a process; amounts added meanwhile go into the next write as
+  their sum, and every caller gets that write's outcome
+  (``gateway.combined_writes``), which keeps counted-once-or-raised per
+  caller while sixteen threads pay for a few commits.
 * **Reads are one RPC.** ``get_count()`` is one batch lookup of every shard
   key plus the counter's config entity: strongly consistent, and no query.
   It reads one integer per shard straight from the stored values (the keys

@@ -38,7 +38,7 @@ from typing import Any, Awaitable, Callable, Hashable
 
 from gds_counter._checks import INT64_MAX, INT64_MIN
 from gds_counter.errors import BadValueError, CommitUnknown, GDSError
-from gds_counter.gateway.rounds import Lines, LoopLines, Round, ThreadLines, as_async, per_gateway
+from gds_counter.gateway.rounds import Line, LoopLines, Round, ThreadLines, as_async, per_gateway
 
 __all__ = ["IN_FLIGHT", "AsyncCombinedWrites", "CombinedWrites", "async_combined_writes", "combined_writes"]
 
@@ -48,11 +48,7 @@ Write = Callable[[int, int], None]
 AsyncWrite = Callable[[int, int], Awaitable[None]]
 
 
-def _combinable(shares: list[int]) -> bool:
-    return len(shares) > 1 and INT64_MIN <= sum(shares) <= INT64_MAX
-
-
-def _alone(shares: list[int], exc: BaseException) -> bool:
+def _refused_sum(shares: list[int], exc: BaseException) -> bool:
     """The combined write was refused for the sum alone: each caller writes
     its own amount instead (nothing was written)."""
     return len(shares) > 1 and isinstance(exc, BadValueError)
@@ -107,18 +103,20 @@ class CombinedWrites:
             return None
         # Let the threads about to add to the same counter (those one write
         # just released) join this write first; alone, write at once.
-        self._lines.lead(key, line, mine, wait=wait, settle=not wait and threading.active_count() > 1)
+        ThreadLines.lead(lines, lock, key, line, mine, wait=wait, settle=not wait and threading.active_count() > 1)
         shares = list(mine.shares)  # started: nobody joins it any more
-        if len(shares) > 1 and not _combinable(shares):
+        total = sum(shares)
+        if not INT64_MIN <= total <= INT64_MAX:  # only a sum of several amounts can pass 64 bits
             with lock:
                 lines.finish(key, line, mine, None, failed=True)
             return write(amount, 1)
         try:
-            write(sum(shares), len(shares))
+            write(total, len(shares))
         except BaseException as exc:
+            alone = _refused_sum(shares, exc)
             with lock:
-                lines.finish(key, line, mine, None, failed=_alone(shares, exc), error=exc)
-            if _alone(shares, exc):
+                lines.finish(key, line, mine, None, failed=alone, error=exc)
+            if alone:
                 return write(amount, 1)
             raise
         with lock:
@@ -144,7 +142,7 @@ class AsyncCombinedWrites:
             try:
                 await as_async(mine.done).wait()
             except BaseException:
-                _leave(lines, line, mine, amount)
+                _leave(line, mine, amount)
                 raise
             if mine.failed:
                 return await write(amount, 1)
@@ -153,21 +151,23 @@ class AsyncCombinedWrites:
             return None
         await LoopLines.lead(lines, key, line, mine, wait=wait, settle=not wait)
         shares = list(mine.shares)
-        if len(shares) > 1 and not _combinable(shares):
+        total = sum(shares)
+        if not INT64_MIN <= total <= INT64_MAX:  # only a sum of several amounts can pass 64 bits
             lines.finish(key, line, mine, None, failed=True)
             return await write(amount, 1)
         try:
-            await write(sum(shares), len(shares))
+            await write(total, len(shares))
         except BaseException as exc:
-            lines.finish(key, line, mine, None, failed=_alone(shares, exc), error=exc)
-            if _alone(shares, exc):
+            alone = _refused_sum(shares, exc)
+            lines.finish(key, line, mine, None, failed=alone, error=exc)
+            if alone:
                 return await write(amount, 1)
             raise
         lines.finish(key, line, mine, None)
         return None
 
 
-def _leave(lines: Lines[None], line: Any, mine: Round[None], amount: int) -> None:
+def _leave(line: Line[None], mine: Round[None], amount: int) -> None:
     """A joiner cancelled while it waits: out of its round if that has not
     begun (then its amount is not written)."""
     if line.next is mine:

@@ -147,12 +147,16 @@ class ThreadLines(Generic[R]):
             self._reset()
         return self._lines, self._lock
 
-    def lead(self, key: Hashable, line: Line[R], mine: Round[R], *, wait: bool, settle: bool) -> None:
-        """A leader's way into its round: wait for its turn (``wait``), let
-        the threads that are ready join first (``settle``), then start. A
-        leader interrupted before that abandons the round (its callers do
-        their own) and raises."""
-        lines, lock = self.get()
+    @staticmethod
+    def lead(
+        lines: Lines[R], lock: threading.Lock, key: Hashable, line: Line[R], mine: Round[R], *,
+        wait: bool, settle: bool,
+    ) -> None:
+        """A leader's way into its round (in the ``lines`` and under the
+        ``lock`` that ``get`` gave it): wait for its turn (``wait``), let the
+        threads that are ready join first (``settle``), then start. A leader
+        interrupted before that abandons the round (its callers do their
+        own) and raises."""
         try:
             if wait:
                 mine.turn.wait()

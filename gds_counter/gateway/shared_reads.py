@@ -68,7 +68,7 @@ class SharedReads(Generic[R]):
             return mine.result, True  # type: ignore[return-value]  # set with done
         # Let the threads that are about to ask for the same read (the
         # writers one group commit just released) join it first.
-        self._lines.lead(key, line, mine, wait=wait, settle=wait or not _settled.get())
+        ThreadLines.lead(lines, lock, key, line, mine, wait=wait, settle=wait or not _settled.get())
         settled = _settled.set(True)
         try:
             result = read()

@@ -230,3 +230,82 @@ def test_labels_are_escaped_on_the_page(url):
     with TestClient(like_app.create_app(url, items={"cake": "Tea & <Cake>"})) as client:
         page = client.get("/").text
     assert "Tea &amp; &lt;Cake&gt;" in page and "<Cake>" not in page
+
+
+# --- requests that must not count a like ----------------------------------------------
+#
+# Only a POST from the app's own page (or from a client that is not a browser,
+# such as curl or a PHP backend, which sends neither Origin nor Sec-Fetch-Site)
+# counts a like. A browser tells the server where a request comes from: modern
+# ones with Sec-Fetch-Site, and every one with Origin on a POST, the plain
+# no-JavaScript form included. A request another site makes a visitor's browser
+# send must be refused before anything is counted (403), or any page on the web
+# could like items on its visitors' behalf.
+
+SAME_ORIGIN = "http://testserver"  # TestClient's base URL: the page's own origin
+
+
+def test_head_reads_and_never_counts_a_like(client, storage):
+    """Starlette answers HEAD through the GET route; HEAD is a read (a
+    link checker or a proxy sends it), so it must not count."""
+    for _ in range(3):
+        response = client.head("/api/likes/tea")
+        assert response.status_code == 200
+    assert stored_likes(storage, "tea") == 0
+    assert client.get("/api/likes/tea").json()["likes"] == 0
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": "http://evil.example"},
+        {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site", "Origin": "http://other.testserver"},
+        {"Origin": "null"},  # a sandboxed frame, or a page that hides where it is
+        {"Origin": "https://testserver.evil.example"},
+        {"Origin": f"{SAME_ORIGIN}.evil.example"},
+        {"Referer": "http://evil.example/page"},  # no Origin (an old browser): the Referer tells
+        {"Origin": SAME_ORIGIN, "Sec-Fetch-Site": "cross-site"},  # Sec-Fetch-Site is set by the browser itself
+    ],
+    ids=["origin", "origin-and-fetch-site", "fetch-site", "same-site", "null-origin", "lookalike-host",
+         "suffix-host", "referer-only", "fetch-site-wins"],
+)
+@pytest.mark.parametrize("path", ["/api/likes/tea", "/like/tea"], ids=["api", "form"])
+def test_a_cross_site_like_is_refused_and_counts_nothing(client, storage, path, headers):
+    response = client.post(path, headers=headers)
+    assert response.status_code == 403
+    if path.startswith("/api/"):
+        assert "cross-site" in response.json()["detail"]
+    else:
+        assert "cross-site" in response.text
+    assert stored_likes(storage, "tea") == 0
+    assert every_stored_key(storage) == []
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": SAME_ORIGIN, "Sec-Fetch-Site": "same-origin"},  # fetch() from the page, or its form
+        {"Origin": SAME_ORIGIN},  # a browser without Sec-Fetch-Site
+        {"Referer": f"{SAME_ORIGIN}/"},  # an old browser without Origin
+        {"Sec-Fetch-Site": "none"},  # the user's own action: typed, bookmarked
+        {},  # not a browser: curl, a script, a server
+    ],
+    ids=["browser", "origin-only", "referer-only", "user-initiated", "no-browser"],
+)
+@pytest.mark.parametrize("path, status", [("/api/likes/tea", 200), ("/like/tea", 303)], ids=["api", "form"])
+def test_a_like_from_the_page_itself_still_counts(client, storage, path, status, headers):
+    response = client.post(path, headers=headers)
+    assert response.status_code == status
+    assert stored_likes(storage, "tea") == 1
+
+
+def test_the_page_is_compared_by_the_host_the_browser_asked_for(url, storage):
+    """Same origin means the Host the request was sent to, whatever it is
+    (a LAN address, a name behind a proxy), not one fixed name."""
+    with TestClient(like_app.create_app(url), base_url="http://likes.lan:8123") as client:
+        ours = client.post("/api/likes/tea", headers={"Origin": "http://likes.lan:8123"})
+        other_port = client.post("/api/likes/tea", headers={"Origin": "http://likes.lan:9999"})
+    assert ours.status_code == 200 and other_port.status_code == 403
+    assert stored_likes(storage, "tea") == 1

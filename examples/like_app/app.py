@@ -20,6 +20,11 @@ writes nothing, so nobody can make the app create counters without bound):
   GET  /api/likes/ITEM     {"item": ITEM, "likes": N}
   POST /api/likes/ITEM     add a like; {"item": ITEM, "likes": N} with the new total
 
+Only POST counts: GET and HEAD (which Starlette answers through the GET
+route) read. A POST that a browser sends on behalf of another site (its
+page's form or script) is refused with a 403 before anything is counted:
+see ``cross_site``.
+
 The handlers await the counter, so one event loop serves many likes at once
 and never blocks on storage.
 """
@@ -32,15 +37,19 @@ import logging
 import sys
 from pathlib import Path
 from typing import AsyncIterator, Mapping
+from urllib.parse import urlsplit
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gds_counter import aio
 from gds_counter.counter import CountCache
@@ -56,6 +65,93 @@ ITEMS: Mapping[str, str] = {"tea": "Tea", "coffee": "Coffee", "cocoa": "Cocoa"}
 
 HERE = Path(__file__).resolve().parent
 templates = Jinja2Templates(directory=HERE / "templates")
+
+#: Methods that only read: never counted, never refused as cross-site.
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: The port an origin leaves out, per scheme (``http://host`` is port 80).
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_host(url: str) -> str | None:
+    """``host[:port]`` of an origin or a URL, as a Host header names it (the
+    scheme's default port left out), or None when it names no host."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a malformed port or IPv6 address
+        return None
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        return None
+    host = parts.netloc.rpartition("@")[2].lower()
+    if port is not None and port == DEFAULT_PORTS[parts.scheme]:
+        host = host.rpartition(":")[0]
+    return host
+
+
+def cross_site(headers: Headers) -> str | None:
+    """Why a request that changes state must be refused as sent by another
+    site, or None when it may count.
+
+    A page on any site can make its visitors' browsers POST here (a form,
+    or ``fetch`` with ``mode: "no-cors"``); the browser, not the page, says
+    where the request comes from, so that is what is checked, most
+    trustworthy first:
+
+    * ``Sec-Fetch-Site`` (every current browser): only ``same-origin`` and
+      ``none`` (the user's own action, such as a bookmark) count.
+      ``same-site`` is refused too: another subdomain may be someone else's.
+    * Else ``Origin`` (every browser sends it on a POST, the no-JavaScript
+      form's included): its host must be the Host the request was sent to.
+      ``null`` (a sandboxed frame, a redirect from elsewhere) is refused.
+    * Else ``Referer`` (an old browser): the same test on its host.
+    * Else it is not a browser (curl, a script, a server), which no other
+      site can steer: it counts.
+
+    Host, not a fixed name: the app then works on any address it is served
+    at, and behind a proxy that passes the browser's Host header on. The
+    scheme is not compared, so that a proxy that ends TLS in front of the
+    plain-HTTP app still works.
+    """
+    fetch_site = headers.get("sec-fetch-site")
+    if fetch_site is not None:
+        if fetch_site.strip().lower() in ("same-origin", "none"):
+            return None
+        return f"the browser says it is sent from another site (Sec-Fetch-Site: {fetch_site})"
+    host = headers.get("host", "").strip().lower()
+    for header in ("origin", "referer"):
+        source = headers.get(header)
+        if source is None:
+            continue
+        if _origin_host(source.strip()) != host:
+            return f"it is sent from another site ({header.title()}: {source})"
+        return None
+    return None
+
+
+class RefuseCrossSite:
+    """ASGI middleware: a request that would change state and that
+    ``cross_site`` refuses gets a 403, before any route (so before any
+    count) runs."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in READ_METHODS:
+            why = cross_site(Headers(scope=scope))
+            if why is not None:
+                log.warning("refused %s %s: %s", scope["method"], scope["path"], why)
+                response = refusal(scope["path"], 403, f"A like from a cross-site request is refused: {why}.")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def refusal(path: str, status: int, detail: str, headers: Mapping[str, str] | None = None) -> Response:
+    """An error answer: JSON ``{"detail": ...}`` for the API, text for the page."""
+    if path.startswith("/api/"):
+        return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+    return PlainTextResponse(f"{detail}\n", status_code=status, headers=headers)
 
 
 class Likes:
@@ -119,7 +215,7 @@ async def like_form(request: Request) -> Response:
 async def like_api(request: Request) -> Response:
     item = request.path_params["item"]
     counter = likes_of(request).counter(item)
-    if request.method == "GET":
+    if request.method != "POST":  # GET, and HEAD (answered through this route): a read, never a like
         return JSONResponse({"item": item, "likes": await counter.get_count()})
     try:
         total = await counter.increment()
@@ -142,16 +238,12 @@ async def storage_failed(request: Request, exc: Exception) -> Response:
         detail = "Storage did not confirm the like; it may have been counted."
     else:
         detail = "The like was not counted; please try again."
-    if request.url.path.startswith("/api/"):
-        return JSONResponse({"detail": detail}, status_code=503)
-    return PlainTextResponse(f"{detail}\n", status_code=503)
+    return refusal(request.url.path, 503, detail)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    if request.url.path.startswith("/api/"):
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
-    return PlainTextResponse(f"{exc.detail}\n", status_code=exc.status_code, headers=exc.headers)
+    return refusal(request.url.path, exc.status_code, exc.detail, exc.headers)
 
 
 def create_app(
@@ -184,7 +276,8 @@ def create_app(
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     handlers = {HTTPException: http_error, GDSError: storage_failed}
-    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
+    return Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers,
+                     middleware=[Middleware(RefuseCrossSite)])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,19 +3,48 @@ written, the same way by both faces (blocking and ``gds_counter.aio``)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, Protocol, TypeVar
 
 from gds_counter._checks import check_int
-from gds_counter.counter.layout import Layout
 from gds_counter.errors import BadValueError
+from gds_counter.gateway.base import MAX_KEYS_PER_LOOKUP
 
-__all__ = ["check_counters", "check_name", "check_num_shards", "check_store_kind", "locate"]
+__all__ = ["MAX_SHARDS", "check_counters", "check_name", "check_num_shards", "check_store_kind", "locate"]
 
 C = TypeVar("C")
 
+#: The most shards one counter may have. Every total reads every shard (and
+#: the config entity) in one exact read; lookups go in batches of 1,000 keys
+#: (``gateway.base.MAX_KEYS_PER_LOOKUP``), so 10,000 shards cost 10 lookup
+#: RPCs per read, and a count recorded above this is refused rather than
+#: read (``Layout.config_of``), because a billion keys would not fit in
+#: memory at all.
+MAX_SHARDS = 10_000
+
+
+class ShardKinds(Protocol):
+    """What a counter's arguments are checked against: its layout's name
+    and shard kind (``counter.layout.Layout`` has both; naming the protocol
+    here keeps this module below ``layout``, which reads ``MAX_SHARDS``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def shard_kind(self) -> str: ...
+
 
 def check_num_shards(num_shards: object, what: str = "num_shards") -> int:
-    return check_int(num_shards, what, low=1, high=None)
+    """A shard count a counter may be given: an int from 1 to ``MAX_SHARDS``,
+    refused before anything is read or written."""
+    count = check_int(num_shards, what, low=1, high=None)
+    if count > MAX_SHARDS:
+        raise BadValueError(
+            f"{what} must be at most {MAX_SHARDS:,} (MAX_SHARDS), got {count:,}: every total reads every "
+            f"shard, so {count:,} shards would take {-(-count // MAX_KEYS_PER_LOOKUP):,} lookups of "
+            f"{MAX_KEYS_PER_LOOKUP:,} keys per read"
+        )
+    return count
 
 
 def check_name(name: object) -> None:
@@ -26,7 +55,7 @@ def check_name(name: object) -> None:
 
 def locate(
     name: object,
-    layout: Layout,
+    layout: ShardKinds,
     store: Any,
     gateway: Any,
     *,
@@ -48,7 +77,7 @@ def locate(
     return resolved, resolved.namespace
 
 
-def check_store_kind(store_kind: str, layout: Layout, name: str) -> None:
+def check_store_kind(store_kind: str, layout: ShardKinds, name: str) -> None:
     """A counter given a Store keeps its shards in that Store's kind."""
     if store_kind != layout.shard_kind:
         raise BadValueError(

@@ -14,12 +14,19 @@ from typing import Any
 import attrs
 
 from gds_counter._checks import is_int
+from gds_counter.counter.arguments import MAX_SHARDS, check_num_shards
 from gds_counter.errors import BadValueError, CorruptDataError
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds.schema import Schema, read_integer
 
 __all__ = ["NDB_GENERAL", "PHP_ARTICLE", "Layout"]
+
+
+def _check_default_shards(value: object) -> None:
+    """Every read covers at least the default shards, so the default is
+    bound by ``MAX_SHARDS`` like any shard count."""
+    check_num_shards(value, "default_shards")
 
 
 @attrs.frozen
@@ -49,7 +56,7 @@ class Layout:
     first_shard: int
     config_kind: str
     config_property: str = "num_shards"
-    default_shards: int = 20
+    default_shards: int = attrs.field(default=20, validator=lambda _, __, value: _check_default_shards(value))
     kind_prefix: str = ""
 
     def with_prefix(self, prefix: str) -> "Layout":
@@ -127,10 +134,21 @@ class Layout:
         return self._stored_int(shard, self.count_property, low=None)
 
     def config_of(self, config: RawEntity | None) -> int | None:
-        """The shard count a config entity records (None: none recorded)."""
+        """The shard count a config entity records (None: none recorded).
+
+        A count above ``MAX_SHARDS`` (written by an older version of this
+        port, or by PHP or ndb code) is ``CorruptDataError`` naming the
+        config key: a reader trusts this number to build every shard key
+        it reads, and a billion of them would end in ``MemoryError``."""
         if config is None or config.properties.get(self.config_property) is None:
             return None
-        return self._stored_int(config, self.config_property, low=1)
+        recorded: int = self._stored_int(config, self.config_property, low=1)
+        if recorded > MAX_SHARDS:
+            raise CorruptDataError(
+                f"{config.key} holds {self.config_property}={recorded}, over the {MAX_SHARDS:,} shards a counter "
+                f"may have (MAX_SHARDS); the counter is not read until that entity is corrected"
+            )
+        return recorded
 
     def _stored_int(self, raw: RawEntity, name: str, *, low: int | None) -> Any:
         value = raw.properties.get(name)

@@ -86,6 +86,18 @@ class TransformsIgnored(GatewayError):
     another way, and it must never be reported as counted."""
 
 
+class CountSaturated(GatewayError):
+    """An increment WAS written, but the shard it went to now holds a 64-bit
+    bound (2**63-1 or -2**63), where Datastore's increment transform
+    saturates instead of failing: the amount may have been cut short.
+
+    Never retry it (the write was applied; a retry would count again, or
+    saturate again). The shard needs repair: its message names the shard's
+    key and the value it holds. Unlike ``BadValueError`` (nothing written),
+    this says the write happened, so combined writes never re-send it.
+    """
+
+
 class TotalUnavailable(GatewayError):
     """An increment WAS counted, but reading the new total afterwards failed.
 

@@ -33,7 +33,7 @@ import attrs
 from gds_counter._checks import INT64_MAX, INT64_MIN
 from gds_counter.counter import _affinity
 from gds_counter.counter.layout import Layout
-from gds_counter.errors import BadValueError, TransformsIgnored
+from gds_counter.errors import BadValueError, CountSaturated, TransformsIgnored
 from gds_counter.gateway import plan
 from gds_counter.gateway.base import Gateway
 from gds_counter.gateway.keys import Key
@@ -107,6 +107,8 @@ class Transactional:
             [stored] = yield from plan.lookup([shard.key], transaction=token)
             found[:] = [shard.layout.count_of(stored)]
             count = found[0] + amount
+            # The sum is computed here, exactly: reaching a bound is an
+            # ordinary success; passing one is refused before the commit.
             if not INT64_MIN <= count <= INT64_MAX:
                 raise BadValueError(f"adding {amount} to {shard} ({shard.key}) would pass 64 bits; nothing was written")
             return [Upsert(shard.entity(count))]
@@ -147,12 +149,15 @@ class ServerIncrement:
         if result.transform_results is None:
             raise TransformsIgnored(f"the server ignored the increment of {shard} by {amount}; nothing was counted")
         [value] = result.transform_results
-        if value == (INT64_MAX if amount > 0 else INT64_MIN):
+        if (amount > 0 and value == INT64_MAX) or (amount < 0 and value == INT64_MIN):
             # Datastore saturates an integer increment at the 64-bit bounds
-            # instead of failing, so the amount may have been cut short.
-            raise BadValueError(
-                f"{shard} ({shard.key}) reached {value} after adding {amount}: the server saturates at the "
-                "64-bit bound, so the amount may not have been counted in full and the shard needs repair"
+            # instead of failing: the commit was applied, but the amount may
+            # have been cut short. That is not BadValueError (which means
+            # nothing was written, and invites writing the amount again).
+            raise CountSaturated(
+                f"the increment of {shard} ({shard.key}) by {amount} WAS written, and the shard now holds "
+                f"{value}, a 64-bit bound where the server's increment saturates: the amount may have been "
+                "cut short. Do not retry it; the shard needs repair"
             )
         _affinity.wrote(value - amount, value)
 

@@ -18,9 +18,15 @@ an error raised is the commit's own (``Contention`` and ``Unavailable``: not
 counted; ``CommitUnknown``: unknown), copied for each caller so that no two
 threads raise one object. An error that is not a ``GDSError`` (the leader
 interrupted, say) leaves the joiners' outcome unknown, so they get
-``CommitUnknown``. When the sum itself is refused (``BadValueError``: the
-amounts together would pass 64 bits, where each alone might not), nothing
-was written and each caller commits its own amount alone.
+``CommitUnknown``. Every error of the write is every caller's outcome, a
+``BadValueError`` included: a write is never sent again for its callers,
+since only the write itself knows whether it reached the store (a shard
+saturated at 64 bits, ``CountSaturated``, was written). The one refusal
+that lets each caller write its own amount alone is made here, before
+anything is sent: a sum of several amounts that does not fit in 64 bits.
+(So near the 64-bit bound, callers whose amounts were combined may all be
+told "not counted" where one of them alone would have fitted: true, and
+they may try again.)
 
 A caller is only ever combined into a write that began after it arrived,
 so a read after its call returns sees its amount, as if it had written
@@ -37,7 +43,7 @@ import weakref
 from typing import Any, Awaitable, Callable, Hashable
 
 from gds_counter._checks import INT64_MAX, INT64_MIN
-from gds_counter.errors import BadValueError, CommitUnknown, GDSError
+from gds_counter.errors import CommitUnknown, GDSError
 from gds_counter.gateway.rounds import Line, LoopLines, Round, ThreadLines, as_async, per_gateway
 
 __all__ = ["IN_FLIGHT", "AsyncCombinedWrites", "CombinedWrites", "async_combined_writes", "combined_writes"]
@@ -46,12 +52,6 @@ __all__ = ["IN_FLIGHT", "AsyncCombinedWrites", "CombinedWrites", "async_combined
 #: amounts) once, or raise.
 Write = Callable[[int, int], None]
 AsyncWrite = Callable[[int, int], Awaitable[None]]
-
-
-def _refused_sum(shares: list[int], exc: BaseException) -> bool:
-    """The combined write was refused for the sum alone: each caller writes
-    its own amount instead (nothing was written)."""
-    return len(shares) > 1 and isinstance(exc, BadValueError)
 
 
 def _joiners_error(error: BaseException) -> BaseException:
@@ -113,11 +113,8 @@ class CombinedWrites:
         try:
             write(total, len(shares))
         except BaseException as exc:
-            alone = _refused_sum(shares, exc)
             with lock:
-                lines.finish(key, line, mine, None, failed=alone, error=exc)
-            if alone:
-                return write(amount, 1)
+                lines.finish(key, line, mine, None, error=exc)
             raise
         with lock:
             lines.finish(key, line, mine, None)
@@ -158,10 +155,7 @@ class AsyncCombinedWrites:
         try:
             await write(total, len(shares))
         except BaseException as exc:
-            alone = _refused_sum(shares, exc)
-            lines.finish(key, line, mine, None, failed=alone, error=exc)
-            if alone:
-                return await write(amount, 1)
+            lines.finish(key, line, mine, None, error=exc)
             raise
         lines.finish(key, line, mine, None)
         return None

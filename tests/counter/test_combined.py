@@ -12,19 +12,21 @@ import time
 import pytest
 
 from gds_counter.counter import CounterShardDS, Shard
-from gds_counter.counter.strategy import TRANSACTIONAL
-from gds_counter.errors import Contention
+from gds_counter.counter.strategy import AUTO, TRANSACTIONAL, Strategy
+from gds_counter.errors import BadValueError, Contention, CountSaturated, GDSError
 from gds_counter.gateway.combined_writes import combined_writes
 from gds_counter.gds import RetryPolicy
 
 
 class Blocking:
     """A strategy that records each attempt's amount, holds every attempt
-    until released, and writes through the transactional strategy."""
+    until released, and writes through ``inner`` (the transactional
+    strategy unless told otherwise)."""
 
     name = "blocking"
 
-    def __init__(self) -> None:
+    def __init__(self, inner: Strategy = TRANSACTIONAL) -> None:
+        self.inner = inner
         self.amounts: list[int] = []
         self.release = threading.Event()
         self.at_once = 0
@@ -38,7 +40,7 @@ class Blocking:
             self.most_at_once = max(self.most_at_once, self.at_once)
         try:
             assert self.release.wait(10)
-            TRANSACTIONAL.add(shard, amount)
+            self.inner.add(shard, amount)
         finally:
             with self.lock:
                 self.at_once -= 1
@@ -156,6 +158,59 @@ def test_every_caller_of_a_combined_write_that_ran_out_of_retries_is_told_not_co
         assert "was NOT counted" in str(exc) and "the amounts of 4 callers, combined" in str(exc)
         assert exc.attempts == 3
     assert strategy.calls == 2 + 3  # one write for the four, tried three times
+
+
+def test_a_combined_write_refused_at_the_64_bit_bound_is_not_sent_again(memory_gateway):
+    """One shard at 2**63-4; two writes of 1 run, two callers of 1 arrive
+    meanwhile and are combined. Their sum (2) would take the shard to 2**63,
+    so the store refuses it and both are told "not counted": neither amount
+    is written again, one by one, where the first alone would reach 2**63-1
+    (written, and said so) and be counted without its caller knowing. Today's
+    code re-sent each amount after the refusal, and the write that reached
+    the bound said BadValueError: three stored, two acknowledged."""
+    counter = CounterShardDS("Counter Test", 1, 1, gateway=memory_gateway, strategy="transactional")
+    counter.add(2**63 - 4)
+    strategy = Blocking(AUTO)  # a server-side increment on memory://
+    blocked = CounterShardDS("Counter Test", 1, 1, gateway=memory_gateway, strategy=strategy)
+    outcomes: list[object] = []
+
+    def add() -> None:
+        try:
+            blocked.add(1)
+            outcomes.append("counted")
+        except GDSError as exc:
+            outcomes.append(exc)
+
+    two_writing_then_joining(memory_gateway, strategy, [add, add], [add, add])
+    assert strategy.amounts == [1, 1, 2]
+    assert outcomes.count("counted") == 2
+    refused = [o for o in outcomes if o != "counted"]
+    assert len(refused) == 2 and all(type(o) is BadValueError for o in refused), refused
+    assert counter.get_count() == 2**63 - 2  # exactly the two acknowledged
+
+
+def test_a_combined_write_that_saturates_tells_every_caller_it_was_written(memory_gateway):
+    """The same, one step lower: the sum of the two combined callers takes
+    the shard exactly to 2**63-1. It was written, so all of its callers get
+    ``CountSaturated`` (never ``BadValueError``) and nothing is sent again."""
+    counter = CounterShardDS("Counter Test", 1, 1, gateway=memory_gateway, strategy="transactional")
+    counter.add(2**63 - 5)
+    strategy = Blocking(AUTO)
+    blocked = CounterShardDS("Counter Test", 1, 1, gateway=memory_gateway, strategy=strategy)
+    outcomes: list[object] = []
+
+    def add() -> None:
+        try:
+            blocked.add(1)
+            outcomes.append("counted")
+        except GDSError as exc:
+            outcomes.append(exc)
+
+    two_writing_then_joining(memory_gateway, strategy, [add, add], [add, add])
+    assert strategy.amounts == [1, 1, 2]
+    saturated = [o for o in outcomes if isinstance(o, CountSaturated)]
+    assert outcomes.count("counted") == 2 and len(saturated) == 2, outcomes
+    assert counter.get_count() == 2**63 - 1
 
 
 @pytest.mark.parametrize("strategy", ["transactional", "increment"])

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, Sequence
 import attrs
 
 from gds_counter.counter import CountCache, CounterShardDS, get_counts
+from gds_counter.counter._affinity import separate_instance
 from gds_counter.emulators import EMULATOR_KINDS, Emulator, start_emulator
 from gds_counter.errors import BadValueError, GDSError
 from gds_counter.gateway.base import Gateway
@@ -115,7 +116,7 @@ class Step:
     rpcs: int
     reads: int
     writes: int
-    #: Conflicting attempts the counter retried (each on a fresh random shard).
+    #: Conflicting attempts the counter retried (each on another shard, when there is one).
     retries: int = 0
 
     @property
@@ -160,15 +161,23 @@ class _Storage:
 
     def open(self, count: int = 1) -> list[Gateway]:
         """``count`` gateways on one fresh place (a new file, or a new
-        namespace on the emulator): one per app instance that counts there."""
+        namespace on the emulator): one per app instance that counts there,
+        each choosing shards as a process of its own would
+        (``separate_instance``: the instances are numbered 1, 2, ... as
+        processes started together have consecutive ids)."""
         name = uuid.uuid4().hex[:8]
+        gateways: list[Gateway]
         if self.emulator is not None:
             emulator = self.emulator
-            return [emulator.gateway(namespace=f"demo-{name}") for _ in range(count)]
-        from gds_counter.gateway.embedded import EmbeddedGateway
+            gateways = [emulator.gateway(namespace=f"demo-{name}") for _ in range(count)]
+        else:
+            from gds_counter.gateway.embedded import EmbeddedGateway
 
-        path = os.path.join(self.folder, f"demo-{name}.sqlite3")
-        return [EmbeddedGateway(path, entity_writes_per_second=self.rate) for _ in range(count)]
+            path = os.path.join(self.folder, f"demo-{name}.sqlite3")
+            gateways = [EmbeddedGateway(path, entity_writes_per_second=self.rate) for _ in range(count)]
+        for number, gateway in enumerate(gateways, 1):
+            separate_instance(gateway, number)
+        return gateways
 
 
 @contextlib.contextmanager
@@ -188,7 +197,9 @@ def _load_step(storage: _Storage, settings: Settings, title: str, shards: int, s
     PHP request is), with a gateway of its own on the same storage: writers
     sharing one gateway would have their overlapping writes combined
     (``gateway.combined_writes``), which hides the contention the workshop
-    is about."""
+    is about. Each gateway also chooses shards as a separate process would
+    (``_Storage.open``): instances sharing this process's shard order would
+    all begin on one shard and meet there, hiding what sharding does."""
     gateways = storage.open(settings.writers)
     try:
         counters = iter([
@@ -335,8 +346,10 @@ def run_demo(
         result.storage = storage.label
         result.model_rate = settings.rate if storage.emulator is None else None
         write(f"gds-counter demo on {storage.label}")
-        write(f"{settings.writers} writer threads, {settings.seconds:g} s per step; each stands for an app instance")
-        write("of its own (writers in one process would have their overlapping writes combined).")
+        write(f"{settings.writers} writer threads, {settings.seconds:g} s per step. Each stands for an app instance "
+              "of its own: it has")
+        write("a gateway of its own (writers sharing one would have their overlapping writes combined), and")
+        write("it chooses shards as a separate process does (from a starting shard and with dice of its own).")
         write("")
         if emulator is None:
             write(
@@ -354,8 +367,13 @@ def run_demo(
         _report_step(write, one)
         write("")
 
-        write(f"2. The same load on {settings.shards} shards. Each increment, and each retry, picks a")
-        write("   random shard; the total is the sum of the shards.")
+        write(f"2. The same load on {settings.shards} shards; the total is the sum of the shards. Each instance "
+              "starts")
+        write("   at a place of its own on the ring of shards (the instances' starts are spread around it) and,")
+        write("   while alone, writes the shards from there in turn. Once it meets another instance (a conflict,")
+        write("   or another's count in its shard), it keeps to its first free shards, and leaves the shard")
+        write("   where they met (after a conflict always, after a count half the time); a retry takes another.")
+        write("   (The articles pick a random shard for every increment instead.)")
         sharded = _load_step(storage, settings, "sharded", settings.shards, "transactional")
         result.steps.append(sharded)
         _report_step(write, sharded)

@@ -59,6 +59,14 @@ The state is kept per gateway (weakly: it goes with it) and per counter
 (the most recently used ``MAX_COUNTERS`` of them), so that short-lived
 counter objects (one per web request) share it. A forked child starts with
 none: its parent's writers are not its own.
+
+The arc's start and the dice belong to the process: every gateway of one
+process starts its arcs at the same shard. A program that models several
+app instances in one process (the workshop demo: one gateway per modelled
+instance) says so with ``separate_instance``, which gives a gateway the
+arc start and the dice a process of its own would have; without it the
+modelled instances would all begin on one shard and meet there, as
+separate processes do not.
 """
 
 from __future__ import annotations
@@ -81,7 +89,10 @@ from gds_counter.errors import Contention
 from gds_counter.gateway.base import Gateway
 from gds_counter.gateway.keys import Key
 
-__all__ = ["AVOID_SECONDS", "BUSY_SECONDS", "MAX_COUNTERS", "YIELD_PROBABILITY", "holding_shard", "seen", "seen_shards", "wrote"]
+__all__ = [
+    "AVOID_SECONDS", "BUSY_SECONDS", "MAX_COUNTERS", "YIELD_PROBABILITY", "holding_shard", "seen", "seen_shards",
+    "separate_instance", "wrote",
+]
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +117,7 @@ _GOLDEN = (math.sqrt(5) - 1) / 2
 _process_id = os.getpid
 
 
-def _arc_start(size: int, counter: Hashable) -> int:
+def _arc_start(size: int, counter: Hashable, instance: int | None = None) -> int:
     """Where this process's arc of ``size`` shards of ``counter`` starts.
 
     Processes started together (a server's workers, a pool) have nearby
@@ -119,22 +130,37 @@ def _arc_start(size: int, counter: Hashable) -> int:
     timeout). The host name and the counter, hashed (the same in every
     process), turn the circle: each machine's processes may have the very
     same ids (containers), and a process's counters start apart from one
-    another."""
+    another. ``instance`` stands in for the process id of an app instance
+    modelled in this process (``separate_instance``)."""
     turn = zlib.crc32(f"{socket.gethostname()} {counter!r}".encode()) / 2**32
-    return int((turn + _process_id() * _GOLDEN) % 1.0 * size)
+    number = _process_id() if instance is None else instance
+    return int((turn + number * _GOLDEN) % 1.0 * size)
+
+
+class _Instance:
+    """The app instance a gateway's writers belong to, when it is not this
+    process (``separate_instance``): its number, in place of the process id,
+    and its own dice."""
+
+    __slots__ = ("number", "dice")
+
+    def __init__(self, number: int, dice: random.Random) -> None:
+        self.number, self.dice = number, dice
 
 
 class _CounterShards:
     """What this process knows about one counter's shards."""
 
     __slots__ = (
-        "counter", "held", "order", "ranked", "cursor", "last", "wrote_since",
+        "counter", "instance", "held", "order", "ranked", "cursor", "last", "wrote_since",
         "avoid_until", "values", "busy_until", "contended_until", "numbers",
     )
 
-    def __init__(self, counter: Hashable) -> None:
+    def __init__(self, counter: Hashable, instance: _Instance | None = None) -> None:
         #: which counter (``_arc_start``)
         self.counter = counter
+        #: the modelled app instance whose writers these are; None: this process
+        self.instance = instance
         #: shard -> writers of this process holding it now (a shard nobody holds is absent)
         self.held: dict[int, int] = {}
         #: this process's preference: the counter's shards from its own start on, wrapping around
@@ -161,7 +187,7 @@ class _CounterShards:
     def choose(self, shards: range, now: float) -> int:
         if self.ranked != shards:
             # New (or grown): a fresh arc, from this process's own start.
-            start = _arc_start(len(shards), self.counter)
+            start = _arc_start(len(shards), self.counter, None if self.instance is None else self.instance.number)
             self.order = [*shards[start:], *shards[:start]]
             self.ranked = shards
             self.cursor = 0
@@ -187,7 +213,12 @@ class _CounterShards:
         if free:  # every free shard is avoided: the one avoided longest ago
             return min(free, key=lambda n: self.avoid_until.get(n, 0.0))
         fewest = min(held[n] for n in self.order)
-        return _random.choice([n for n in self.order if held[n] == fewest])
+        return self.dice.choice([n for n in self.order if held[n] == fewest])
+
+    @property
+    def dice(self) -> random.Random:
+        """This process's dice, or the modelled instance's own."""
+        return _random if self.instance is None else self.instance.dice
 
     def _quiet(self, n: int, now: float) -> bool:
         """Held by no writer of this process, neither avoided nor busy."""
@@ -231,6 +262,8 @@ _lock = threading.Lock()
 _known: "weakref.WeakKeyDictionary[Gateway, collections.OrderedDict[Hashable, _CounterShards]]" = (
     weakref.WeakKeyDictionary()
 )
+#: gateway -> the app instance it stands for, when not this process (``separate_instance``)
+_instances: "weakref.WeakKeyDictionary[Gateway, _Instance]" = weakref.WeakKeyDictionary()
 #: The shard the running attempt holds: how a strategy's ``wrote`` finds it.
 #: A context variable, not a thread-local, so that plans driven by asyncio
 #: tasks each see their own.
@@ -241,6 +274,7 @@ def _forget_all() -> None:
     global _lock
     _lock = threading.Lock()  # a thread of the parent may have held it at fork time
     _known.clear()
+    _instances.clear()  # the child is one process: its own
     # Its own dice: children forked from one parent (gunicorn --preload
     # workers) would otherwise draw the same shards to leave. (``random``'s
     # module functions are reseeded at a fork; an instance of
@@ -257,7 +291,7 @@ def _state(gateway: Gateway, counter: Hashable) -> _CounterShards:
     counters = _known.setdefault(gateway, collections.OrderedDict())
     state = counters.get(counter)
     if state is None:
-        state = counters[counter] = _CounterShards(counter)
+        state = counters[counter] = _CounterShards(counter, _instances.get(gateway))
         if len(counters) > MAX_COUNTERS:
             # Forget the least recently used counters nobody is writing.
             for name in [name for name, old in counters.items() if not old.held][: len(counters) - MAX_COUNTERS]:
@@ -320,7 +354,7 @@ def wrote(found: int, stored: int) -> None:
         if last is not None and last != found:
             now = _clock()
             state.contended(now)
-            if _random.random() < YIELD_PROBABILITY:
+            if state.dice.random() < YIELD_PROBABILITY:
                 state.avoid(shard, now, f"found {found}, this process left {last}: another writer uses it")
                 moved = True
         state.wrote_since.add(shard)
@@ -352,3 +386,19 @@ def seen_shards(
             if number is not None:
                 counts[number] = count
         state.observe(counts, _clock(), every=True)
+
+
+def separate_instance(gateway: Gateway, number: int, dice: random.Random | None = None) -> None:
+    """Let ``gateway``'s writers choose shards as the writers of a separate
+    app instance would: arcs started as for a process with id ``number``
+    (instances started together: consecutive numbers), and dice of their
+    own (``dice``, else freshly seeded). What the gateway knew of its
+    counters' shards is forgotten: it was learned as another instance.
+
+    For a program that models several app instances in one process, one
+    gateway each (the workshop demo). Nothing else changes: the in-process
+    exclusion, avoidance and busy shards were per gateway already, and what
+    is counted never depends on the shard chosen."""
+    with _lock:
+        _instances[gateway] = _Instance(number, dice if dice is not None else random.Random())
+        _known.pop(gateway, None)

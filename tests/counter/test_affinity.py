@@ -332,3 +332,67 @@ def test_processes_forked_from_one_parent_draw_arcs_of_their_own(memory_gateway)
         os.close(read_end)
         os.waitpid(pid, 0)
     assert len(set(starts)) > 1, starts  # identical dice would give one start, six times
+
+
+# --- app instances modelled in one process (the workshop demo) -------------------------
+
+
+def test_gateways_of_one_process_share_its_arc_unless_marked_as_separate_instances(open_process, monkeypatch):
+    """The arc's start belongs to the process: two gateways of one process
+    begin at the same shard. A gateway marked with ``separate_instance(g, n)``
+    begins where a process with id ``n`` would, so that a program modelling
+    several app instances in one process models them honestly."""
+    counter = ("", "CounterShard", "Counter Test")
+
+    def first_choice(gateway) -> int:
+        with _affinity.holding_shard(gateway, counter, range(1, 21)) as shard:
+            return shard
+
+    plain = [first_choice(open_process()) for _ in range(2)]
+    assert plain[0] == plain[1]
+    marked = []
+    for number in (1, 2, 3, 4):
+        gateway = open_process()
+        _affinity.separate_instance(gateway, number)
+        marked.append(first_choice(gateway))
+    monkeypatch.setattr(_affinity, "_process_id", lambda: 0)  # only the instance number may matter
+    expected = []
+    for number in (1, 2, 3, 4):
+        monkeypatch.setattr(_affinity, "_process_id", lambda number=number: number)
+        expected.append(_affinity._arc_start(20, counter) + 1)
+    assert marked == expected
+    assert len(set(marked)) == 4
+
+
+def test_a_separate_instance_throws_its_own_dice(open_process, clock, monkeypatch):
+    """Whether an instance leaves a shard where it finds another writer's
+    count is its own throw, not the process's: separate processes do not
+    share dice."""
+
+    class Always(random.Random):
+        def __init__(self, value: float) -> None:
+            super().__init__(0)
+            self.value = value
+
+        def random(self) -> float:
+            return self.value
+
+    monkeypatch.setattr(_affinity, "_random", Always(0.99))  # the process's dice: never leave
+    ours, php = open_process(), open_process()
+    _affinity.separate_instance(ours, 7, Always(0.0))  # this instance's dice: always leave
+    counter = CounterShardDS("Counter Test", 1, 1, gateway=ours, strategy="transactional")
+    assert counter.increment() == 1
+    TRANSACTIONAL.add(Shard(php, counter.layout, counter.name, 1), 5)
+    assert counter.increment() == 7  # found 6 where this instance left 1
+    assert ours.stats["counter.shard_moves"] == 1
+
+
+def test_marking_a_gateway_forgets_what_it_learned_as_another_instance(memory_gateway):
+    counter = ("ns", "Kind", "relearn")
+    with _affinity.holding_shard(memory_gateway, counter, range(1, 21)):
+        pass
+    assert counter in _affinity._known[memory_gateway]
+    _affinity.separate_instance(memory_gateway, 3)
+    assert memory_gateway not in _affinity._known
+    with _affinity.holding_shard(memory_gateway, counter, range(1, 21)) as shard:
+        assert shard == _affinity._arc_start(20, counter, 3) + 1

@@ -25,11 +25,15 @@ import logging
 import math
 import os
 import sys
+import time
 from typing import Any, Callable, Sequence, TextIO
+
+import attrs
 
 from gds_counter import __version__, demo
 from gds_counter.counter import PHP_ARTICLE, STRATEGIES, CounterShardDS, make_target
-from gds_counter.errors import BadValueError, GDSError, Unavailable
+from gds_counter.errors import BadValueError, CommitUnknown, GDSError, Unavailable
+from gds_counter.gds.transaction import DEFAULT_RETRY
 from gds_counter.gateway import Gateway, open_gateway
 from gds_counter.gateway.base import MAX_KEYS_PER_LOOKUP, run_query_all
 from gds_counter.gateway.query import Query
@@ -41,31 +45,56 @@ EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 EXIT_BROKEN_PIPE = 141
 #: ``increase-shards`` past this many shards asks first (``--yes`` skips it).
 CONFIRM_SHARDS_OVER = 100
+#: Seconds a command may take when ``--timeout`` is not given.
+DEFAULT_TIMEOUT = 30.0
 
 
 class Context:
-    """What a subcommand gets: its arguments, the streams, and the storage
-    (opened on first use, so commands that need none open none)."""
+    """What a subcommand gets: its arguments, the streams, the command's
+    deadline, and the storage (opened on first use, so commands that need
+    none open none).
+
+    ``--timeout`` bounds the whole command, not each call: one deadline,
+    set when the command starts, is handed to the gateway (each Datastore
+    call, the capability probe and every retry get only the time left) and
+    to the counter's retries, so a server that is down or never answers
+    makes the command fail by then, however many calls it makes."""
 
     def __init__(self, args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> None:
         self.args, self.out, self.err, self.stdin = args, out, err, stdin
         self._gateway: Gateway | None = None
+        self.seconds = float(args.timeout or DEFAULT_TIMEOUT)
+        self.deadline = time.monotonic() + self.seconds
 
     @property
     def opened(self) -> Gateway | None:
         return self._gateway
 
+    def left(self) -> float:
+        """Seconds until the command's deadline (0 once it has passed)."""
+        return max(0.0, self.deadline - time.monotonic())
+
     def gateway(self) -> Gateway:
         if self._gateway is None:
-            self._gateway = open_gateway(self.args.url, timeout=self.args.timeout)
+            self._gateway = open_gateway(self.args.url, timeout=self.seconds)
+            # The Datastore gateways take the command's deadline; the embedded
+            # engine has no network to wait for and has no such setting.
+            set_deadline = getattr(self._gateway, "set_deadline", None)
+            if callable(set_deadline):
+                set_deadline(self.deadline)
             url = self.args.url or os.environ.get("GDS_URL")
             if url and url.lower().startswith("memory:"):
                 log.warning("%s keeps data in this process only: it is gone when gds-counter exits", url)
         return self._gateway
 
     def counter(self) -> CounterShardDS:
-        return CounterShardDS(self.args.target_type, self.args.target_id, gateway=self.gateway(),
-                              strategy=getattr(self.args, "strategy", "auto"))
+        gateway = self.gateway()
+        # The counter retries a storage that is unavailable; no new attempt
+        # starts past the command's deadline (a tiny floor: a policy needs a
+        # positive deadline, and the gateway refuses calls past it anyway).
+        retry = attrs.evolve(DEFAULT_RETRY, deadline=max(self.left(), 0.001))
+        return CounterShardDS(self.args.target_type, self.args.target_id, gateway=gateway,
+                              strategy=getattr(self.args, "strategy", "auto"), retry=retry)
 
     def emit(self, data: Any, text: str) -> None:
         """``data`` as one JSON document with ``--json``, else ``text``."""
@@ -243,7 +272,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", type=_url, help=URL_HELP)
     seconds = demo.positive_option(float, "a positive number of seconds")
     parser.add_argument("--timeout", type=seconds, metavar="SECONDS",
-                        help="give up on a Datastore call (retries included) after this long (default 30)")
+                        help="give up after this long: it bounds the whole command, every Datastore call and retry "
+                        f"included (default {DEFAULT_TIMEOUT:g}; the embedded SQLite engine makes no network calls)")
     parser.add_argument("-v", "--verbose", action="count", default=0,
                         help="log more: -v the storage chosen and steps, -vv debug (also after the command)")
     # -v after the subcommand too; counted separately, then added up.
@@ -323,7 +353,7 @@ def _run(ctx: Context) -> int:
     except GDSError as exc:
         log.debug("failed", exc_info=True)
         hint = ""
-        if isinstance(exc, Unavailable):
+        if isinstance(exc, (Unavailable, CommitUnknown)):
             hint = f" (storage: {_storage_label(ctx.opened, args.url)}; --timeout sets how long to try)"
         print(f"{where}: error: {type(exc).__name__}: {exc}{hint}", file=ctx.err)
         return EXIT_FAILURE

@@ -655,3 +655,93 @@ def test_call_retries_commits_that_are_safe_to_resend(offline_gw: DatastoreGatew
     with pytest.raises(Contention):
         offline_gw._call("commit", rpc, object(), idempotent_commit=True)
     assert rpc.calls == 1
+
+
+# --- one deadline for many calls (set_deadline) -----------------------------------------
+
+
+def test_a_deadline_gives_each_call_only_the_time_left(offline_gw: DatastoreGateway) -> None:
+    """One operation makes several calls; with ``set_deadline`` each gets
+    what is left of the operation's time, not its own whole ``timeout``
+    (which is how ``gds-counter --timeout`` bounds a whole command)."""
+    offline_gw.set_deadline(time.monotonic() + 1.0)
+    rpc = FakeRpc(answer="done")
+    seen: list[float] = []
+
+    def timed(*, request: Any, retry: Any, timeout: float) -> Any:
+        seen.append(timeout)
+        return rpc(request=request, retry=retry, timeout=timeout)
+
+    assert offline_gw._call("lookup", timed, object()) == "done"
+    assert 0 < seen[0] <= 1.0  # not the gateway's 5 s
+
+
+def test_past_the_deadline_a_call_is_not_sent_and_says_nothing_was_written(offline_gw: DatastoreGateway) -> None:
+    """Even a commit of an increment: it never left, so ``Unavailable``
+    (not ``CommitUnknown``) is the truth, and the error names the gateway."""
+    offline_gw.set_deadline(time.monotonic() - 0.5)
+    rpc = FakeRpc(answer="done")
+    with pytest.raises(Unavailable, match=r"commit: not sent to DatastoreGateway\('p'.*nothing of it was written"):
+        offline_gw._call("commit", rpc, object(), idempotent_commit=False)
+    assert rpc.calls == 0
+    offline_gw.set_deadline(None)  # lifted: calls are sent again
+    assert offline_gw._call("commit", rpc, object(), idempotent_commit=False) == "done"
+
+
+def test_a_server_that_never_answers_is_given_up_on_at_the_deadline() -> None:
+    """A listening socket that never accepts: gRPC's handshake never ends,
+    as with a blackholed address. The retries of a read stop at the deadline
+    set for the operation, well before the gateway's own 20 s timeout."""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        gw = DatastoreGateway("p", emulator_host=f"127.0.0.1:{listener.getsockname()[1]}", timeout=20.0)
+        try:
+            gw.set_deadline(time.monotonic() + 1.5)
+            kind, outcome, took = run_in_thread(lambda: gw.lookup([Key.of("K", 1)]), timeout=60)
+            assert kind == "error" and isinstance(outcome, Unavailable), outcome
+            assert took < 1.5 + 2.0, took  # the deadline plus a margin for a loaded machine
+        finally:
+            gw.close()
+
+
+def test_the_async_gateway_keeps_the_same_deadline() -> None:
+    """``AsyncDatastoreGateway`` shares the rule: past the deadline nothing
+    is sent and the call raises ``Unavailable``; before it, the time left
+    bounds the call (a refused connection is retried only until then)."""
+    import asyncio
+    import socket
+
+    from google.cloud.datastore_v1.types import datastore as ds
+
+    from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+
+    async def scenario() -> tuple[BaseException, float, BaseException]:
+        gw = AsyncDatastoreGateway("p", emulator_host=f"127.0.0.1:{port}", timeout=20.0)
+        try:
+            gw.set_deadline(time.monotonic() + 1.0)
+            began = time.monotonic()
+            try:
+                await gw._send("lookup", ds.LookupRequest(project_id="p"))
+            except Unavailable as exc:
+                first: BaseException = exc
+            took = time.monotonic() - began
+            gw.set_deadline(time.monotonic() - 1.0)
+            try:
+                await gw._send("commit", ds.CommitRequest(project_id="p"))
+            except Unavailable as exc:
+                second: BaseException = exc
+            return first, took, second
+        finally:
+            await gw.close()
+
+    first, took, second = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert took < 1.0 + 2.0, took
+    assert "lookup" in str(first)
+    assert "not sent" in str(second) and "nothing of it was written" in str(second)

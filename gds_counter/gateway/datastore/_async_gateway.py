@@ -100,7 +100,8 @@ class AsyncDatastoreGateway(DatastoreRequests):
         deadline (``DatastoreGateway._call``'s rules, awaited)."""
         rule = policy or call
         method = getattr(self._client(), call)
-        deadline = time.monotonic() + self.timeout
+        budget = self._budget(call)
+        deadline = time.monotonic() + budget
         failures: list[BaseException] = []
 
         async def attempt() -> Any:
@@ -112,7 +113,7 @@ class AsyncDatastoreGateway(DatastoreRequests):
                 raise
 
         try:
-            retry = self._retry_for(rule, idempotent_commit)
+            retry = self._retry_for(rule, idempotent_commit, budget)
             if retry is None:
                 return await attempt()
             return await retry(attempt, on_error=retry_logger(self, call))()

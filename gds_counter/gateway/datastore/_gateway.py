@@ -90,7 +90,8 @@ class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState]):
         applies, when ``call`` has none of its own (an aggregation is a read
         like ``run_query``); errors still name ``call``."""
         rule = policy or call
-        deadline = time.monotonic() + self.timeout
+        budget = self._budget(call)
+        deadline = time.monotonic() + budget
         failures: list[BaseException] = []
 
         def attempt() -> Any:
@@ -104,7 +105,7 @@ class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState]):
         on_error = retry_logger(self, call)
 
         try:
-            retry = self._retry_for(rule, idempotent_commit)
+            retry = self._retry_for(rule, idempotent_commit, budget)
             if retry is None:
                 return attempt()
             return retry(attempt, on_error=on_error)()

@@ -15,13 +15,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.cloud.datastore_v1.types import datastore as _ds
 from google.cloud.datastore_v1.types import query as _qry
 
-from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError
+from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError, Unavailable
 from gds_counter.gateway import plan
 from gds_counter.gateway.aggregation import billed_reads
 from gds_counter.gateway.base import GatewayRules, TransactionState
@@ -82,6 +83,9 @@ class DatastoreRequests(GatewayRules[TransactionState]):
     project: str
     database: str
     timeout: float
+    #: A ``time.monotonic()`` instant that bounds every call on top of its
+    #: ``timeout`` (``set_deadline``); None: each call has its whole ``timeout``.
+    deadline: float | None
     emulator_host: str | None
     _codec: Codec
     _retry: Any
@@ -101,6 +105,7 @@ class DatastoreRequests(GatewayRules[TransactionState]):
         self.project = project
         self.database = database or ""
         self.timeout = float(timeout)
+        self.deadline = None
         self._retry = retry.with_timeout(self.timeout) if retry is not None else None
         self._retries: dict[tuple[str, bool], Any] = {}
         self._codec = Codec(self.project, self.database)
@@ -109,10 +114,40 @@ class DatastoreRequests(GatewayRules[TransactionState]):
         if self.emulator_host and credentials is not None:
             log.warning("credentials are ignored: talking to the emulator at %s", self.emulator_host)
 
-    def _retry_for(self, rule: str, idempotent_commit: bool) -> Any:
+    def set_deadline(self, at: float | None) -> None:
+        """Bound every later call, its retries included, by the instant ``at``
+        (a ``time.monotonic()`` value) as well as by its own ``timeout``.
+
+        Why: ``timeout`` bounds one call, but one operation makes several (the
+        capability probe, reads, a commit, and the counter's retries of a
+        server that stays down), so a caller with one deadline for the whole
+        operation, such as the ``gds-counter`` command's ``--timeout``, gives
+        each call only the time left. A call made once ``at`` has passed is
+        not sent and raises ``Unavailable``: true of a commit too, as nothing
+        of it reached the server. None lifts the bound.
+        """
+        self.deadline = at
+
+    def _budget(self, call: str) -> float:
+        """Seconds ``call`` may take, retries included: ``timeout``, or less
+        when ``deadline`` comes first. Raises ``Unavailable`` (nothing sent)
+        when the deadline has passed."""
+        if self.deadline is None:
+            return self.timeout
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise Unavailable(
+                f"{call}: not sent to {self!r}: the deadline set for its calls passed {-left:.1f} s ago, "
+                "so nothing of it was written"
+            )
+        return min(self.timeout, left)
+
+    def _retry_for(self, rule: str, idempotent_commit: bool, budget: float) -> Any:
         """The retry policy with the predicate of ``rule``'s row of the
         policy table (``should_retry``), made once per row: building one
-        per call cost more than a request's own encoding. None: no retries."""
+        per call cost more than a request's own encoding. Bounded by
+        ``budget`` seconds when that is less than ``timeout`` (the deadline
+        is near). None: no retries."""
         if self._retry is None:
             return None
         found = self._retries.get((rule, idempotent_commit))
@@ -120,7 +155,7 @@ class DatastoreRequests(GatewayRules[TransactionState]):
             found = self._retries[(rule, idempotent_commit)] = self._retry.with_predicate(
                 functools.partial(should_retry, call=rule, idempotent_commit=idempotent_commit)
             )
-        return found
+        return found if budget >= self.timeout else found.with_timeout(budget)
 
     def __repr__(self) -> str:
         where = f"emulator {self.emulator_host}" if self.emulator_host else "Cloud Datastore"

@@ -21,12 +21,16 @@ from gds_counter.gds import RetryPolicy
 class Blocking:
     """A strategy that records each attempt's amount, holds every attempt
     until released, and writes through ``inner`` (the transactional
-    strategy unless told otherwise)."""
+    strategy unless told otherwise); ``ordered``: the attempts reach
+    ``inner`` one at a time, in the order they began."""
 
     name = "blocking"
 
-    def __init__(self, inner: Strategy = TRANSACTIONAL) -> None:
+    def __init__(self, inner: Strategy = TRANSACTIONAL, *, ordered: bool = False) -> None:
         self.inner = inner
+        self.ordered = ordered
+        self.written = threading.Condition()
+        self.finished = 0
         self.amounts: list[int] = []
         self.release = threading.Event()
         self.at_once = 0
@@ -35,12 +39,22 @@ class Blocking:
 
     def add(self, shard: Shard, amount: int) -> None:
         with self.lock:
+            turn = len(self.amounts)
             self.amounts.append(amount)
             self.at_once += 1
             self.most_at_once = max(self.most_at_once, self.at_once)
         try:
             assert self.release.wait(10)
-            self.inner.add(shard, amount)
+            if not self.ordered:
+                self.inner.add(shard, amount)
+                return
+            with self.written:
+                assert self.written.wait_for(lambda: self.finished == turn, 10)
+                try:
+                    self.inner.add(shard, amount)
+                finally:
+                    self.finished += 1
+                    self.written.notify_all()
         finally:
             with self.lock:
                 self.at_once -= 1
@@ -170,7 +184,7 @@ def test_a_combined_write_refused_at_the_64_bit_bound_is_not_sent_again(memory_g
     the bound said BadValueError: three stored, two acknowledged."""
     counter = CounterShardDS("Counter Test", 1, 1, gateway=memory_gateway, strategy="transactional")
     counter.add(2**63 - 4)
-    strategy = Blocking(AUTO)  # a server-side increment on memory://
+    strategy = Blocking(AUTO, ordered=True)  # a server-side increment on memory://
     blocked = CounterShardDS("Counter Test", 1, 1, gateway=memory_gateway, strategy=strategy)
     outcomes: list[object] = []
 
@@ -195,7 +209,7 @@ def test_a_combined_write_that_saturates_tells_every_caller_it_was_written(memor
     ``CountSaturated`` (never ``BadValueError``) and nothing is sent again."""
     counter = CounterShardDS("Counter Test", 1, 1, gateway=memory_gateway, strategy="transactional")
     counter.add(2**63 - 5)
-    strategy = Blocking(AUTO)
+    strategy = Blocking(AUTO, ordered=True)
     blocked = CounterShardDS("Counter Test", 1, 1, gateway=memory_gateway, strategy=strategy)
     outcomes: list[object] = []
 

@@ -1,0 +1,673 @@
+"""One scenario: several callers add to one counter while a fault strikes
+one of them at a named point; then every call is accounted for.
+
+The faults (``FAULTS``), each made by the tracer's action in the thread
+that reached the point:
+
+* ``interrupt``: ``KeyboardInterrupt`` there (thread face), or an
+  asynchronous exception, ``Interrupt``, for the asyncio face (a
+  ``KeyboardInterrupt`` in a task ends the whole event loop by design);
+* ``cancel``: the asyncio task whose call reached the point is cancelled
+  (the asyncio face only);
+* ``fork``: another thread calls ``os.fork()`` while this one is held at the
+  point (at most ``FORK_PAUSE`` s: the product's own fork hooks may wait for
+  it); the child then adds to the same counter object, which must not hang
+  or double count, and the parent carries on;
+* ``stall``: the thread sleeps ``STALL`` s, longer than the retry deadline
+  and the asyncio callers' ``wait_for`` timeout;
+* ``crash``: the process is killed (SIGKILL) there; it runs beside this one
+  on the same SQLite file (``victim.py``), and this process carries on.
+
+Then (``accounting``): no call may hang past its bound, every returned
+increment must be stored exactly once, and every error's class must tell
+the truth about whether it was stored. With ``cache=True`` the cached total
+must also equal the stored one once every call of this process ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, Callable, Optional
+
+from failure_points.accounting import Call, classify, stored_times, tally
+from failure_points.tracer import Point, Trap
+
+__all__ = ["FAULTS", "Interrupt", "Outcome", "Scenario", "run_scenario"]
+
+#: The callers' retry deadline (``RetryPolicy(deadline=...)``), seconds.
+DEADLINE = 0.5
+#: The asyncio callers' ``wait_for`` timeout, seconds.
+TIMEOUT = 0.5
+#: How long a stalled thread sleeps: past both of the above.
+STALL = 1.5
+#: Slack for a loaded machine (2 cores, other test runs): a call still
+#: running ``STALL + DEADLINE + GRACE`` s after the scenario began is hung.
+GRACE = 10.0
+#: How long a thread is held at the point while another forks.
+FORK_PAUSE = 0.5
+#: A forked child's own call must end within this.
+CHILD_BOUND = 15.0
+#: How long after its deadline an asyncio call may end before it counts as late.
+LATE = 2.0
+
+FAULTS = ("interrupt", "cancel", "fork", "stall", "crash")
+
+
+class Interrupt(BaseException):
+    """An asynchronous exception (as ``PyThreadState_SetAsyncExc`` raises):
+    not an ``Exception``, so no ``except Exception`` in the product catches it."""
+
+
+#: The scenario call the running code serves (copied into asyncio tasks and
+#: into the asyncio face's worker threads with the caller's context).
+CURRENT: contextvars.ContextVar[Optional[Call]] = contextvars.ContextVar("failure_point_call", default=None)
+
+
+@dataclass
+class Scenario:
+    point: Point
+    fault: str
+    face: str  # "threads" or "aio"
+    backend: str  # "memory" or "sqlite"
+    workers: int = 4
+    per_worker: int = 3
+    cache: bool = True
+    nth: int = 2
+
+    @property
+    def label(self) -> str:
+        return f"{self.point.name} / {self.fault} / {self.face} on {self.backend}"
+
+
+@dataclass
+class Outcome:
+    """What one scenario found."""
+
+    point: str
+    fault: str
+    face: str
+    backend: str
+    fired: bool = False
+    hits: int = 0
+    total: Optional[int] = None
+    verdicts: dict[str, int] = field(default_factory=dict)
+    late: int = 0
+    notes: list[str] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        bad = sum(self.verdicts.get(v, 0) for v in ("lost", "double", "untruthful", "stale", "hung"))
+        return bool(bad) or any(note.startswith("FAIL") for note in self.notes)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- storage and counters -------------------------------------------------------------
+
+
+def _url(backend: str, directory: str) -> str:
+    if backend == "memory":
+        return "memory://"
+    return f"sqlite:///{os.path.join(directory, 'counter.sqlite3')}"
+
+
+def _retry() -> Any:
+    from gds_counter.gds import RetryPolicy
+
+    return RetryPolicy(attempts=6, deadline=DEADLINE)
+
+
+#: Two counters on one gateway, so that a process has more than one
+#: counter's writes in flight (one counter's are combined into at most two
+#: at once, and the group commit would seldom have more than one to group).
+COUNTERS = 2
+
+
+def _counter_of(call: Call) -> int:
+    """Which counter a call adds to (calls alternate add and increment, so
+    each counter gets both)."""
+    return (call.index // 2) % COUNTERS
+
+
+def _blocking_counter(gateway: Any, cache: bool, which: int = 0) -> Any:
+    from gds_counter import CounterShardDS
+
+    return CounterShardDS("FailurePoint", f"counter-{which}", 4, gateway=gateway, retry=_retry(), cache=cache)
+
+
+def _aio_counter(gateway: Any, cache: bool, which: int = 0) -> Any:
+    from gds_counter import aio
+
+    return aio.CounterShardDS("FailurePoint", f"counter-{which}", 4, gateway=gateway, retry=_retry(), cache=cache)
+
+
+def _stored(gateway: Any, *, cache: bool = False) -> int:
+    """The stored total of every counter of the scenario (a lookup, no
+    shared read), or the cached total with ``cache``."""
+    return sum(_blocking_counter(gateway, cache, n).get_count("lookup" if not cache else "auto") for n in range(COUNTERS))
+
+
+async def _astored_cached(gateway: Any) -> int:
+    return sum([await _aio_counter(gateway, True, n).get_count() for n in range(COUNTERS)])
+
+
+def _bounded(function: Callable[[], Any], seconds: float) -> tuple[bool, Any]:
+    """``function()`` in a thread of its own: (finished, its result or error)."""
+    box: list[Any] = []
+
+    def run() -> None:
+        try:
+            box.append(function())
+        except BaseException as exc:  # reported, not raised here
+            box.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True, name="failure-point-bounded")
+    thread.start()
+    thread.join(seconds)
+    return (not thread.is_alive(), box[0] if box else None)
+
+
+def _outcome_name(exc: BaseException) -> str:
+    if isinstance(exc, (KeyboardInterrupt, Interrupt)):
+        return "Interrupted"
+    if isinstance(exc, (asyncio.CancelledError, asyncio.TimeoutError)):
+        return "Cancelled"
+    return type(exc).__name__
+
+
+# --- the faults ------------------------------------------------------------------------
+
+
+class Fault:
+    """The action the trap runs at the point, and what it needs around it."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.arrived = threading.Event()  # fork: a thread is held at the point
+        self.forked = threading.Event()  # fork: the fork is done (in the parent)
+        self.loop: Optional[asyncio.AbstractEventLoop] = None
+        self.loop_thread: Optional[int] = None
+        self.stalled_loop = False
+        self.victim: Optional[Call] = None
+
+    def __call__(self, frame: FrameType) -> Optional[bool]:
+        kind = self.scenario.fault
+        call = CURRENT.get()
+        if call is None and kind != "crash":
+            return False  # not inside a scenario call (a final read, a worker's idle loop)
+        if call is not None:
+            call.victim = True
+            self.victim = call
+        if kind == "interrupt":
+            raise KeyboardInterrupt("injected") if self.scenario.face == "threads" else Interrupt("injected")
+        if kind == "cancel":
+            task = getattr(call, "task", None)
+            if task is None or self.loop is None:
+                return False
+            if threading.get_ident() == self.loop_thread:
+                task.cancel()
+            else:
+                self.loop.call_soon_threadsafe(task.cancel)
+            return None
+        if kind == "stall":
+            self.stalled_loop = threading.get_ident() == self.loop_thread
+            time.sleep(STALL)
+            return None
+        if kind == "fork":
+            self.arrived.set()
+            self.forked.wait(FORK_PAUSE)
+            return None
+        if kind == "crash":
+            os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(60)  # pragma: no cover  (killed before)
+        raise AssertionError(f"unknown fault {kind!r}")
+
+
+# --- fork: the child's call ---------------------------------------------------------------
+
+
+def _child_call(scenario: Scenario, counter: Any, call: Call) -> dict[str, Any]:
+    """In a forked child: one call on the counter object the parent used,
+    bounded; on memory the child's own copy of the data tells whether it
+    was stored (the parent never sees it)."""
+    started = time.monotonic()
+    if scenario.face == "threads":
+        done, result = _bounded(lambda: counter.add(call.amount), CHILD_BOUND)
+    else:
+        async def add() -> None:
+            await asyncio.wait_for(counter.add(call.amount), TIMEOUT)
+
+        done, result = _bounded(lambda: asyncio.run(add()), CHILD_BOUND)
+    report: dict[str, Any] = {"seconds": time.monotonic() - started}
+    if not done:
+        report["outcome"] = "hung"
+        return report
+    report["outcome"] = "ok" if not isinstance(result, BaseException) else _outcome_name(result)
+    if scenario.backend == "memory":
+        gateway = counter.gateway.blocking if scenario.face == "aio" else counter.gateway
+        read, total = _bounded(lambda: _stored(gateway), CHILD_BOUND)
+        report["view_total"] = total if read and isinstance(total, int) else None
+    return report
+
+
+class Forker:
+    """The thread that forks while a caller is held at the point."""
+
+    def __init__(self, scenario: Scenario, fault: Fault, counter: Any, call: Call, bound: float) -> None:
+        self.scenario, self.fault, self.counter, self.call = scenario, fault, counter, call
+        self.bound = bound
+        self.note: Optional[str] = None
+        self.thread = threading.Thread(target=self._run, daemon=True, name="failure-point-forker")
+
+    def _run(self) -> None:
+        if not self.fault.arrived.wait(self.bound):
+            return
+        read_end, write_end = os.pipe()
+        self.call.outcome = "hung"
+        pid = os.fork()
+        if pid == 0:  # the child: one call, a report, and out (never back into the parent's frames)
+            try:
+                os.close(read_end)
+                report = _child_call(self.scenario, self.counter, self.call)
+                os.write(write_end, json.dumps(report).encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        self.fault.forked.set()
+        ready, _, _ = select.select([read_end], [], [], CHILD_BOUND + GRACE)
+        data = os.read(read_end, 65536) if ready else b""
+        os.close(read_end)
+        if not data:
+            os.kill(pid, signal.SIGKILL)
+            self.note = "the forked child did not report: killed"
+        os.waitpid(pid, 0)
+        if data:
+            report = json.loads(data)
+            self.call.outcome = report["outcome"]
+            self.call.seconds = report["seconds"]
+            self.call.view_total = report.get("view_total")  # type: ignore[attr-defined]
+
+
+# --- the callers -----------------------------------------------------------------------------
+
+
+Report = Callable[[str, Call], None]
+
+
+def _call_blocking(counter: Any, call: Call, report: Optional[Report]) -> None:
+    call.outcome = "hung"
+    if report:
+        report("start", call)
+    token = CURRENT.set(call)
+    started = time.monotonic()
+    try:
+        if call.index % 2:
+            call.returned_total = counter.increment(call.amount)
+        else:
+            counter.add(call.amount)
+        call.outcome = "ok"
+    except BaseException as exc:  # every outcome is recorded, none is raised here
+        call.outcome = _outcome_name(exc)
+    finally:
+        call.seconds = time.monotonic() - started
+        CURRENT.reset(token)
+    if report:
+        report("done", call)
+
+
+def _run_threads(scenario: Scenario, gateway: Any, calls: list[Call], trap: Trap, fault: Fault,
+                 report: Optional[Report], deadline: float) -> list[threading.Thread]:
+    barrier = threading.Barrier(scenario.workers)
+
+    def worker(first: int) -> None:
+        # Objects of its own per caller, as a web app makes one per request.
+        counters = [_blocking_counter(gateway, scenario.cache, n) for n in range(COUNTERS)]
+        barrier.wait()
+        for call in calls[first::scenario.workers]:
+            _call_blocking(counters[_counter_of(call)], call, report)
+
+    threads = [
+        threading.Thread(target=worker, args=(n,), daemon=True, name=f"failure-point-caller-{n}")
+        for n in range(scenario.workers)
+    ]
+    trap.install()
+    try:
+        for thread in threads:
+            thread.start()
+    finally:
+        trap.uninstall()
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return threads
+
+
+def _run_aio(scenario: Scenario, gateway: Any, calls: list[Call], trap: Trap, fault: Fault,
+             report: Optional[Report], deadline: float) -> tuple[threading.Thread, dict[str, Any]]:
+    extra: dict[str, Any] = {}
+
+    async def one(counter: Any, call: Call) -> None:
+        call.outcome = "hung"
+        if report:
+            report("start", call)
+
+        async def body() -> None:
+            if call.index % 2:
+                call.returned_total = await counter.increment(call.amount)
+            else:
+                await counter.add(call.amount)
+
+        token = CURRENT.set(call)
+        task = asyncio.ensure_future(body())  # the task copies the context: CURRENT is this call
+        CURRENT.reset(token)
+        call.task = task  # type: ignore[attr-defined]
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(task, TIMEOUT)
+            call.outcome = "ok"
+        except BaseException as exc:  # every outcome is recorded, none is raised here
+            call.outcome = _outcome_name(exc)
+        finally:
+            call.seconds = time.monotonic() - started
+        if report:
+            report("done", call)
+
+    async def caller(first: int) -> None:
+        counters = [_aio_counter(gateway, scenario.cache, n) for n in range(COUNTERS)]
+        for call in calls[first::scenario.workers]:
+            await one(counters[_counter_of(call)], call)
+
+    async def main() -> None:
+        fault.loop = asyncio.get_running_loop()
+        fault.loop_thread = threading.get_ident()
+        trap.install_here()
+        try:
+            await asyncio.gather(*(caller(n) for n in range(scenario.workers)))
+        finally:
+            trap.uninstall()
+        if scenario.cache:
+            # A cancelled call's commit may still be running in a worker:
+            # wait for it before the cache is asked for every committed amount.
+            await asyncio.sleep(STALL + 0.5 if scenario.fault == "stall" else 0.3)
+            try:
+                extra["cached"] = await asyncio.wait_for(_astored_cached(gateway), TIMEOUT * 3)
+            except BaseException as exc:  # reported by the caller
+                extra["cached"] = exc
+
+    def loop_thread() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # the scenario reports it
+            extra["loop_error"] = exc
+
+    trap.install()  # the worker threads the asyncio face starts are traced too
+    try:
+        thread = threading.Thread(target=loop_thread, daemon=True, name="failure-point-loop")
+        thread.start()
+    finally:
+        trap.uninstall()
+    thread.join(max(0.0, deadline - time.monotonic()))
+    return thread, extra
+
+
+# --- one scenario --------------------------------------------------------------------------------
+
+
+def run_scenario(scenario: Scenario, *, directory: Optional[str] = None, first_index: int = 0,
+                 report: Optional[Report] = None, calls_out: Optional[list[Call]] = None) -> Outcome:
+    """Run ``scenario`` and account for every call (see the module docstring).
+    ``report`` streams each call's start and end (the crash victim's way of
+    telling its parent before it is killed)."""
+    if scenario.fault == "crash" and report is None:
+        return _run_crash(scenario)
+    from gds_counter import aio
+    from gds_counter.gateway import open_gateway
+
+    started = time.monotonic()
+    outcome = Outcome(scenario.point.name, scenario.fault, scenario.face, scenario.backend)
+    own_dir = None
+    if directory is None:
+        own_dir = tempfile.TemporaryDirectory(prefix="failure-point-")
+        directory = own_dir.name
+    url = _url(scenario.backend, directory)
+    count = scenario.workers * scenario.per_worker
+    calls = [Call(first_index + i, outcome="pending", where="task" if scenario.face == "aio" else "thread")
+             for i in range(count)]
+    if calls_out is not None:
+        calls_out[:] = calls
+    fault = Fault(scenario)
+    trap = Trap(scenario.point, fault, nth=scenario.nth)
+    bound = started + STALL + DEADLINE + GRACE
+    forker: Optional[Forker] = None
+    child_call = Call(first_index + count, outcome="pending", where="child")
+
+    gateway: Any = aio.open_gateway(url) if scenario.face == "aio" else open_gateway(url)
+    blocking = gateway.blocking if scenario.face == "aio" else gateway
+    if scenario.fault == "fork":
+        which = _counter_of(child_call)
+        shared = (_aio_counter(gateway, scenario.cache, which) if scenario.face == "aio"
+                  else _blocking_counter(gateway, scenario.cache, which))
+        forker = Forker(scenario, fault, shared, child_call, bound - time.monotonic())
+        forker.thread.start()
+    extra: dict[str, Any] = {}
+    if scenario.face == "threads":
+        threads = _run_threads(scenario, gateway, calls, trap, fault, report, bound)
+        alive = any(thread.is_alive() for thread in threads)
+    else:
+        loop_thread, extra = _run_aio(scenario, gateway, calls, trap, fault, report, bound)
+        alive = loop_thread.is_alive()
+    if forker is not None:
+        forker.thread.join(CHILD_BOUND + GRACE + 1)
+        if forker.note:
+            outcome.notes.append(forker.note)
+    outcome.fired, outcome.hits = trap.fired, trap.hits
+    if alive:
+        outcome.notes.append("FAIL: callers still running at the bound: " + ", ".join(
+            f"call {c.index} ({c.outcome})" for c in calls if c.outcome in ("hung", "pending")))
+    if "loop_error" in extra:
+        outcome.notes.append(f"FAIL: the event loop ended in {extra['loop_error']!r}")
+
+    # The stored total: on a file through a fresh gateway (none of this
+    # process's state), in memory through the one that holds the data.
+    reader = open_gateway(url) if scenario.backend == "sqlite" else blocking
+    read, total = _bounded(lambda: _stored(reader), GRACE)
+    if scenario.backend == "sqlite":
+        _bounded(reader.close, 5)
+    if not read or not isinstance(total, int):
+        outcome.notes.append(f"FAIL: the stored total could not be read: {'hung' if not read else repr(total)}")
+        outcome.verdicts = {"hung": 1}
+        return _finish(outcome, calls, gateway, scenario, started, own_dir)
+    outcome.total = total
+
+    if report is None:  # the crash victim's parent does the accounting
+        checked = [c for c in calls if c.outcome != "pending"]
+        for call in calls:
+            if call.outcome == "pending" and stored_times(total, call.index):
+                outcome.notes.append(f"FAIL: call {call.index} never started but is stored")
+                outcome.verdicts["double"] = outcome.verdicts.get("double", 0) + 1
+        for verdict, n in tally(checked, total).items():
+            outcome.verdicts[verdict] = outcome.verdicts.get(verdict, 0) + n
+        if child_call.outcome != "pending":
+            view = getattr(child_call, "view_total", None)
+            child_total = total if scenario.backend == "sqlite" else view
+            if child_total is None:  # the child could not read its own copy: it hung there
+                outcome.notes.append("FAIL: the forked child could not read the total after its call")
+                verdict = "hung"
+            else:
+                verdict = classify(child_call, child_total)
+            outcome.verdicts[verdict] = outcome.verdicts.get(verdict, 0) + 1
+            calls = calls + [child_call]
+        elif stored_times(total, child_call.index):
+            outcome.notes.append("FAIL: the fork child's call is stored but it never reported")
+        for call in calls:
+            if scenario.face == "aio" and call.outcome not in ("pending", "hung") and call.where == "task":
+                if not fault.stalled_loop and call.seconds > TIMEOUT + LATE:
+                    outcome.late += 1
+        cached = extra.get("cached")
+        if scenario.cache and scenario.face == "threads" and not alive:
+            done, cached = _bounded(lambda: _stored(gateway, cache=True), GRACE)
+            if not done:
+                cached = "hung"
+        if scenario.cache and not alive and not (scenario.fault == "fork" and scenario.backend == "sqlite"):
+            # Every call of this process has ended: the cache must show every committed amount.
+            if cached != total:
+                outcome.notes.append(f"FAIL: the cached total {cached!r} is not the stored total {total}")
+                outcome.verdicts["stale"] = outcome.verdicts.get("stale", 0) + 1
+    return _finish(outcome, calls, gateway, scenario, started, own_dir)
+
+
+def _finish(outcome: Outcome, calls: list[Call], gateway: Any, scenario: Scenario, started: float,
+            own_dir: Optional[tempfile.TemporaryDirectory[str]]) -> Outcome:
+    total = outcome.total
+    for call in calls:
+        row = {"index": call.index, "outcome": call.outcome, "where": call.where, "victim": call.victim,
+               "seconds": round(call.seconds, 3)}
+        if total is not None and call.outcome != "pending":
+            row["stored"] = stored_times(total, call.index)
+        outcome.calls.append(row)
+    # Close without waiting on anything a hung caller may hold.
+    if scenario.face == "aio":
+        _bounded(lambda: (gateway._pool.shutdown(wait=False), gateway.blocking.close()), 5)
+    else:
+        _bounded(gateway.close, 5)
+    if own_dir is not None:
+        _bounded(own_dir.cleanup, 5)
+    outcome.seconds = round(time.monotonic() - started, 2)
+    return outcome
+
+
+# --- crash: another process is killed at the point ------------------------------------------------
+
+
+VICTIM = Path(__file__).with_name("victim.py")
+
+
+def _run_crash(scenario: Scenario) -> Outcome:
+    """A victim process (``victim.py``) runs the scenario on a file and is
+    SIGKILLed at the point; this process adds to the same file with its own
+    threads while it runs and after it died. Then every call of both is
+    accounted for."""
+    from gds_counter.gateway import open_gateway
+
+    started = time.monotonic()
+    outcome = Outcome(scenario.point.name, scenario.fault, scenario.face, scenario.backend)
+    with tempfile.TemporaryDirectory(prefix="failure-point-crash-") as directory:
+        url = _url("sqlite", directory)
+        victim_calls = scenario.workers * scenario.per_worker
+        spec = {"point": scenario.point.name, "face": scenario.face, "workers": scenario.workers,
+                "per_worker": scenario.per_worker, "cache": scenario.cache, "nth": scenario.nth,
+                "directory": directory}
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH", "")]))
+        victim = subprocess.Popen([sys.executable, str(VICTIM), json.dumps(spec)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=env, text=True)
+        assert victim.stdout is not None
+        lines: list[str] = []
+        ready = threading.Event()
+
+        def read_victim() -> None:
+            assert victim.stdout is not None
+            for line in victim.stdout:
+                lines.append(line.strip())
+                if line.startswith("ready"):
+                    ready.set()
+
+        reader = threading.Thread(target=read_victim, daemon=True)
+        reader.start()
+        ready.wait(30)
+        # This process's own callers: while the victim lives, then a few after it died.
+        gateway = open_gateway(url)
+        own: list[Call] = []
+        next_index = [victim_calls]
+        lock = threading.Lock()
+
+        def take() -> Optional[Call]:
+            with lock:
+                if next_index[0] >= 29:
+                    return None
+                call = Call(next_index[0], outcome="pending", where="process")
+                next_index[0] += 1
+                own.append(call)
+                return call
+
+        def bystander(after: threading.Event) -> None:
+            counters = [_blocking_counter(gateway, False, n) for n in range(COUNTERS)]
+            while victim.poll() is None and len(own) < 12:
+                call = take()
+                if call is None:
+                    return
+                _call_blocking(counters[_counter_of(call)], call, None)
+                time.sleep(0.01)
+            after.wait()
+            call = take()
+            if call is not None:
+                _call_blocking(counters[_counter_of(call)], call, None)
+
+        after = threading.Event()
+        threads = [threading.Thread(target=bystander, args=(after,), daemon=True) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        bound = STALL + DEADLINE + GRACE + 20
+        try:
+            victim.wait(bound)
+        except subprocess.TimeoutExpired:
+            victim.kill()
+            victim.wait()
+            outcome.notes.append("FAIL: the victim process neither died nor finished: killed")
+        after.set()
+        for thread in threads:
+            thread.join(STALL + DEADLINE + GRACE)
+        reader.join(5)
+        stderr = victim.stderr.read() if victim.stderr else ""
+        outcome.fired = victim.returncode == -signal.SIGKILL and not any(l.startswith("end") for l in lines)
+        victims = [Call(i, outcome="pending", where="process") for i in range(victim_calls)]
+        for line in lines:
+            kind, _, rest = line.partition(" ")
+            if kind in ("start", "done"):
+                data = json.loads(rest)
+                call = victims[data["index"]]
+                call.outcome = "Killed" if kind == "start" else data["outcome"]
+                call.returned_total = data.get("returned_total")
+                call.seconds = data.get("seconds", 0.0)
+            elif kind == "end":
+                outcome.hits = json.loads(rest)["hits"]
+        if outcome.fired:
+            outcome.hits = max(outcome.hits, scenario.nth)
+        if victim.returncode not in (0, -signal.SIGKILL):
+            outcome.notes.append(f"victim exited {victim.returncode}: {stderr[-500:]}")
+        read, total = _bounded(lambda: _stored(open_gateway(url)), GRACE)
+        if any(t.is_alive() for t in threads):
+            outcome.notes.append("FAIL: this process's callers still ran after the victim was killed")
+        if not read or not isinstance(total, int):
+            outcome.notes.append(f"FAIL: the stored total could not be read: {total!r}")
+            outcome.verdicts = {"hung": 1}
+        else:
+            outcome.total = total
+            every = [c for c in victims + own if c.outcome != "pending"]
+            outcome.verdicts = tally(every, total)
+            for call in victims + own:
+                if call.outcome == "pending" and stored_times(total, call.index):
+                    outcome.notes.append(f"FAIL: call {call.index} never started but is stored")
+                    outcome.verdicts["double"] = outcome.verdicts.get("double", 0) + 1
+        for call in victims + own:
+            row = {"index": call.index, "outcome": call.outcome, "where": call.where, "seconds": round(call.seconds, 3)}
+            if outcome.total is not None and call.outcome != "pending":
+                row["stored"] = stored_times(outcome.total, call.index)
+            outcome.calls.append(row)
+        _bounded(gateway.close, 5)
+    outcome.seconds = round(time.monotonic() - started, 2)
+    return outcome

@@ -1,0 +1,145 @@
+"""Every point where a concurrency mechanism blocks or hands work over.
+
+One table, declarative, so that a reader sees what is covered and a
+refactor that moves the code breaks the harness loudly (``tracer.resolve``
+raises for a function or line that is gone; a point no scenario reached
+fails its mechanism's test). ``faces`` and ``backends`` say which scenarios
+reach the point: the thread face (``gds_counter.CounterShardDS``), the
+asyncio face (``gds_counter.aio``), in memory or on a SQLite file.
+"""
+
+from __future__ import annotations
+
+from failure_points.tracer import Point
+
+__all__ = ["FAULTS", "MECHANISMS", "POINTS", "points_of"]
+
+CW = "gds_counter.gateway.combined_writes"
+RD = "gds_counter.gateway.rounds"
+GC = "gds_counter.gateway.embedded._group_commit"
+EN = "gds_counter.gateway.embedded._engine"
+SR = "gds_counter.gateway.shared_reads"
+CA = "gds_counter.counter.cache"
+AF = "gds_counter.counter._affinity"
+CP = "gds_counter.gateway.embedded._connections"
+TH = "gds_counter.aio._threaded"
+AG = "gds_counter.aio.counter"
+
+BOTH = ("threads", "aio")
+AIO = ("aio",)
+FILE = ("sqlite",)
+
+POINTS: tuple[Point, ...] = (
+    # -- combined writes: callers of one counter share the next write ------------------
+    Point("combined_writes.join", CW, "CombinedWrites.run", r"line:lines\.join\(key\)",
+          "a caller joins the open round under the lines' lock"),
+    Point("combined_writes.follower_waits", CW, "CombinedWrites.run", r"line:^\s+mine\.done\.wait\(\)",
+          "a caller whose amount rides in another's write waits for its outcome"),
+    Point("combined_writes.follower_woken", CW, "CombinedWrites.run", r"line:if mine\.failed:",
+          "the follower was answered and reads the round's outcome"),
+    Point("combined_writes.leads", CW, "CombinedWrites.run", r"line:ThreadLines\.lead\(",
+          "a leader, before it waits for its turn and starts"),
+    Point("combined_writes.writes", CW, "CombinedWrites.run", r"line:^\s+write\(total, len\(shares\)\)",
+          "the leader commits the sum for every caller"),
+    Point("combined_writes.written", CW, "CombinedWrites.run", r"line:lines\.finish\(key, line, mine, None\)$",
+          "the write returned; its callers are not answered yet"),
+    Point("combined_writes.async_follower_waits", CW, "AsyncCombinedWrites.run", r"line:await as_async\(mine\.done\)\.wait\(\)",
+          "a task whose amount rides in another's write awaits its outcome", AIO),
+    Point("combined_writes.async_leads", CW, "AsyncCombinedWrites.run", r"line:await LoopLines\.lead\(",
+          "a leading task, before its turn", AIO),
+    Point("combined_writes.async_writes", CW, "AsyncCombinedWrites.run", r"line:await write\(total, len\(shares\)\)",
+          "the leading task commits the sum", AIO),
+    Point("combined_writes.async_written", CW, "AsyncCombinedWrites.run", r"line:lines\.finish\(key, line, mine, None\)$",
+          "the task's write returned; its callers are not answered yet", AIO),
+    # -- rounds: a leader's way into its round ---------------------------------------
+    Point("rounds.turn_wait", RD, "ThreadLines.lead", r"line:mine\.turn\.wait\(\)",
+          "a leader waits for a running round to end"),
+    Point("rounds.settle", RD, "ThreadLines.lead", r"line:time\.sleep\(0\)",
+          "a leader lets ready threads join before it starts"),
+    Point("rounds.start", RD, "ThreadLines.lead", r"line:lines\.start\(line\)",
+          "the leader starts: later callers open the next round"),
+    Point("rounds.finish", RD, "Lines.finish", "call",
+          "a round ended: its callers are answered, the next round may start"),
+    Point("rounds.async_turn_wait", RD, "LoopLines.lead", r"line:await as_async\(mine\.turn\)\.wait\(\)",
+          "a leading task awaits its turn", AIO),
+    Point("rounds.async_settle", RD, "LoopLines.lead", r"line:await asyncio\.sleep\(0\)",
+          "a leading task lets ready tasks join", AIO),
+    # -- the embedded group commit (files only) ---------------------------------------
+    Point("group_commit.queued", GC, "GroupCommit.commit", r"line:self\._queue\.append\(request\)",
+          "a commit joins the file's queue", BOTH, FILE),
+    Point("group_commit.waits", GC, "GroupCommit.commit", r"line:request\.woken\.acquire\(\)",
+          "a queued commit waits to be written or to write", BOTH, FILE),
+    Point("group_commit.woken", GC, "GroupCommit.commit", r"line:if not request\.done:",
+          "a queued commit was woken: written already, or its turn to write", BOTH, FILE),
+    Point("group_commit.write_lock", GC, "GroupCommit._write", r"line:with write_lock:",
+          "the writer takes the process's write lock", BOTH, FILE),
+    Point("group_commit.writes", GC, "GroupCommit._write", r"line:^\s+write\(take\)",
+          "the writer writes every queued commit in one transaction", BOTH, FILE),
+    Point("group_commit.hands_over", GC, "GroupCommit._write", r"line:self\._queue\[0\]\.woken\.release\(\)",
+          "the writer hands the writing to the next queued commit", BOTH, FILE),
+    Point("group_commit.committed", EN, "EmbeddedGateway._write_group", r"line:self\.stats\.bump\(\"grouped_commits\"",
+          "the group's COMMIT returned; no caller is answered yet", BOTH, FILE),
+    Point("group_commit.committed_alone", EN, "EmbeddedGateway._write_within", r"line:if self\.path is None:",
+          "a commit written alone returned from COMMIT; its caller is not answered yet"),
+    # -- shared reads -------------------------------------------------------------------
+    Point("shared_reads.follower_waits", SR, "SharedReads.run", r"line:^\s+mine\.done\.wait\(\)",
+          "a reader waits for the read it joined"),
+    Point("shared_reads.leads", SR, "SharedReads.run", r"line:ThreadLines\.lead\(",
+          "a reader leads a shared read"),
+    Point("shared_reads.reads", SR, "SharedReads.run", r"line:result = read\(\)",
+          "the leader reads for every caller"),
+    Point("shared_reads.answers", SR, "SharedReads.run", r"line:lines\.finish\(key, line, mine, result",
+          "the read returned; its callers are not answered yet"),
+    Point("shared_reads.async_follower_waits", SR, "AsyncSharedReads.run", r"line:await as_async\(mine\.done\)\.wait\(\)",
+          "a task waits for the read it joined", AIO),
+    Point("shared_reads.async_reads", SR, "AsyncSharedReads.run", r"line:result = await read\(\)",
+          "the leading task reads for every caller", AIO),
+    # -- the count cache ------------------------------------------------------------------
+    Point("cache.write_begins", CA, "CountCache.writing", r"line:state\.writing \+= 1",
+          "a write is marked in flight (reads go to storage)", BOTH),
+    Point("cache.write_runs", CA, "CountCache.writing", r"line:^\s+yield$",
+          "the commit runs inside the cache's bracket", BOTH),
+    Point("cache.write_ends", CA, "CountCache.writing", r"line:state\.writing -= 1",
+          "the write's outcome adjusts the cached total", BOTH),
+    Point("cache.stores", CA, "CountCache.store", "call",
+          "a total read from storage is offered to the cache", BOTH),
+    # -- shard affinity ----------------------------------------------------------------------
+    Point("affinity.takes", AF, "holding_shard.__enter__", r"line:state\.held\[shard\] = ",
+          "a writer takes a shard no other writer of the process holds", BOTH),
+    Point("affinity.releases", AF, "holding_shard.__exit__", "call",
+          "the writer gives its shard back", BOTH),
+    Point("affinity.wrote", AF, "wrote", "call",
+          "a strategy reports what it found and wrote", BOTH),
+    Point("affinity.seen", AF, "seen_shards", "call",
+          "a read reports every shard it saw", BOTH),
+    # -- the embedded connection pool ----------------------------------------------------------
+    Point("pool.acquire", CP, "ConnectionPool._acquire", "call",
+          "a call borrows a connection"),
+    Point("pool.waits", CP, "ConnectionPool._wait", "call",
+          "every connection is lent: the call waits for one"),
+    Point("pool.release", CP, "ConnectionPool._release", "call",
+          "a call gives its connection back"),
+    Point("pool.connects", CP, "ConnectionPool._connect", "call",
+          "a new connection is opened outside the pool's lock", ("threads",), FILE),
+    # -- the asyncio face's executor -------------------------------------------------------------
+    Point("aio.submits", TH, "ThreadedGateway._in_pool", r"line:^\s+return await ",
+          "a task hands a blocking call to the worker pool and awaits it", AIO),
+    Point("aio.in_worker", TH, "ThreadedGateway.commit", "call",
+          "a worker thread starts a task's commit", AIO),
+    Point("aio.slot", AG, "_run", r"line:async with in_flight_slot\(gateway\)",
+          "a task waits for one of the gateway's in-flight slots", AIO),
+)
+
+MECHANISMS: tuple[str, ...] = (
+    "combined_writes", "rounds", "group_commit", "shared_reads", "cache", "affinity", "pool", "aio",
+)
+
+#: Every fault the harness injects (``harness.FAULTS`` says what each does).
+FAULTS: tuple[str, ...] = ("interrupt", "cancel", "fork", "stall", "crash")
+
+
+def points_of(mechanism: str) -> list[Point]:
+    found = [point for point in POINTS if point.name.split(".")[0] == mechanism]
+    if not found:
+        raise LookupError(f"no failure points for mechanism {mechanism!r}")
+    return found

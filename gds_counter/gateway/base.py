@@ -31,7 +31,7 @@ from typing import Any, Callable, Generic, Iterator, Protocol, Sequence, TypeVar
 import attrs
 from typing_extensions import TypeIs
 
-from gds_counter._checks import check_int
+from gds_counter._checks import check_int, check_text
 from gds_counter.errors import BadKeyError, BadValueError, GatewayError, Unavailable
 from gds_counter.gateway import plan
 from gds_counter.gateway.aggregation import aggregate_rows, billed_reads, check_aggregation
@@ -46,7 +46,15 @@ from gds_counter.gateway.mutations import (
     MutationResult,
     Upsert,
 )
-from gds_counter.gateway.query import Aggregation, AggregationQuery, AggregationResult, PropertyFilter, Query, QueryResult
+from gds_counter.gateway.query import (
+    Aggregation,
+    AggregationQuery,
+    AggregationResult,
+    PropertyFilter,
+    Query,
+    QueryResult,
+    check_query_text,
+)
 from gds_counter.gateway.stats import Stats
 from gds_counter.gateway.values import RawEntity, validate_entity
 
@@ -246,6 +254,7 @@ class GatewayRules(Generic[T]):
         if query.limit is not None:
             check_int(query.limit, "query limit", low=0)
         check_int(query.offset, "query offset", low=0)
+        check_query_text(query)
         result: QueryResult = yield from _hook("_run_query", query, self._transaction(transaction))
         return result
 
@@ -253,6 +262,10 @@ class GatewayRules(Generic[T]):
         self, aggregation: AggregationQuery, transaction: bytes | None
     ) -> plan.Plan[AggregationResult]:
         checked = check_aggregation(aggregation)
+        check_query_text(checked.query)
+        for item in checked.aggregations:
+            if isinstance(item.alias, str):
+                check_text(item.alias, "aggregation alias")
         result: AggregationResult = yield from _hook("_run_aggregation", checked, self._transaction(transaction))
         return result
 
@@ -531,7 +544,12 @@ def check_mutation(mutation: Any) -> None:
         if not isinstance(mutation.entity, RawEntity) or not isinstance(mutation.entity.key, Key):
             raise BadKeyError(f"an upserted entity needs a key, got {mutation.entity!r}")
         validate_entity(mutation.entity)
+        for name in mutation.property_mask or ():
+            if isinstance(name, str):
+                check_text(name, "property mask name")
         for transform in mutation.transforms:
+            if isinstance(transform.name, str):
+                check_text(transform.name, "incremented property")
             check_int(transform.amount, f"increment of {transform.name!r}")
     else:
         raise BadValueError(f"unknown mutation {mutation!r}")

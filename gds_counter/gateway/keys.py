@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 import attrs
 
-from gds_counter._checks import INT64_MAX, is_int, utf8_size
+from gds_counter._checks import INT64_MAX, check_text, is_int, utf8_size
 from gds_counter.errors import BadKeyError
 
 __all__ = [
@@ -41,6 +41,7 @@ def check_kind(kind: str) -> None:
     if utf8_size(kind, "kind", BadKeyError) > MAX_KEY_NAME_BYTES:
         raise BadKeyError(f"kind {kind[:40]!r}... is over {MAX_KEY_NAME_BYTES} bytes")
 
+
 def check_key_name(name: Any) -> None:
     """Reject key names Datastore would reject, naming the bad value."""
     if not isinstance(name, str):
@@ -63,8 +64,14 @@ def check_key_id(key_id: Any) -> None:
         raise BadKeyError(f"key id {key_id!r} is out of range (1 to 2**63-1)")
 
 def namespace_name(namespace: str | None) -> str:
-    """``""`` is the default namespace; None means it too."""
-    return namespace or ""
+    """``""`` is the default namespace; None means it too. Anything else
+    must be a string that is valid Unicode (every key and query takes its
+    namespace through here, so the rule is written once)."""
+    if not namespace:
+        return ""
+    if not isinstance(namespace, str):
+        raise BadKeyError(f"namespace must be a string, got {type(namespace).__name__} {namespace!r}")
+    return check_text(namespace, "namespace", BadKeyError)
 
 
 @attrs.frozen(cache_hash=True)

@@ -11,6 +11,7 @@ from typing import Any, Iterable, Iterator, Literal, Mapping, Union
 
 import attrs
 
+from gds_counter._checks import check_text
 from gds_counter.gateway.keys import namespace_name
 from gds_counter.gateway.values import RawEntity
 
@@ -31,6 +32,7 @@ __all__ = [
     "PropertyFilter",
     "Query",
     "QueryResult",
+    "check_query_text",
 ]
 
 Operator = Literal["=", "<", "<=", ">", ">=", "!=", "IN", "NOT_IN", "HAS_ANCESTOR"]
@@ -131,6 +133,53 @@ class Query:
         text no longer describes the query."""
         changes.setdefault("gql", None)
         return attrs.evolve(self, **changes)
+
+
+def check_query_text(query: Query) -> None:
+    """Every string of ``query`` is valid Unicode: its kind, the property
+    names it filters, orders and projects by, and the strings it compares
+    with (a key's strings are checked when the key is made, the namespace
+    by ``namespace_name``). ``BaseGateway`` checks this before any backend
+    sees the query, so a lone surrogate is a ``BadValueError`` naming where
+    it is on every gateway, not whichever encoder's ``UnicodeEncodeError``."""
+    if isinstance(query.kind, str):
+        check_text(query.kind, "query kind")
+    for order in query.order:
+        _check_name(order.name, "ORDER BY property")
+    for name in query.projection:
+        _check_name(name, "projected property")
+    for name in query.distinct_on:
+        _check_name(name, "DISTINCT ON property")
+    if query.filter is not None:
+        _check_filter(query.filter)
+    if query.gql is not None and isinstance(query.gql.text, str):
+        check_text(query.gql.text, "GQL text")
+
+
+def _check_name(name: object, what: str) -> None:
+    if isinstance(name, str):
+        check_text(name, what)
+
+
+def _check_filter(node: object) -> None:
+    if isinstance(node, CompositeFilter):
+        for inner in node.filters:
+            _check_filter(inner)
+    elif isinstance(node, PropertyFilter):
+        _check_name(node.name, "filtered property")
+        _check_filter_value(node.name, node.value)
+
+
+def _check_filter_value(name: str, value: object) -> None:
+    if isinstance(value, str):
+        check_text(value, f"filter on {name!r}: string")
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_filter_value(name, item)
+    elif isinstance(value, RawEntity):
+        for inner, item in value.properties.items():
+            _check_name(inner, f"filter on {name!r}: property name")
+            _check_filter_value(name, item)
 
 
 @attrs.frozen

@@ -12,8 +12,10 @@ Literal rules that are decided here (the grammar itself is described in
 list of backslash escapes, and an unknown escape is an error rather than a
 guess; integers must fit in 64 bits and doubles must be finite, because
 Datastore could not store anything else; a binding name is ASCII and
-``@__x__`` is reserved, as the Datastore API has it. Every error names the
-1-based column, and ``GQLError.position`` is the 0-based offset.
+``@__x__`` is reserved, as the Datastore API has it; a lone surrogate
+anywhere in the text is refused, as no UTF-8 encoder takes it. Every
+error names the 1-based column, and ``GQLError.position`` is the 0-based
+offset.
 
 ``TokenStream`` is the parser's reading position in the tokens; it lives
 here so the parser module holds grammar rules only.
@@ -25,7 +27,7 @@ from typing import Any, NoReturn
 
 import attrs
 
-from gds_counter._checks import INT64_MAX, INT64_MIN
+from gds_counter._checks import INT64_MAX, INT64_MIN, lone_surrogate
 from gds_counter.errors import GQLError
 
 __all__ = [
@@ -120,6 +122,16 @@ class Lexer:
         self.n = len(text)
 
     def tokens(self) -> list[Token]:
+        # A lone surrogate can be in no name, string or keyword Datastore
+        # accepts, and no encoder below would take it: refuse the text here,
+        # where the column is known, wherever in the text it stands.
+        bad = lone_surrogate(self.text)
+        if bad is not None:
+            raise GQLError(
+                f"lone surrogate {self.text[bad]!r} at column {column(bad)} is not valid Unicode "
+                "(GQL text must encode to UTF-8)",
+                bad,
+            )
         out: list[Token] = []
         i = 0
         while i < self.n:

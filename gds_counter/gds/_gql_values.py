@@ -15,7 +15,7 @@ import binascii
 import datetime as _dt
 from typing import Any, Mapping, NoReturn, Sequence
 
-from gds_counter._checks import INT64_MAX, INT64_MIN, is_int
+from gds_counter._checks import INT64_MAX, INT64_MIN, is_int, lone_surrogate
 from gds_counter.errors import GDSError, GQLError
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.query import Cursor, GqlSource
@@ -48,6 +48,12 @@ def _neutral(value: Any, label: str, *, inner: bool = False) -> Any:
     if isinstance(value, float):
         return float(value)
     if isinstance(value, str):
+        bad = lone_surrogate(value)
+        if bad is not None:
+            raise GQLError(
+                f"binding {label}: string {shorten(repr(value), 60)} is not valid Unicode "
+                f"(a lone surrogate {value[bad]!r} at index {bad}; Datastore strings are UTF-8)"
+            )
         return str(value)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)

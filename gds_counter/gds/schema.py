@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import attrs
 
-from gds_counter._checks import is_int
+from gds_counter._checks import check_text, is_int
 from gds_counter.errors import CorruptDataError, SchemaError
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity
@@ -112,13 +112,16 @@ class Schema:
     def __init__(self, kind: str) -> None:
         if not isinstance(kind, str) or not kind:
             raise SchemaError(f"a schema needs a non-empty kind name, got {kind!r}")
-        self._kind = kind
+        # Refused here, when the schema is declared, rather than at the first
+        # query or write that would carry it to storage.
+        self._kind = check_text(kind, "schema kind", SchemaError)
         self._properties: dict[str, Property] = {}
         self._entity_class: type[Any] | None = None
 
     def add_property(self, name: str, type: PropertyType, index: bool = True) -> "Schema":
         if not isinstance(name, str) or not name:
             raise SchemaError(f"property name must be a non-empty string, got {name!r}")
+        check_text(name, "schema property name", SchemaError)
         self._properties[name] = Property(name, type, bool(index))
         return self
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Protocol, TypeVar
 
-from gds_counter._checks import check_int
+from gds_counter._checks import check_int, check_text
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.base import MAX_KEYS_PER_LOOKUP
 
@@ -48,9 +48,12 @@ def check_num_shards(num_shards: object, what: str = "num_shards") -> int:
 
 
 def check_name(name: object) -> None:
-    """A counter's name is a non-empty string (it is the shards' target)."""
+    """A counter's name is a non-empty string (it is the shards' target)
+    that can be stored: a lone surrogate (a command line's undecodable
+    bytes become them) is named as the counter's, not as a shard key's."""
     if not isinstance(name, str) or not name:
         raise BadValueError(f"a counter needs a non-empty string name, got {name!r}")
+    check_text(name, "counter name")
 
 
 def locate(

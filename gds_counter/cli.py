@@ -262,9 +262,13 @@ URL_HELP = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: The command's name in help and errors (``python -m gds_counter`` passes its own).
+PROG = "gds-counter"
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gds-counter",
+        prog=prog,
         description="Sharded counters shared with the PHP article's CounterShardDS.",
         epilog="Exit status: 0 done, 1 failed at run time, 2 bad usage or input, 141 stdout closed early.",
     )
@@ -341,7 +345,7 @@ def _storage_label(gateway: Gateway | None, url: str | None) -> str:
 
 def _run(ctx: Context) -> int:
     args = ctx.args
-    where = f"gds-counter {args.command}"
+    where = f"{getattr(args, 'prog', PROG)} {args.command}"
     try:
         _check_names(args)
         return COMMANDS[args.command](ctx)
@@ -369,14 +373,16 @@ def _run(ctx: Context) -> int:
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: TextIO | None = None,
-         stdin: TextIO | None = None) -> int:
+         stdin: TextIO | None = None, prog: str = PROG) -> int:
+    """Run one command; ``prog`` is the name help and errors give it."""
     out = out or sys.stdout
     err = err or sys.stderr
-    parser = build_parser()
+    parser = build_parser(prog)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    args.prog = prog
     args.verbose += getattr(args, "verbose_after", 0)
     logs = _Logging(args.verbose, err)
     try:

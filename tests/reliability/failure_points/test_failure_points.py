@@ -1,0 +1,112 @@
+"""Failure points of every concurrency mechanism (issue 23, "Beyond the list").
+
+For each mechanism, at every point where it blocks or hands work over
+(``points.POINTS``), each fault is injected in turn (``harness``): an
+interrupt, a task cancellation, a fork, a stall past the callers' deadline
+and a crash of a process. After each, three things must hold for every
+call of the scenario, the forked child's included:
+
+1. no call hangs: each ends within its bound;
+2. every increment that returned is stored exactly once (and none is
+   stored twice, whatever its caller saw), and ``increment()`` returned a
+   total holding its own amount once; with the cache, the cached total is
+   the stored one once the calls ended;
+3. every error's class tells the truth about whether the amount was stored.
+
+And every named point must be reached: a point the code no longer has, or
+no scenario reaches, fails its mechanism rather than testing nothing.
+
+The scenarios of one mechanism run in processes of their own, one per
+fault, side by side (a stall mostly sleeps). A failing scenario is listed
+with the command that reproduces it alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from failure_points.accounting import Summary
+from failure_points.points import FAULTS, MECHANISMS, points_of
+
+pytestmark = [
+    pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork() and SIGKILL (POSIX)"),
+    pytest.mark.slow,
+]
+
+HERE = Path(__file__).resolve().parent
+#: A mechanism's runners must all end within this (they bound each scenario themselves).
+RUNNER_BOUND = 600
+
+
+def _run_mechanism(mechanism: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Every fault's runner for ``mechanism``, side by side: their outcomes,
+    and what went wrong with the runners themselves."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE.parent), env.get("PYTHONPATH", "")) if p)
+    problems: list[str] = []
+    outcomes: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="failure-points-") as directory:
+        running = []
+        for fault in FAULTS:
+            out = os.path.join(directory, f"{fault}.json")
+            command = [sys.executable, "-m", "failure_points.runner", "--mechanism", mechanism, "--fault", fault, "--out", out]
+            running.append((fault, out, subprocess.Popen(
+                command, cwd=HERE.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+        for fault, out, process in running:
+            try:
+                log, _ = process.communicate(timeout=RUNNER_BOUND)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                log, _ = process.communicate()
+                problems.append(f"{fault}: the runner did not end within {RUNNER_BOUND} s (a hang)")
+            if process.returncode != 0 or not os.path.exists(out):
+                problems.append(f"{fault}: the runner failed ({process.returncode}): {log[-2000:]}")
+                continue
+            with open(out, encoding="utf-8") as results:
+                outcomes += json.load(results)
+    return outcomes, problems
+
+
+def summarize(outcomes: list[dict[str, Any]]) -> Summary:
+    summary = Summary()
+    for outcome in outcomes:
+        verdicts = outcome["verdicts"]
+        if outcome["fired"]:
+            summary.points.add(outcome["point"])
+            summary.injections += 1
+        else:
+            summary.unreached.append(f"{outcome['point']} / {outcome['fault']} / {outcome['face']}")
+        summary.calls += sum(verdicts.values())
+        for name in ("lost", "double", "untruthful", "stale", "hung"):
+            setattr(summary, name, getattr(summary, name) + verdicts.get(name, 0))
+        if outcome["failed"]:
+            summary.failures.append({
+                "scenario": f"{outcome['point']} / {outcome['fault']} / {outcome['face']} on {outcome['backend']}",
+                "verdicts": {k: v for k, v in verdicts.items() if k != "ok"},
+                "notes": outcome["notes"],
+                "repro": outcome["repro"],
+            })
+    return summary
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_failure_points(mechanism: str, failure_point_results: Any) -> None:
+    outcomes, problems = _run_mechanism(mechanism)
+    summary = summarize(outcomes)
+    failure_point_results.add(mechanism, summary)
+    assert not problems, "\n".join(problems)
+    never = sorted({p.name for p in points_of(mechanism)} - summary.points)
+    assert not never, f"points no scenario reached (moved or renamed code?): {never}"
+    assert not summary.failures, (
+        f"{mechanism}: {summary.lost} lost, {summary.double} double-counted, {summary.untruthful} untruthful, "
+        f"{summary.stale} stale, {summary.hung} hung of {summary.calls} calls:\n"
+        + "\n".join(json.dumps(failure) for failure in summary.failures)
+    )

@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence, TextIO
 import attrs
 
 from gds_counter import __version__, demo
-from gds_counter.counter import PHP_ARTICLE, STRATEGIES, CounterShardDS, make_target
+from gds_counter.counter import PHP_ARTICLE, STRATEGIES, CounterShardDS, Layout, make_target
 from gds_counter.errors import BadValueError, CommitUnknown, GDSError, Unavailable
 from gds_counter.gds.transaction import DEFAULT_RETRY
 from gds_counter.gateway import Gateway, open_gateway
@@ -186,22 +186,70 @@ def _shards(ctx: Context) -> int:
 @command("list")
 def _list(ctx: Context) -> int:
     """Every PHP-layout counter in the storage: its shard entities grouped by
-    ``target``. Reads every shard entity once (Datastore bills each read)."""
+    ``target``, and its config entity. Reads every shard entity and every
+    config entity once (Datastore bills each read).
+
+    Two shard numbers per counter, because both matter: ``shards``, how many
+    shards it is configured for (what its config entity records, else the
+    layout's default of 20, as every reader assumes), which is what
+    ``increase-shards`` changes and how many shards readers look up; and
+    ``written``, how many shard entities exist (a shard is written on its
+    first increment, so fewer on a counter that is rarely incremented)."""
     gateway = ctx.gateway()
-    layout, target_property = PHP_ARTICLE, "target"
-    found: dict[str, list[int]] = {}
+    layout = PHP_ARTICLE
+    counters = _listed_counters(gateway, layout)
+    rows = [(c.count, c.shards if c.shards is not None else "?", c.written, target)
+            for target, c in sorted(counters.items())]
+    data = [{"target": target, "count": c.count, "shards": c.shards, "written": c.written}
+            for target, c in sorted(counters.items())]
+    ctx.emit(data, _table(("count", "shards", "written", "target"), rows, text_last=True))
+    return EXIT_OK
+
+
+@attrs.define
+class _Listed:
+    """One counter as ``list`` shows it."""
+
+    count: int = 0
+    #: Shards configured (None: its config entity cannot be read; logged).
+    shards: int | None = PHP_ARTICLE.default_shards
+    written: int = 0
+    highest: int = 0
+
+
+def _listed_counters(gateway: Gateway, layout: Layout) -> dict[str, _Listed]:
+    """Each counter's total, configured shards and written shards, from one
+    pass over the shard kind and one over the config kind."""
+    found: dict[str, _Listed] = {}
+    for raw in run_query_all(gateway, Query(layout.config_kind, namespace=gateway.namespace)):
+        target = raw.key.name if raw.key is not None else None
+        if not target:
+            log.warning("skipped %s: a counter's config entity is keyed by the counter's name", raw.key)
+            continue
+        entry = found.setdefault(target, _Listed())
+        try:
+            entry.shards = max(layout.config_of(raw) or 0, layout.default_shards)
+        except GDSError as exc:
+            log.warning("%s: its configured shard count is shown as ?: %s", target, exc)
+            entry.shards = None
+    target_property = layout.target_property or "target"
     for raw in run_query_all(gateway, Query(layout.shard_kind, namespace=gateway.namespace)):
         target = raw.properties.get(target_property)
         if not isinstance(target, str):
             log.warning("skipped %s: it has no string %r property", raw.key, target_property)
             continue
-        entry = found.setdefault(target, [0, 0])
-        entry[0] += 1
-        entry[1] += layout.count_of(raw)
-    rows = [(count, shards, target) for target, (shards, count) in sorted(found.items())]
-    data = [{"target": target, "count": count, "shards": shards} for count, shards, target in rows]
-    ctx.emit(data, _table(("count", "shards", "target"), rows, text_last=True))
-    return EXIT_OK
+        entry = found.setdefault(target, _Listed())
+        entry.written += 1
+        entry.count += layout.count_of(raw)
+        if raw.key is not None:
+            entry.highest = max(entry.highest, layout.shard_number(target, raw.key) or 0)
+    for target, entry in found.items():
+        if entry.shards is not None and entry.highest > entry.shards:
+            log.warning(
+                "%s has shard %d, beyond the %d shards it is configured for (a writer with a larger NUM_SHARDS?): "
+                "its total counts it, but get_count(method='lookup') does not look it up until increase-shards "
+                "records %d or more", target, entry.highest, entry.shards, entry.highest)
+    return found
 
 
 @command("increase-shards")
@@ -303,7 +351,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="lookup: one batch read of the shard keys and the config entity; query: the article's "
                    "GQL query on target (default: the library's get_count() default)")
     add("shards", "print each shard's count")
-    add("list", "print every counter in the storage with its total (reads every shard)", target=False)
+    add("list", "print every counter in the storage: its total, the shards it is configured for and the shard "
+        "entities written (reads every shard)", target=False)
     p = add("increase-shards", "spread a counter over more shards (never fewer)")
     p.add_argument("num_shards", metavar="N", type=_whole_number, help="new number of shards")
     p.add_argument("--yes", action="store_true",

@@ -267,7 +267,7 @@ def test_decrement_and_json_everywhere(url):
 
 
 def test_list_groups_the_shard_kind_by_target(tmp_path, url):
-    assert run("--url", url, "list") == (0, "count  shards  target\n", "")
+    assert run("--url", url, "list") == (0, "count  shards  written  target\n", "")
     assert run("--url", url, "list", "--json") == (0, "[]\n", "")
     gateway = open_gateway(url)
     try:
@@ -277,16 +277,40 @@ def test_list_groups_the_shard_kind_by_target(tmp_path, url):
         gateway.commit([Upsert(PHP_ARTICLE.shard_entity("like_tea", 35, 4))])
     finally:
         gateway.close()
-    code, out, _ = run("--url", url, "list", "--json")
+    code, out, err = run("--url", url, "list", "--json")
     assert code == 0
     rows = {row["target"]: row for row in json.loads(out)}
     assert rows["Counter Test_1"]["count"] == 3
-    assert rows["like_tea"]["count"] == 6 and rows["like_tea"]["shards"] == 2
+    assert rows["like_tea"]["count"] == 6 and rows["like_tea"]["written"] == 2
+    assert rows["like_tea"]["shards"] == 20  # configured: nothing recorded, so the default every reader uses
+    # shard 35 is counted, and the warning says why a lookup read would miss it
+    assert "like_tea has shard 35, beyond the 20 shards it is configured for" in err
     code, out, _ = run("--url", url, "list")
     lines = out.splitlines()
-    assert lines[0].split() == ["count", "shards", "target"]
-    assert lines[1].split(maxsplit=2) == ["3", "1", "Counter Test_1"]  # a target keeps its spaces
-    assert lines[2].split() == ["6", "2", "like_tea"]
+    assert lines[0].split() == ["count", "shards", "written", "target"]
+    assert lines[1].split(maxsplit=3) == ["3", "20", "1", "Counter Test_1"]  # a target keeps its spaces
+    assert lines[2].split() == ["6", "20", "2", "like_tea"]
+
+
+def test_list_shows_the_configured_shard_count_and_the_shards_written(url):
+    """After ``increase-shards 40`` a counter is spread over 40 shards
+    (readers look up 40, writers pick among 40), however few of them an
+    increment has written yet; ``list`` shows both numbers, in text and in
+    JSON, for counters with no shard written yet too."""
+    for _ in range(3):
+        assert run("--url", url, "increment", "like", "tea")[0] == 0
+    assert run("--url", url, "increase-shards", "like", "tea", "40") == (0, "40\n", "")
+    assert run("--url", url, "increase-shards", "fresh", "1", "30") == (0, "30\n", "")
+    code, out, _ = run("--url", url, "list", "--json")
+    assert code == 0
+    rows = {row["target"]: row for row in json.loads(out)}
+    assert rows["like_tea"]["shards"] == 40 and rows["like_tea"]["count"] == 3
+    assert 1 <= rows["like_tea"]["written"] <= 3  # one shard per increment at most
+    assert rows["fresh_1"] == {"target": "fresh_1", "count": 0, "shards": 30, "written": 0}
+    code, out, _ = run("--url", url, "list")
+    table = {line.split()[-1]: line.split()[:-1] for line in out.splitlines()[1:]}
+    assert table["like_tea"][:2] == ["3", "40"]
+    assert table["fresh_1"] == ["0", "30", "0"]
 
 
 # --- confirmations ---------------------------------------------------------------------------------

@@ -7,16 +7,19 @@ this gateway owns (at most ``max_workers`` calls at once; the rest wait
 their turn without blocking anything), and the event loop only awaits the
 result. The blocking gateway keeps every rule (checks, batching, tokens,
 capabilities), so the answers are exactly the blocking API's.
+
+The pool is a ``ForkSafePool``: a forked child gets threads of its own, and
+never runs (nor waits for) the calls its parent had queued.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import functools
 from typing import Any, Callable, Sequence, TypeVar
 
+from gds_counter.aio._pool import ForkSafePool
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.base import Gateway, is_gateway
 from gds_counter.gateway.capabilities import Capabilities
@@ -57,7 +60,8 @@ class ThreadedGateway:
         #: enough to keep the pool busy, few enough to keep the loop free.
         self.max_in_flight = max_in_flight or 4 * max_workers
         self._owns = owns
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="gds-aio")
+        where = getattr(gateway, "path", None) or repr(gateway)
+        self._pool = ForkSafePool(max_workers, name=f"the async gateway over {where}")
         self._probed = False
 
     def __repr__(self) -> str:
@@ -75,7 +79,7 @@ class ThreadedGateway:
         # The caller's context goes along, as asyncio.to_thread does it.
         context = contextvars.copy_context()
         call = functools.partial(context.run, function, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+        return await self._pool.run(call)
 
     async def learn_capabilities(self) -> Capabilities:
         """The blocking gateway's capabilities: probed in the pool the first

@@ -20,12 +20,12 @@ from typing import Any, Callable, Generator, Hashable, Iterator
 
 import attrs
 
-from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError
+from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, GDSError
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
 from gds_counter.gateway.embedded._encoding import decode_cursor, encode_cursor, key_bytes, load_entity, load_indexed
-from gds_counter.gateway.embedded._group_commit import GroupCommit, Request
+from gds_counter.gateway.embedded._group_commit import Batch, GroupCommit, Request
 from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter
 from gds_counter.gateway.embedded._storage import (
     Transaction,
@@ -58,6 +58,11 @@ BATCH_SIZE = 300
 
 #: One batch: its rows, the position of the last row read, and whether there are more.
 _Batch = tuple[list[Row], tuple[bytes, ...] | None, bool]
+
+#: How long a commit waits in the group commit's queue for the writers
+#: ahead of it: each waits up to the busy timeout for this process's write
+#: lock (a transaction's commit) and again for the file's.
+GROUP_WAIT_S = 2 * BUSY_TIMEOUT_S + 15
 
 #: Compiled query shapes a gateway keeps (see ``_compiled``).
 COMPILED_QUERIES = 256
@@ -355,7 +360,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     def _apply(self, mutations: list[Mutation], txn: Transaction | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
         if txn is None and self.path is not None:
             results: list[tuple[Key | None, tuple[Any, ...] | None]] = self._group.commit(
-                mutations, self._pool.write_lock, self._write_group, _for_another
+                mutations, self._pool.write_lock, self._write_group, _for_another, wait_s=GROUP_WAIT_S
             )
             return results
         held = txn.conn if txn is not None else None
@@ -380,17 +385,44 @@ class EmbeddedGateway(BaseGateway[Transaction]):
             return self._write_within(conn, mutations, txn)
 
     def _write_within(
-        self, conn: Connection, mutations: list[Mutation], txn: Transaction | None
+        self, conn: Connection, mutations: list[Mutation], txn: Transaction | None, batch: Batch | None = None
     ) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
         """``_write`` in the write transaction already begun on ``conn``."""
         seq, results = self._mutate(conn, mutations, txn)
         self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
-        conn.execute("COMMIT")
+        self._commit_now(conn, batch)
         if self.path is None:
             self._memory_seq = seq
         return results
 
-    def _write_group(self, take: Callable[[], list[Request]]) -> None:
+    def _commit_now(self, conn: Connection, batch: Batch | None) -> None:
+        """``COMMIT``, with the truth about a failure: while SQLite keeps the
+        transaction open, nothing was written (it is rolled back and the
+        error raised as it is); once the transaction has ended without
+        ``COMMIT`` returning, the data may be durable (an I/O error after
+        the log was written, say), so ``CommitUnknown``, never an error that
+        a retry would answer by counting it again. ``batch`` (the group
+        commit's) records the same for the other callers."""
+        if batch is not None:
+            batch.sent = True
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                if batch is not None:
+                    batch.sent = False
+                raise
+            raise CommitUnknown(
+                f"COMMIT on {self._pool.where} failed after it began ({exc}); the commit may or may not be stored"
+            ) from exc
+        except BaseException:
+            if batch is not None and conn.in_transaction:
+                batch.sent = False  # interrupted before COMMIT ran: rolled back, nothing written
+            raise
+        if batch is not None:
+            batch.durable = True
+
+    def _write_group(self, take: Batch) -> None:
         """Several callers' commits in one write transaction (``_group_commit``):
         each in a savepoint, rolled back alone if it raises; results are
         handed out only once the transaction committed. The batch is taken
@@ -400,9 +432,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         with self._db() as conn, write_transaction(conn, conn.busy_timeout):
             batch = take()
             if len(batch) == 1:
-                batch[0].results = self._write_within(conn, batch[0].mutations, None)
+                batch[0].results = self._write_within(conn, batch[0].mutations, None, take)
                 return
-            written: list[tuple[Request, Any]] = []
             stored = stored_texts(conn, _upserted_keys(batch))
             # One commit number each, taken at once (a failed one leaves a gap).
             last = conn.execute("UPDATE meta SET value = value + ? WHERE name = 'commit_seq' RETURNING value", (len(batch),)).fetchall()[0][0]
@@ -413,7 +444,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
                     conn.execute("SAVEPOINT one_commit")
                     before = dict(stored)
                 try:
-                    written.append((request, self._mutate(conn, request.mutations, None, seq, stored)[1]))
+                    # Handed out only once COMMIT returned (GroupCommit).
+                    request.results = self._mutate(conn, request.mutations, None, seq, stored)[1]
                 except sqlite3.Error:
                     raise  # the file, not this commit: the whole transaction fails
                 except Exception as exc:
@@ -424,11 +456,9 @@ class EmbeddedGateway(BaseGateway[Transaction]):
                 if undo:
                     conn.execute("RELEASE one_commit")
             self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
-            conn.execute("COMMIT")
+            self._commit_now(conn, take)
         self.stats.bump("grouped_commits", len(batch))
         self.stats.bump("group_transactions")
-        for request, results in written:
-            request.results = results
 
     def _mutate(
         self,

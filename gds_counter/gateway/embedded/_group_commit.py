@@ -14,8 +14,25 @@ group commit. Every commit keeps its meaning:
   an overflow, the write-rate model's Contention) is rolled back to its
   savepoint and raised to its own caller only.
 * **Acknowledged only when durable**: every caller returns after the
-  transaction's ``COMMIT`` (and its fsync) returned; if the transaction
-  fails, nothing in it was written and every caller in it raises.
+  transaction's ``COMMIT`` (and its fsync) returned.
+* **An error says whether it was stored.** When the transaction fails
+  before ``COMMIT`` began, nothing in it was written and every caller in it
+  raises an error that says so. Once ``COMMIT`` began (``Batch.sent``) and
+  before it is known to have returned (``Batch.durable``), the commits may
+  be stored: each caller in it raises ``CommitUnknown`` (the writer itself
+  raises what interrupted it). After ``COMMIT`` returned they are stored,
+  and the other callers get their results whatever then happens to the
+  writer.
+* **A caller that leaves is never written afterwards, nor hangs the file.**
+  An interrupt (``KeyboardInterrupt``, an asynchronous exception) or the
+  wait's bound can end a caller's wait at any point. While its commit is
+  still queued it is taken out of the queue, so no writer writes it later,
+  and the interrupt carries a note saying it was not written. Once a writer
+  has taken it, it may be written; the note says so. A caller that was to
+  write next hands that on; a writer that is interrupted before ``COMMIT``
+  began puts the others' commits back in the queue for the next writer (an
+  interrupt is not their failure). The hand-over itself is repeated until
+  it is complete, so a second interrupt cannot leave anyone waiting.
 
 Transactions (which hold a snapshot and are validated) and in-memory
 databases (no fsync to share) commit alone.
@@ -27,7 +44,20 @@ import os
 import threading
 from typing import Any, Callable
 
-__all__ = ["GroupCommit", "Request"]
+from gds_counter.errors import CommitUnknown, Contention, GDSError
+
+__all__ = ["Batch", "GroupCommit", "Request"]
+
+# A request's states (see ``Request.state``).
+QUEUED = 0  #: in the queue, waiting for a writer to take it
+WRITE = 1  #: in the queue, and its caller is the next writer
+TAKEN = 2  #: in a writer's batch: it may be written from here on
+DONE = 3  #: answered: ``results`` or ``error`` is final
+LEFT = 4  #: its caller left before any writer took it: never written
+
+#: How long a queued caller waits, by default, for the writers ahead of it
+#: (each bounded by the busy timeout for the file and for the write lock).
+DEFAULT_WAIT_S = 75.0
 
 
 class Request:
@@ -37,26 +67,56 @@ class Request:
     is done, or when its caller is to write next: the caller waits by
     acquiring it. (A ``threading.Event`` builds a Condition per commit and
     notifies through it, a measurable share of a commit's CPU.) It is
-    released at most once per wait: a caller woken to write goes on to
-    write its own request, and ``GroupCommit._write`` releases each written
-    request once, after its caller took the lock back or never waited."""
+    released at most once per wait (``GroupCommit._wake``). ``state`` says
+    where the request is (``QUEUED``, ``WRITE``, ``TAKEN``, ``DONE``,
+    ``LEFT``); it changes only under the group's lock, which is what lets a
+    caller that leaves know whether its commit may still be written."""
 
-    __slots__ = ("mutations", "done", "results", "error", "woken")
+    __slots__ = ("mutations", "state", "results", "error", "woken", "signalled", "stored")
 
     def __init__(self, mutations: Any) -> None:
         self.mutations = mutations
-        self.done = False
+        self.state = QUEUED
         self.results: Any = None
         self.error: BaseException | None = None
         self.woken = threading.Lock()
         self.woken.acquire()
+        self.signalled = False
+        #: Once answered or left: whether it was stored (None: unknown).
+        self.stored: bool | None = False
+
+    @property
+    def done(self) -> bool:
+        return self.state == DONE
+
+
+class Batch:
+    """What a writer hands ``write``: calling it takes every request queued
+    by then (once the writer holds the file's lock). ``write`` sets
+    ``sent`` just before ``COMMIT`` and ``durable`` once it returned, or
+    clears ``sent`` when ``COMMIT`` failed and left the transaction open
+    (nothing written); from these the group tells each caller the truth
+    when ``write`` raises."""
+
+    __slots__ = ("_group", "requests", "sent", "durable", "finished")
+
+    def __init__(self, group: GroupCommit) -> None:
+        self._group = group
+        self.requests: list[Request] = []
+        self.sent = False
+        self.durable = False
+        self.finished = False  # answered and handed on (``GroupCommit._finish``)
+
+    def __call__(self) -> list[Request]:
+        self.requests = self._group._take()
+        return self.requests
 
 
 class GroupCommit:
     """The commits queued for one file's write lock (see the module
     docstring). Safe across ``fork()``: a child starts with an empty queue.
 
-    One caller at a time is the writer; the others wait on their own event,
+    One caller at a time is the writer; the others wait on their own lock,
     not on the write lock. A writer that is done wakes the callers it wrote
     and hands the writing to the first caller still queued. (When every
     caller queued on the write lock, the ones already written took it one
@@ -75,29 +135,38 @@ class GroupCommit:
     def commit(
         self,
         mutations: Any,
-        write_lock: threading.Lock,
-        write: Callable[[Callable[[], list[Request]]], None],
+        write_lock: Any,
+        write: Callable[[Batch], None],
         failed: Callable[[BaseException], BaseException],
+        wait_s: float = DEFAULT_WAIT_S,
     ) -> Any:
         """Queue ``mutations``; unless a writer before has already written
-        them, become the writer and, under ``write_lock``, ``write(take)``:
-        ``take()`` hands it every request queued by then (the writer calls
+        them, become the writer and, under ``write_lock``, ``write(batch)``:
+        ``batch()`` hands it every request queued by then (the writer calls
         it once it holds the file's lock), and it sets each one's results
-        once committed, or its own error. When ``write`` raises (nothing
-        was written), this caller raises that and every other caller in the
-        batch ``failed(that)``, an error of its own. Returns this one's
-        results or raises its error."""
+        once committed, or its own error. When ``write`` raises, this
+        caller raises that and every other caller in the batch an error
+        that says whether it may be stored: ``failed(that)`` when nothing
+        was written. A caller waits at most ``wait_s`` for the writers
+        ahead of it (then ``Contention`` if its commit was not taken,
+        ``CommitUnknown`` if it was). Returns this one's results or raises
+        its error."""
         if self._pid != os.getpid():
             self._reset()
         request = Request(mutations)
         with self._lock:
             self._queue.append(request)
-            writes = not self._writing
-            self._writing = True
-        if not writes:
-            request.woken.acquire()
-        if not request.done:
-            self._write(request, write_lock, write, failed)
+            if not self._writing:
+                self._writing = True
+                request.state = WRITE
+        try:
+            if request.state != WRITE and not request.woken.acquire(timeout=wait_s):
+                self._give_up(request, wait_s)
+            if request.state == WRITE:
+                self._write(request, write_lock, write, failed)
+        except BaseException as exc:
+            self._leave(request, exc)
+            raise
         if request.error is not None:
             raise request.error
         return request.results
@@ -105,38 +174,168 @@ class GroupCommit:
     def _take(self) -> list[Request]:
         with self._lock:
             batch, self._queue = self._queue, []
+            for request in batch:
+                request.state = TAKEN
         return batch
+
+    # -- callers that leave ----------------------------------------------------
+
+    def _give_up(self, request: Request, wait_s: float) -> None:
+        """The wait's bound passed: leave, with an error that says whether
+        the commit may still be written."""
+        with self._lock:
+            if request.state in (QUEUED, WRITE):
+                self._withdraw(request)
+                raise Contention(f"the commit waited {wait_s:g} s for the writers ahead of it in this process; it was NOT written")
+            if request.state == TAKEN:
+                raise CommitUnknown(f"the commit waited {wait_s:g} s for the transaction writing it, which has not ended; it may or may not be stored")
+        # DONE meanwhile: answered after all.
+
+    def _leave(self, request: Request, exc: BaseException) -> None:
+        """This caller leaves with ``exc``: a commit not yet taken is taken
+        out of the queue (and the writing handed on, if it was this
+        caller's turn); an interrupt gets a note saying what was stored."""
+        with self._lock:
+            if request.state in (QUEUED, WRITE):
+                self._withdraw(request)
+            state, stored = request.state, request.stored
+        if isinstance(exc, GDSError):
+            return  # a gds_counter error says it already
+        if state == TAKEN or stored is None:
+            _note(exc, "gds_counter: this commit may or may not be stored (a writer had taken it when its caller left)")
+        elif stored:
+            _note(exc, "gds_counter: this commit WAS written (it was durable before the interruption)")
+        else:
+            _note(exc, "gds_counter: this commit was NOT written")
+
+    def _withdraw(self, request: Request) -> None:
+        """Take a commit that no writer took out of the queue for good, and
+        hand the writing on if it was this caller's turn (under the lock)."""
+        turn = request.state == WRITE
+        if request in self._queue:
+            self._queue.remove(request)
+        request.state, request.stored = LEFT, False
+        if turn:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Wake the first queued caller to write next, or note that no one
+        writes (under the lock)."""
+        if not self._queue:
+            self._writing = False
+        elif self._queue[0].state != WRITE:
+            self._queue[0].state = WRITE
+            _wake(self._queue[0])
+
+    # -- the writer -----------------------------------------------------------
 
     def _write(
         self,
         request: Request,
-        write_lock: threading.Lock,
-        write: Callable[[Callable[[], list[Request]]], None],
+        write_lock: Any,
+        write: Callable[[Batch], None],
         failed: Callable[[BaseException], BaseException],
     ) -> None:
-        batch: list[Request] = []
-
-        def take() -> list[Request]:
-            batch[:] = self._take()
-            return batch
-
+        batch = Batch(self)
+        failure: BaseException | None = None
         try:
             with write_lock:
-                try:
-                    write(take)
-                except BaseException as exc:
-                    if not batch:  # failed before taking (the file stayed locked): so do the queued ones
-                        take()
-                    for queued in batch:
-                        if queued is not request and queued.error is None:
-                            queued.error = failed(exc)
-                    raise
-        finally:
-            with self._lock:
-                for queued in batch:
-                    queued.done = True
-                    queued.woken.release()
-                if self._queue:
-                    self._queue[0].woken.release()  # the next writer
+                write(batch)
+        except BaseException as exc:
+            failure = exc
+        # However often it is interrupted, the hand-over completes: it is
+        # done once (``Batch.finished``), and no one else would ever wake
+        # the callers.
+        pending: BaseException | None = None
+        while not batch.finished:
+            try:
+                self._finish(request, batch, failure, failed)
+            except BaseException as exc:  # an interrupt: finish first, raise it after
+                pending = exc
+        if pending is not None:
+            raise pending
+        if request.error is not None:
+            raise request.error
+        if failure is not None:
+            raise failure  # an interruption after the commit was durable
+
+    def _finish(self, request: Request, batch: Batch, failure: BaseException | None, failed: Callable[[BaseException], BaseException]) -> None:
+        """Answer every request the writer took with the truth about it,
+        put back the ones an interrupted writer did not write, and hand the
+        writing on; once (see ``_write``)."""
+        with self._lock:
+            if batch.finished:
+                return
+            interrupted = failure is not None and not isinstance(failure, Exception)
+            if failure is not None and not batch.requests and not interrupted:
+                # Failed before taking (the file stayed locked): the queued
+                # commits would only meet the same; none was written.
+                batch.requests = self._queue
+                self._queue = []
+                for queued in batch.requests:
+                    queued.state = TAKEN
+            # Whether the batch is stored: True, False, or None (unknown).
+            outcome = True if failure is None or batch.durable else (None if batch.sent else False)
+            again: list[Request] = []
+            for queued in batch.requests:
+                if queued.state != TAKEN:
+                    continue
+                if queued.error is not None:
+                    queued.stored = False  # its own error: rolled back to its savepoint
+                elif outcome:
+                    queued.stored = True
+                elif queued is request:
+                    queued.stored, queued.error = outcome, failure
+                elif outcome is None:
+                    assert failure is not None
+                    queued.stored = None
+                    queued.error = failed(failure) if isinstance(failure, CommitUnknown) else CommitUnknown(
+                        f"the commit was written together with others, and that transaction's COMMIT was "
+                        f"interrupted ({failure!r}); it may or may not be stored"
+                    )
+                elif interrupted:
+                    queued.results = None
+                    again.append(queued)  # the writer's interruption is not its failure: the next writer writes it
+                    continue
                 else:
-                    self._writing = False
+                    assert failure is not None
+                    queued.stored, queued.error = False, failed(failure)
+                queued.state = DONE
+            if request.state in (QUEUED, WRITE):  # never taken: its caller leaves
+                self._queue.remove(request)
+                request.state, request.stored = LEFT, False
+            for queued in reversed(again):
+                queued.state = QUEUED
+                self._queue.insert(0, queued)
+            for queued in batch.requests:
+                if queued is not request and queued.state == DONE:
+                    _wake(queued)
+            self._hand_over()
+            batch.finished = True
+
+
+def _wake(request: Request) -> None:
+    """Release a waiting caller once, even when repeated after an interrupt
+    (a second release of a lock its caller did not take again is refused)."""
+    if request.signalled:
+        return
+    try:
+        request.woken.release()
+    except RuntimeError:
+        pass  # released already, by the interrupted try
+    request.signalled = True
+
+
+
+
+def _note(exc: BaseException, text: str) -> None:
+    """Add ``text`` to an interrupt's notes (``add_note``, Python 3.11+;
+    before, the same ``__notes__`` list, which tracebacks then omit)."""
+    notes = getattr(exc, "__notes__", None)
+    if not isinstance(notes, list):
+        notes = []
+        try:
+            exc.__notes__ = notes  # type: ignore[attr-defined]
+        except AttributeError:
+            return
+    notes.append(text)

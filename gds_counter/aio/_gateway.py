@@ -10,6 +10,7 @@ thread pool: SQLite has no async I/O).
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import weakref
 from typing import Any, Protocol, Sequence, runtime_checkable
@@ -164,3 +165,16 @@ def in_flight_slot(gateway: Any) -> asyncio.Semaphore:
         if slot is None:
             slot = per_loop[loop] = asyncio.Semaphore(getattr(gateway, "max_in_flight", DEFAULT_IN_FLIGHT))
         return slot
+
+
+def _after_fork_in_child() -> None:
+    """A child starts with locks no thread holds (a thread of the parent
+    may have held one at the fork, and it is not here to release it) and no
+    slots: the parent's tasks are not here to give theirs back."""
+    global _shared_lock, _slots_lock, _slots
+    _shared_lock, _slots_lock = threading.Lock(), threading.Lock()
+    _slots = weakref.WeakKeyDictionary()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -24,6 +24,7 @@ articles' memcache.
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import weakref
@@ -66,6 +67,13 @@ class CountCache:
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:
             raise BadValueError(f"cache ttl must be a positive number of seconds, got {ttl!r}")
         self.ttl = float(ttl)
+        self._forget_all()
+        _CACHES.add(self)
+
+    def _forget_all(self) -> None:
+        """Start empty, with a free lock: in a forked child, the parent's
+        threads that held the lock or had writes in flight are not there to
+        finish them, so nothing the parent knew is kept."""
         self._lock = threading.Lock()
         self._keys: dict[Hashable, _Key] = {}
 
@@ -143,6 +151,19 @@ class CountCache:
 
 _shared: "weakref.WeakKeyDictionary[Gateway, CountCache]" = weakref.WeakKeyDictionary()
 _shared_lock = threading.Lock()
+#: Every cache, so that a forked child can empty them all.
+_CACHES: "weakref.WeakSet[CountCache]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    global _shared_lock
+    _shared_lock = threading.Lock()
+    for cache in list(_CACHES):
+        cache._forget_all()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def shared_cache(gateway: Gateway) -> CountCache:

@@ -227,6 +227,18 @@ def shared_gateway(url: str | None = None) -> Gateway:
         return gateway
 
 
+def _after_fork_in_child() -> None:
+    """A child's lock is free: a thread of the parent may have held it at
+    the fork, and it is not here to release it. (The gateways stay: their
+    keys name the parent's process id, so the child opens its own.)"""
+    global _shared_lock
+    _shared_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def resolve_gateway(gateway: Gateway | str | None) -> Gateway:
     """What ``gateway=`` arguments accept: a gateway, or a URL (None: the
     default) for ``shared_gateway``."""

@@ -169,10 +169,64 @@ def fork_while_threads_hold_the_pools_locks(db: str) -> dict[str, Any]:
     return {"parent": dict(Counter(parent) + Counter(parent_after)), "child": child, "locks_held": len(locks)}
 
 
+def fork_while_threads_hold_the_registries_locks(db: str) -> dict[str, Any]:
+    """The locks of what the asyncio face keeps per process (shared
+    gateways of both faces, in-flight slots, the shared count caches and
+    the cache itself) are held by another thread at the fork; the child
+    counts through all of them: a URL, ``cache=True``."""
+    import gds_counter.aio._gateway as aio_gateway
+    import gds_counter.counter.cache as cache_module
+    import gds_counter.gateway as gateway_module
+
+    url = f"sqlite:///{db}"
+
+    def cached() -> aio.CounterShardDS:
+        return aio.CounterShardDS("fork", 1, gateway=url, retry=PATIENT, cache=True)
+
+    async def adds(count: int) -> dict[str, Any]:
+        told: Counter[str] = Counter()
+        for _ in range(count):
+            try:
+                await asyncio.wait_for(cached().add(1), CALL_BOUND_S)
+                told["ok"] += 1
+            except GDSError as exc:
+                told[type(exc).__name__] += 1
+            except asyncio.TimeoutError:
+                told["hung"] += 1
+        return dict(told)
+
+    parent = asyncio.run(adds(1))
+    lock_type = type(threading.Lock())
+    owners = [aio_gateway, cache_module, gateway_module, cache_module.shared_cache(aio.shared_gateway(url).blocking)]
+    locks = [value for owner in owners for value in vars(owner).values() if isinstance(value, lock_type)]
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        for lock in locks:
+            lock.acquire()
+        holding.set()
+        release.wait()
+        for lock in locks:
+            lock.release()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    holding.wait()
+    try:
+        pid, report_r = fork_child(lambda: asyncio.run(adds(CHILD_ADDS)))
+    finally:
+        release.set()
+        holder.join()
+    child = collect(pid, report_r)
+    parent_after = asyncio.run(adds(1))
+    return {"parent": dict(Counter(parent) + Counter(parent_after)), "child": child, "locks_held": len(locks)}
+
+
 SCENARIOS: dict[str, Callable[[str], dict[str, Any]]] = {
     "used_once_then_fork": used_once_then_fork,
     "fork_while_a_loop_increments": fork_while_a_loop_increments,
     "fork_while_threads_hold_the_pools_locks": fork_while_threads_hold_the_pools_locks,
+    "fork_while_threads_hold_the_registries_locks": fork_while_threads_hold_the_registries_locks,
 }
 
 

@@ -75,3 +75,15 @@ def test_a_fork_while_other_threads_hold_the_pools_locks(tmp_path):
     assert result["locks_held"] >= 1, result
     check_exact(result)
     assert result["child"]["ok"] == 20
+
+
+def test_a_fork_while_other_threads_hold_the_per_process_registries_locks(tmp_path):
+    """What the asyncio face keeps per process (the shared gateways of both
+    faces, the in-flight slots, the shared count caches and a cache's own
+    lock) is guarded by locks that another thread may hold at the fork: a
+    child counting through a URL with ``cache=True`` must not block on any
+    of them."""
+    result = scenario("fork_while_threads_hold_the_registries_locks", tmp_path)
+    assert result["locks_held"] >= 5, result
+    check_exact(result)
+    assert result["child"]["ok"] == 20

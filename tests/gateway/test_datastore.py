@@ -745,3 +745,25 @@ def test_the_async_gateway_keeps_the_same_deadline() -> None:
     assert took < 1.0 + 2.0, took
     assert "lookup" in str(first)
     assert "not sent" in str(second) and "nothing of it was written" in str(second)
+
+
+def test_missing_credentials_are_a_gds_error_naming_the_project(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """Every error a user sees is a GDSError: google-auth's own error used to
+    escape from the constructor (and from the async gateway's first call)."""
+    import asyncio
+
+    from google.cloud.datastore_v1.types import datastore as ds
+
+    from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
+
+    monkeypatch.delenv("DATASTORE_EMULATOR_HOST", raising=False)
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))
+    with pytest.raises(GatewayError, match=r"project 'my-project': no credentials.*Nothing was sent"):
+        DatastoreGateway("my-project")
+
+    async def first_call() -> None:
+        gw = AsyncDatastoreGateway("my-project")
+        await gw._send("lookup", ds.LookupRequest(project_id="my-project"))
+
+    with pytest.raises(GatewayError, match="project 'my-project': no credentials"):
+        asyncio.run(asyncio.wait_for(first_call(), 60))

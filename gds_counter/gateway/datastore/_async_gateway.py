@@ -91,7 +91,12 @@ class AsyncDatastoreGateway(DatastoreRequests):
                 channel = grpc.aio.insecure_channel(self.emulator_host)
                 client = DatastoreAsyncClient(transport=DatastoreGrpcAsyncIOTransport(channel=channel))
             else:
-                client = DatastoreAsyncClient(credentials=self._credentials)
+                from google.auth.exceptions import DefaultCredentialsError
+
+                try:
+                    client = DatastoreAsyncClient(credentials=self._credentials)
+                except DefaultCredentialsError as exc:
+                    raise self._no_credentials(exc) from exc
             self._clients[loop] = client
         return client
 

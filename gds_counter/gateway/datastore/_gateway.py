@@ -74,7 +74,12 @@ class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState]):
             channel = grpc.insecure_channel(self.emulator_host)
             self._client = DatastoreClient(transport=DatastoreGrpcTransport(channel=channel))
         else:
-            self._client = DatastoreClient(credentials=credentials)
+            from google.auth.exceptions import DefaultCredentialsError
+
+            try:
+                self._client = DatastoreClient(credentials=credentials)
+            except DefaultCredentialsError as exc:
+                raise self._no_credentials(exc) from exc
         log.debug(
             "DatastoreGateway project=%s database=%r namespace=%r emulator=%s",
             project, self.database, self.namespace, self.emulator_host,

@@ -114,6 +114,16 @@ class DatastoreRequests(GatewayRules[TransactionState]):
         if self.emulator_host and credentials is not None:
             log.warning("credentials are ignored: talking to the emulator at %s", self.emulator_host)
 
+    def _no_credentials(self, exc: Exception) -> GatewayError:
+        """google-auth's ``DefaultCredentialsError`` as the gds_counter error
+        a caller expects, naming the project and how to fix it (nothing was
+        sent: no client could be made)."""
+        return GatewayError(
+            f"cannot reach Cloud Datastore project {self.project!r}: no credentials ({exc}). Pass credentials=, "
+            "set GOOGLE_APPLICATION_CREDENTIALS or run 'gcloud auth application-default login'; for an emulator "
+            "set DATASTORE_EMULATOR_HOST. Nothing was sent"
+        )
+
     def set_deadline(self, at: float | None) -> None:
         """Bound every later call, its retries included, by the instant ``at``
         (a ``time.monotonic()`` value) as well as by its own ``timeout``.

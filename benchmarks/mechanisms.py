@@ -1,0 +1,263 @@
+"""What each speed mechanism buys: the same load with it on and off, side by side.
+
+    python benchmarks/mechanisms.py [--quick] [--backend sqlite,firestore]
+        [--mechanisms combined-writes,shared-reads,affinity,count-cache,group-commit]
+        [--threads 16] [--shards 20] [--duration 4] [--repeats 3] [--out DIR]
+
+The product keeps a mechanism for speed only where it earns its place
+(``docs/architecture.md``, "Mechanisms"): this measures each one against the
+product with that one mechanism switched off, everything else unchanged.
+Switching off is done here, in this process only, by replacing the
+mechanism with the plain path it short-cuts:
+
+  combined-writes  each caller commits its own amount (no ``plan.Combine``
+                   rounds)
+  shared-reads     each caller runs its own read of a total (no
+                   ``plan.Shared`` rounds)
+  affinity         each attempt takes a uniformly random shard, as the
+                   articles do (no per-process shard choice)
+  group-commit     each embedded commit is its own SQLite transaction and
+                   fsync (SQLite backend only)
+  count-cache      readers use ``cache=True`` against no cache; the load is
+                   half writers (``add``), half readers (``get_count``), and
+                   its rate and costs are per read (the writers' own RPCs
+                   are in both sides alike)
+
+Every other mechanism load is ``--threads`` threads of one process calling
+``CounterShardDS(name, 1, shards).increment()`` for ``--duration`` seconds.
+Rounds alternate the order (on, off, then off, on) so drift hits both
+sides alike; a rate is pooled over the rounds. Each row also gives RPCs and
+entity reads and writes per operation (``gateway.stats``: what Datastore
+bills) and checks the one promise that matters more than speed: the stored
+total equals the increments acknowledged (a row with ``exact`` = no is a
+defect, whatever its speed).
+
+Results: ``benchmarks/results/mechanisms.json`` and a table on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (  # noqa: E402
+    RESULTS,
+    BackendSpec,
+    command_line,
+    environment,
+    open_backends,
+    parse_choices,
+    table,
+    write_json,
+)
+
+from gds_counter.counter import CounterShardDS  # noqa: E402
+from gds_counter.errors import GDSError  # noqa: E402
+from gds_counter.gateway import plan  # noqa: E402
+
+MECHANISMS = ("combined-writes", "shared-reads", "affinity", "count-cache", "group-commit")
+SQLITE_ONLY = ("group-commit",)
+
+
+# --- switching one mechanism off, in this process only ------------------------------------
+
+
+class _Alone:
+    """Stands in for ``combined_writes(gateway)``: every caller writes its own amount."""
+
+    def run(self, key: Any, amount: int, write: Callable[[int, int], None]) -> None:
+        write(amount, 1)
+
+
+class _Unshared:
+    """Stands in for ``shared_reads(gateway)``: every caller reads alone."""
+
+    def run(self, key: Any, read: Callable[[], Any]) -> tuple[Any, bool]:
+        return read(), True
+
+
+@contextlib.contextmanager
+def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    saved = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, saved)
+
+
+class _RandomShard:
+    """Stands in for ``holding_shard``: a uniformly random shard per attempt."""
+
+    def __init__(self, gateway: Any, identity: Any, numbers: Any) -> None:
+        self._numbers = list(numbers)
+
+    def __enter__(self) -> int:
+        return random.choice(self._numbers)
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _solo_group_commit() -> contextlib.AbstractContextManager[None]:
+    """The embedded engine's group commit with a batch of one: each commit
+    takes the process's write lock and writes alone."""
+    from gds_counter.gateway.embedded import _engine
+
+    original = _engine.EmbeddedGateway._apply
+
+    def apply_alone(self: Any, mutations: Any, txn: Any) -> Any:
+        if txn is None and self.path is not None:
+            with self._db() as conn, self._pool.write_lock:
+                return self._write(conn, mutations, None)
+        return original(self, mutations, txn)
+
+    return _patched(_engine.EmbeddedGateway, "_apply", apply_alone)
+
+
+def switched_off(mechanism: str) -> contextlib.AbstractContextManager[None]:
+    if mechanism == "combined-writes":
+        return _patched(plan, "combined_writes", lambda gateway: _Alone())
+    if mechanism == "shared-reads":
+        return _patched(plan, "shared_reads", lambda gateway: _Unshared())
+    if mechanism == "affinity":
+        from gds_counter.counter import engine
+
+        return _patched(engine, "holding_shard", _RandomShard)
+    if mechanism == "group-commit":
+        return _solo_group_commit()
+    return contextlib.nullcontext()  # count-cache: off is the counter built without one
+
+
+# --- one measured run --------------------------------------------------------------------
+
+
+def run_once(spec: BackendSpec, mechanism: str, on: bool, threads: int, shards: int, seconds: float) -> dict[str, Any]:
+    """``threads`` threads on one fresh counter for ``seconds``; the rate,
+    the costs per operation and the exactness check."""
+    gateway = spec.open_gateway()
+    name = f"mechanisms-{mechanism}-{'on' if on else 'off'}-{random.getrandbits(32):08x}"
+    reads_cached = mechanism == "count-cache"
+    acknowledged = [0] * threads
+    operations = [0] * threads
+    errors = [0] * threads
+    stop = threading.Event()
+    start = threading.Barrier(threads + 1)
+
+    def worker(i: int) -> None:
+        reader = reads_cached and i % 2 == 1
+        counter = CounterShardDS(name, 1, shards, gateway=gateway, cache=(on and reader) or None)
+        start.wait()
+        while not stop.is_set():
+            try:
+                if reader:
+                    counter.get_count()
+                else:
+                    counter.add(1) if reads_cached else counter.increment()
+                    acknowledged[i] += 1
+                if reader or not reads_cached:  # count-cache: the reads are what is measured
+                    operations[i] += 1
+            except GDSError:
+                errors[i] += 1
+
+    context = switched_off(mechanism) if not on else contextlib.nullcontext()
+    with context:
+        workers = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
+        for thread in workers:
+            thread.start()
+        before = gateway.stats.snapshot()
+        start.wait()
+        began = time.perf_counter()
+        time.sleep(seconds)
+        stop.set()
+        for thread in workers:
+            thread.join(120)
+        elapsed = time.perf_counter() - began
+    after = gateway.stats.snapshot()
+    used = {k: after.get(k, 0) - before.get(k, 0) for k in ("rpcs", "entity_reads", "entity_writes")}
+    stored = CounterShardDS(name, 1, shards, gateway=gateway).get_count()
+    gateway.close()
+    ops = sum(operations)
+    return {
+        "ops": ops,
+        "seconds": elapsed,
+        "errors": sum(errors),
+        "acknowledged": sum(acknowledged),
+        "stored": stored,
+        **used,
+    }
+
+
+def measure(spec_of: Callable[[str], BackendSpec], backend: str, mechanism: str, args: argparse.Namespace) -> dict[str, Any]:
+    sides: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
+    for round_number in range(args.repeats):
+        order = (True, False) if round_number % 2 == 0 else (False, True)
+        for on in order:
+            sides[on].append(run_once(spec_of(f"{mechanism}-{on}"), mechanism, on, args.threads, args.shards, args.duration))
+    row: dict[str, Any] = {"backend": backend, "mechanism": mechanism}
+    for on, runs in sides.items():
+        side = "on" if on else "off"
+        ops = sum(r["ops"] for r in runs)
+        row[f"{side}_rate"] = ops / sum(r["seconds"] for r in runs)
+        for cost in ("rpcs", "entity_reads", "entity_writes"):
+            row[f"{side}_{cost}"] = sum(r[cost] for r in runs) / max(ops, 1)
+        row[f"{side}_errors"] = sum(r["errors"] for r in runs)
+        row[f"{side}_exact"] = all(r["stored"] == r["acknowledged"] for r in runs)
+    row["gain"] = row["on_rate"] / row["off_rate"] if row["off_rate"] else None
+    row["exact"] = "yes" if row["on_exact"] and row["off_exact"] else "NO"
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="2 rounds x 2 s (about a minute on SQLite)")
+    parser.add_argument("--backend", default="sqlite", help="comma-separated: sqlite, firestore (default sqlite)")
+    parser.add_argument("--mechanisms", default=",".join(MECHANISMS), help=f"comma-separated, from {', '.join(MECHANISMS)}")
+    parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument("--shards", type=int, default=20)
+    parser.add_argument("--duration", type=float, default=4.0, help="seconds per side and round")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating rounds")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.duration, args.repeats = 2.0, 2
+    backends = parse_choices(args.backend, ("sqlite", "firestore"), "backend")
+    mechanisms = parse_choices(args.mechanisms, MECHANISMS, "mechanism")
+    rows = []
+    with open_backends(backends) as opened:
+        for backend in backends:
+            for mechanism in mechanisms:
+                if mechanism in SQLITE_ONLY and backend != "sqlite":
+                    continue
+                row = measure(opened[backend].fresh, backend, mechanism, args)
+                rows.append(row)
+                print(f"{backend} {mechanism}: on {row['on_rate']:,.0f}/s, off {row['off_rate']:,.0f}/s, "
+                      f"gain {row['gain']:.2f}, exact {row['exact']}", file=sys.stderr)
+    columns = [
+        ("backend", "backend", 0), ("mechanism", "mechanism", 0),
+        ("on_rate", "on ops/s", 0), ("off_rate", "off ops/s", 0), ("gain", "on/off", 2),
+        ("on_rpcs", "RPCs/op on", 2), ("off_rpcs", "RPCs/op off", 2),
+        ("on_entity_reads", "reads/op on", 2), ("off_entity_reads", "reads/op off", 2),
+        ("on_entity_writes", "writes/op on", 2), ("off_entity_writes", "writes/op off", 2),
+        ("exact", "exact", 0),
+    ]
+    print(table(rows, columns))
+    path = write_json(args.out / "mechanisms.json", {
+        "command": command_line(argv), "environment": environment(),
+        "settings": {k: v for k, v in vars(args).items() if k != "out"}, "rows": rows,
+    })
+    print(f"results: {path}", file=sys.stderr)
+    return 0 if all(row["exact"] == "yes" for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

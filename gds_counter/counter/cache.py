@@ -5,17 +5,29 @@ costs one read per shard. This cache plays the same part: a page that shows
 a count a hundred times a second pays for one read a minute.
 
 What it promises, within one process: a total it shows was true at some
-moment in the last ``ttl`` seconds, every increment this process committed
-since is in it, and none that failed is. Totals never go backwards because of
-the cache. Two races make that hard, and both are closed here:
+moment in the last ``ttl`` seconds, and every increment committed since
+through the gateway it caches for is in it, and none that failed is; totals
+never go backwards because of the cache. Which writes it sees: the shared
+cache of a gateway (``cache=True``) sees every write of this process through
+that gateway, by any counter object, with or without a cache of its own
+(the engine passes every write through it); a ``CountCache`` passed
+explicitly sees the writes of the counters built with it, and shows other
+writes, like those of other processes, after at most ``ttl`` seconds. The
+races, and how each is closed:
 
 * A read that overlaps a write may or may not include it. Such a read is
   returned to its caller but never cached (``reading`` / ``store``).
 * A write adjusts the cached total after its commit. The total it adjusts was
   therefore read before the write began (see above), so adding the amount is
-  exact; a write whose outcome is unknown drops the entry instead. Between
-  the commit and that adjustment the entry is behind storage, so while any
-  write of a counter is in flight here, its reads go to storage.
+  exact. Between the commit and that adjustment the entry is behind storage,
+  so while any write of a counter is in flight here, its reads go to storage.
+* A write whose outcome this process did not learn (cancelled, interrupted,
+  ``CommitUnknown``, any error but ``Contention`` and ``Unavailable``, which
+  mean nothing was written) may still land later: a thread cannot be stopped
+  and a server may apply a request whose caller left. Its counter's total is
+  dropped, and for ``ttl`` seconds none is kept, so reads go to storage.
+* ``reset()`` changes the total by an amount it does not know: the total is
+  dropped when it ends, however it ends.
 
 Writes by other processes show after at most ``ttl`` seconds, as with the
 articles' memcache.
@@ -28,14 +40,13 @@ import os
 import threading
 import time
 import weakref
-from typing import Hashable, Iterator
+from typing import Any, Hashable, Iterator, Optional, Tuple
 
 import attrs
 
-from gds_counter.errors import BadValueError, CommitUnknown
-from gds_counter.gateway.base import Gateway
+from gds_counter.errors import BadValueError, Contention, TransformsIgnored, Unavailable
 
-__all__ = ["DEFAULT_TTL", "CountCache", "shared_cache"]
+__all__ = ["DEFAULT_TTL", "CountCache", "Ticket", "shared_cache"]
 
 DEFAULT_TTL = 60.0
 
@@ -43,7 +54,11 @@ DEFAULT_TTL = 60.0
 _PRUNE_ABOVE = 4096
 
 
-@attrs.define
+#: Errors that mean a write stored nothing: the cached total stays true.
+_NOT_STORED = (Contention, Unavailable, TransformsIgnored)
+
+
+@attrs.define(eq=False)
 class _Key:
     """What the cache knows of one counter."""
 
@@ -53,7 +68,14 @@ class _Key:
     writing: int = 0
     #: Bumped when a write begins or ends: a read that saw it change overlapped one.
     generation: int = 0
+    #: Until then (``time.monotonic``) no total is kept: a write whose
+    #: outcome is unknown may still land.
+    doubtful_until: float = 0.0
 
+
+#: What ``reading`` gives and ``store`` takes: the entry and its generation
+#: when the read began (None: a write was in flight, the read is not kept).
+Ticket = Optional[Tuple[_Key, int]]
 
 class CountCache:
     """Totals keyed by counter, each kept for ``ttl`` seconds. Thread-safe.
@@ -80,6 +102,10 @@ class CountCache:
     def _fresh(self, state: _Key, now: float) -> bool:
         return state.total is not None and now < state.expires <= now + self.ttl
 
+    def _doubtful(self, state: _Key, now: float) -> bool:
+        # (An end more than ttl ahead was set under another clock: over.)
+        return now < state.doubtful_until <= now + self.ttl
+
     def get(self, key: Hashable) -> int | None:
         """The cached total, or None when there is no fresh one, or when a
         write of this counter is in flight here: it may have committed
@@ -87,53 +113,69 @@ class CountCache:
         now = time.monotonic()
         with self._lock:
             state = self._keys.get(key)
-            if state is None or state.writing or not self._fresh(state, now):
+            if state is None or state.writing or not self._fresh(state, now) or self._doubtful(state, now):
                 return None
             return state.total
 
-    def reading(self, key: Hashable) -> int:
+    def reading(self, key: Hashable) -> Ticket:
         """Call before reading a total from storage; pass the result to ``store``."""
         with self._lock:
             state = self._keys.setdefault(key, _Key())
-            return -1 if state.writing else state.generation
+            return None if state.writing else (state, state.generation)
 
-    def store(self, key: Hashable, total: int, ticket: int) -> bool:
+    def store(self, key: Hashable, total: int, ticket: Ticket) -> bool:
         """Cache ``total`` read after ``reading(key)`` returned ``ticket``,
-        unless a write began or ended meanwhile. True if it was cached."""
+        unless a write began or ended meanwhile (or the entry was forgotten
+        and made anew), or a write's outcome is in doubt. True if cached."""
         with self._lock:
-            state = self._keys.setdefault(key, _Key())
-            if ticket < 0 or state.writing or state.generation != ticket:
-                return False
+            state = self._keys.get(key)
             now = time.monotonic()
+            if ticket is None or state is not ticket[0] or state.writing or state.generation != ticket[1]:
+                return False
+            if self._doubtful(state, now):
+                return False
             state.total, state.expires = total, now + self.ttl
             if len(self._keys) > _PRUNE_ABOVE:
-                self._keys = {k: s for k, s in self._keys.items() if s.writing or self._fresh(s, now)}
+                self._keys = {k: s for k, s in self._keys.items()
+                              if s.writing or self._fresh(s, now) or self._doubtful(s, now)}
             return True
 
     @contextlib.contextmanager
-    def writing(self, key: Hashable, amount: int) -> Iterator[None]:
-        """Around a commit of ``amount``: on success the cached total gains
-        it; on ``CommitUnknown`` the entry is dropped; on any other error
-        (nothing was committed) it is left as it was."""
+    def writing(self, key: Hashable, amount: int | None) -> Iterator[None]:
+        """Around a write that adds ``amount`` (None: changes the total by
+        an amount not known here, as a reset does). Stored: the cached total
+        gains ``amount`` (or is dropped). ``Contention`` or ``Unavailable``
+        (nothing stored): it is left as it was (or dropped, for an unknown
+        amount: a reset may have zeroed some shards). Anything else, even
+        ``CancelledError``, ``KeyboardInterrupt`` or ``GeneratorExit``: the
+        write may still land, so the total is dropped and none is kept for
+        ``ttl`` seconds."""
         with self._lock:
             state = self._keys.setdefault(key, _Key())
             state.writing += 1
             state.generation += 1
-        committed: bool | None = False
+        outcome = "unknown"
         try:
             yield
-            committed = True
-        except CommitUnknown:
-            committed = None
+            outcome = "stored"
+        except _NOT_STORED:
+            outcome = "not stored"
             raise
         finally:
             with self._lock:
                 state.writing -= 1
                 state.generation += 1
-                if committed is None:
+                now = time.monotonic()
+                if outcome == "unknown":
                     state.total = None
-                elif committed and state.total is not None:
+                    state.doubtful_until = now + self.ttl
+                elif amount is None:
+                    state.total = None
+                elif outcome == "stored" and state.total is not None:
                     state.total += amount  # the cached total was read before this write began
+                if not state.writing and state.total is None and not self._doubtful(state, now) \
+                        and self._keys.get(key) is state:
+                    del self._keys[key]  # nothing to remember: counters only written take no room
 
     def invalidate(self, key: Hashable) -> None:
         with self._lock:
@@ -149,7 +191,7 @@ class CountCache:
                 state.generation += 1
 
 
-_shared: "weakref.WeakKeyDictionary[Gateway, CountCache]" = weakref.WeakKeyDictionary()
+_shared: "weakref.WeakKeyDictionary[Any, CountCache]" = weakref.WeakKeyDictionary()
 _shared_lock = threading.Lock()
 #: Every cache, so that a forked child can empty them all.
 _CACHES: "weakref.WeakSet[CountCache]" = weakref.WeakSet()
@@ -166,11 +208,16 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def shared_cache(gateway: Gateway) -> CountCache:
+def shared_cache(gateway: Any) -> CountCache:
     """The cache that counters built with ``cache=True`` share on ``gateway``,
     so that short-lived counter objects (one per web request) still share
-    their cached totals. It lives exactly as long as the gateway: a new
-    gateway, even one at the same address in memory, starts with none."""
+    their cached totals, and that every write through ``gateway`` passes
+    through (so it is seen whichever counter object made it). An async
+    gateway over a blocking one (``ThreadedGateway``) shares the blocking
+    one's, so both faces of one process see each other's writes. It lives
+    exactly as long as the gateway: a new gateway, even one at the same
+    address in memory, starts with none."""
+    gateway = getattr(gateway, "blocking", gateway)
     with _shared_lock:
         cache = _shared.get(gateway)
         if cache is None:

@@ -42,17 +42,18 @@ What this engine adds to the articles it ports:
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any, Callable, Hashable, Iterator, Sequence
 
 import attrs
 
 from gds_counter._checks import INT64_MAX, check_int
 from gds_counter.counter._affinity import holding_shard, seen, seen_shards
 from gds_counter.counter.arguments import check_name, check_num_shards
-from gds_counter.counter.cache import CountCache, shared_cache
+from gds_counter.counter.cache import CountCache, Ticket, shared_cache
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.strategy import Shard, Strategy, add_plan, get_strategy
 from gds_counter.errors import BadValueError, Contention, GDSError, TotalUnavailable, Unavailable
@@ -123,7 +124,11 @@ class CounterCore:
         self._retry = retry
         self._gateway = gateway
         self.namespace = namespace
-        self._cache: CountCache | None = shared_cache(gateway) if cache is True else (cache or None)
+        #: Every write of this process through the gateway passes through its
+        #: shared cache, whether or not this counter reads from it, so that a
+        #: counter with ``cache=True`` sees the writes of every counter object.
+        self._shared_cache = shared_cache(gateway)
+        self._cache: CountCache | None = self._shared_cache if cache is True else (cache or None)
         # Check the key names now, so a bad name fails before any write: up
         # to the last shard this counter may write (growth included), or an
         # increment on a low shard could land where no read can reach it.
@@ -326,11 +331,21 @@ class CounterCore:
             return
         yield from self._writable()
         yield from self._ensure_recorded()
-        if self._cache is None:
+        with self._seen_by_caches(amount):
             yield from self._commit(amount)
-            return
-        with self._cache.writing(self._identity(), amount):
-            yield from self._commit(amount)
+
+    @contextlib.contextmanager
+    def _seen_by_caches(self, amount: int | None) -> Iterator[None]:
+        """Around a write that adds ``amount`` (None: by an amount not known,
+        as a reset does): the gateway's shared cache and this counter's own
+        cache, if it has another, learn how it ended (``CountCache.writing``)."""
+        key = self._identity()
+        with self._shared_cache.writing(key, amount):
+            if self._cache is None or self._cache is self._shared_cache:
+                yield
+            else:
+                with self._cache.writing(key, amount):
+                    yield
 
     def _increment(self, amount: int = 1) -> plan.Plan[int]:
         """Add ``amount`` and return the total after it: one read after the
@@ -354,6 +369,11 @@ class CounterCore:
         """Set every shard to 0, in transactions of at most 25 shards (so an
         increment racing with it is either wiped or kept whole, never half)."""
         numbers = list(self.layout.shard_numbers(self._read_shards()))
+        with self._seen_by_caches(None):
+            yield from self._zero(numbers)
+        log.info("reset %s (%d shards)", self, len(numbers))
+
+    def _zero(self, numbers: list[int]) -> plan.Plan[None]:
         for start in range(0, len(numbers), _MAX_GROUPS_PER_TRANSACTION):
             chunk = [self._shard(n) for n in numbers[start : start + _MAX_GROUPS_PER_TRANSACTION]]
 
@@ -369,9 +389,6 @@ class CounterCore:
                 return plan.in_transaction(zero)
 
             yield from retry_plan(attempt, self._retry, what=f"resetting {self}")
-        if self._cache is not None:
-            self._cache.invalidate(self._identity())
-        log.info("reset %s (%d shards)", self, len(numbers))
 
     def _increase_shards(self, num_shards: int) -> plan.Plan[int]:
         """Spread future writes over ``num_shards`` shards, recorded for every
@@ -484,7 +501,7 @@ def counts_plan(counters: Sequence[CounterCore], *, use_cache: bool = True) -> p
     gateway (for up to 1000 keys). Counters with a fresh cached total are
     not read. (All ``counters`` are on the gateway the plan runs against.)"""
     totals: list[int | None] = [None] * len(counters)
-    tickets: list[int] = [-1] * len(counters)
+    tickets: list[Ticket] = [None] * len(counters)
     for i, counter in enumerate(counters):
         if counter._cache is not None:
             if use_cache:

@@ -1,5 +1,6 @@
-"""The optional TTL read cache: stale for at most ttl seconds, and only ever
-showing increments that were committed."""
+"""The optional TTL read cache: stale for at most ttl seconds, only ever
+showing increments that were committed, and never missing one this process
+committed through the gateway it caches for."""
 
 from __future__ import annotations
 
@@ -7,15 +8,21 @@ import pytest
 from freezegun import freeze_time
 
 from gds_counter.counter import CounterShardDS, CountCache, get_counts
-from gds_counter.errors import BadValueError, Contention
+from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, Unavailable
 from gds_counter.gateway import open_gateway
 from gds_counter.gds import RetryPolicy
 
 
-def test_cached_total_expires_after_the_ttl(gateway):
+def test_cached_total_expires_after_the_ttl(tmp_path):
+    """Writes the cache cannot see (another process's: here a gateway of
+    its own on the same file) show once the cached total expires. (A
+    counter object on the same gateway is not another process: its writes
+    are seen at once, see below.)"""
+    path = tmp_path / "ttl.sqlite3"
+    gateway, elsewhere = open_gateway(f"sqlite:///{path}"), open_gateway(f"sqlite:///{path}")
     with freeze_time("2024-01-01 12:00:00") as clock:
         cached = CounterShardDS("Counter Test", 1, gateway=gateway, cache=True)
-        other = CounterShardDS("Counter Test", 1, gateway=gateway)  # no cache: another process
+        other = CounterShardDS("Counter Test", 1, gateway=elsewhere)  # another process
         other.add(3)
         assert cached.get_count() == 3
         other.add(4)
@@ -27,6 +34,8 @@ def test_cached_total_expires_after_the_ttl(gateway):
         clock.tick(2)
         assert cached.get_count() == 7
         assert gateway.stats.snapshot()["rpcs"] == 1
+    gateway.close()
+    elsewhere.close()
 
 
 def test_short_lived_counters_share_the_default_cache(gateway):
@@ -104,3 +113,86 @@ def test_fresh_databases_never_show_another_ones_cached_total():
         assert counter.get_count() == i + 1
         gateway.close()
         del counter, gateway
+
+
+# --- every write of the process is seen (issue 23, item 7) -------------------------
+
+
+def test_a_cached_counter_sees_writes_of_counter_objects_without_a_cache(gateway):
+    """The README promises that a cached total includes every increment
+    the process committed. A counter object built without a cache (one per
+    web request, say) writes through the same gateway: the shared cache of
+    that gateway must see it, or the cached object shows the old total for
+    up to a minute."""
+    cached = CounterShardDS("Counter Test", 1, gateway=gateway, cache=True)
+    assert cached.get_count() == 0  # now cached
+    assert CounterShardDS("Counter Test", 1, gateway=gateway).increment() == 1
+    assert cached.get_count() == 1
+    CounterShardDS("Counter Test", 1, gateway=gateway).add(4)
+    assert cached.get_count() == 5
+
+
+def test_a_cached_counter_sees_a_reset_and_new_shards_from_another_object(gateway):
+    """A reset by another counter object zeroes the total: the cached one
+    must not go on showing the old total. Shards added by another object
+    (``increase_shards``) and written there are in the cached total too."""
+    cached = CounterShardDS("Counter Test", 1, gateway=gateway, cache=True)
+    CounterShardDS("Counter Test", 1, gateway=gateway).add(5)
+    assert cached.get_count() == 5
+    CounterShardDS("Counter Test", 1, gateway=gateway).reset()
+    assert cached.get_count() == 0
+    wider = CounterShardDS("Counter Test", 1, num_shards=40, gateway=gateway)
+    assert wider.increase_shards(40) == 40
+    for _ in range(10):
+        wider.add(1)
+    assert cached.get_count() == 10
+    assert CounterShardDS("Counter Test", 1, gateway=gateway).get_count() == 10
+
+
+def test_counters_sharing_an_explicit_cache_see_each_others_writes(gateway):
+    """What a ``CountCache`` passed explicitly promises: the writes of the
+    counters built with it are in its totals at once (the writes of other
+    counter objects, like other processes', after at most ``ttl``)."""
+    cache = CountCache(ttl=30)
+    reader = CounterShardDS("Counter Test", 1, gateway=gateway, cache=cache)
+    assert reader.get_count() == 0
+    CounterShardDS("Counter Test", 1, gateway=gateway, cache=cache).add(3)
+    assert reader.get_count() == 3
+
+
+# --- a write whose outcome is unknown drops the total (issue 23, item 6) -----------
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, GeneratorExit, CommitUnknown, GatewayError])
+def test_a_write_that_may_have_landed_leaves_no_cached_total(interrupt):
+    """A write left by an interrupt, a closed plan or an error that does not
+    say "nothing stored" may still land (a worker thread goes on, a server
+    applies a request whose caller left). Its counter's cached total must be
+    dropped, and none kept while it may still land: the next reads go to
+    storage."""
+    with freeze_time("2024-01-01 12:00:00") as clock:
+        cache = CountCache(ttl=60)
+        cache.store("c", 7, cache.reading("c"))
+        assert cache.get("c") == 7
+        with pytest.raises(interrupt):
+            with cache.writing("c", 1):
+                raise interrupt("the caller left")
+        assert cache.get("c") is None
+        ticket = cache.reading("c")  # a read that began after the write was left
+        assert not cache.store("c", 7, ticket)  # it may have missed the write's landing
+        assert cache.get("c") is None
+        clock.tick(61)
+        assert cache.store("c", 8, cache.reading("c"))
+        assert cache.get("c") == 8
+
+
+@pytest.mark.parametrize("nothing_stored", [Contention, Unavailable])
+def test_a_write_that_stored_nothing_keeps_the_cached_total(nothing_stored):
+    """``Contention`` and ``Unavailable`` mean nothing was written: the
+    cached total is still true and stays."""
+    cache = CountCache(ttl=60)
+    cache.store("c", 7, cache.reading("c"))
+    with pytest.raises(nothing_stored):
+        with cache.writing("c", 1):
+            raise nothing_stored("not stored")
+    assert cache.get("c") == 7

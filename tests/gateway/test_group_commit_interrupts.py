@@ -15,6 +15,7 @@ fails here instead of hanging the suite.
 from __future__ import annotations
 
 import ctypes
+import functools
 import signal
 import sqlite3
 import threading
@@ -44,6 +45,10 @@ def gw(tmp_path: Any) -> Iterator[EmbeddedGateway]:
 def increment(name: str) -> Upsert:
     entity = RawEntity(Key.of("Shard", name), {"target": "T"}, frozenset({"count"}))
     return Upsert(entity, property_mask=("target",), transforms=(Increment("count", 1),))
+
+
+def commit_one(gw: EmbeddedGateway, name: str) -> Any:
+    return gw.commit([increment(name)])
 
 
 def count(gw: EmbeddedGateway, name: str) -> int | None:
@@ -189,7 +194,7 @@ def test_a_writer_interrupted_while_waiting_for_the_write_lock_hands_the_writing
 
     def others_then_ctrl_c() -> None:
         wait_until(lambda: len(gw._group._queue) == 1, "this thread is the writer")
-        callers.extend(Caller(lambda n=n: gw.commit([increment(n)])) for n in ("d", "e"))
+        callers.extend(Caller(functools.partial(commit_one, gw, n)) for n in ("d", "e"))
         wait_until(lambda: len(gw._group._queue) == 3, "two commits queue behind it")
         signal.pthread_kill(main, signal.SIGINT)
 
@@ -223,7 +228,7 @@ def queue_behind_a_blocked_writer(
     assert inside.wait(JOIN_S)
     callers = []
     for name in names:
-        callers.append(Caller(lambda n=name: gw.commit([increment(n)])))
+        callers.append(Caller(functools.partial(commit_one, gw, name)))
         wait_until(lambda: len(gw._group._queue) == len(callers), f"{name} is queued")
     release.set()
     first.join()

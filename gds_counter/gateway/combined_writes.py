@@ -44,7 +44,7 @@ from typing import Any, Awaitable, Callable, Hashable
 
 from gds_counter._checks import INT64_MAX, INT64_MIN
 from gds_counter.errors import CommitUnknown, GDSError
-from gds_counter.gateway.rounds import Line, LoopLines, Round, ThreadLines, as_async, per_gateway
+from gds_counter.gateway.rounds import LoopLines, Round, Seat, ThreadLines, per_gateway
 
 __all__ = ["IN_FLIGHT", "AsyncCombinedWrites", "CombinedWrites", "async_combined_writes", "combined_writes"]
 
@@ -89,36 +89,40 @@ class CombinedWrites:
 
     def run(self, key: Hashable, amount: int, write: Write) -> None:
         """Commit ``amount`` once, with the amounts of the callers of the
-        same ``key`` that arrive while a write of it runs, or raise."""
+        same ``key`` that arrive while a write of it runs, or raise.
+
+        Everything from joining to answering is inside one ``try`` whose
+        handler is ``Lines.leave``: the seat is made before it and filled as
+        the caller is seated, so an interrupt at any point (before the round
+        starts, during the write, after it returned) leaves the line
+        consistent and its other callers answered truthfully."""
         lines, lock = self._lines.get()
-        with lock:
-            line, mine, leads, wait = lines.join(key)
-            mine.shares.append(amount)
-        if not leads:
-            mine.done.wait()
-            if mine.failed:
-                return write(amount, 1)
-            if mine.error is not None:
-                raise _joiners_error(mine.error) from mine.error
-            return None
-        # Let the threads about to add to the same counter (those one write
-        # just released) join this write first; alone, write at once.
-        ThreadLines.lead(lines, lock, key, line, mine, wait=wait, settle=not wait and threading.active_count() > 1)
-        shares = list(mine.shares)  # started: nobody joins it any more
-        total = sum(shares)
-        if not INT64_MIN <= total <= INT64_MAX:  # only a sum of several amounts can pass 64 bits
-            with lock:
-                lines.finish(key, line, mine, None, failed=True)
-            return write(amount, 1)
+        seat = Seat(key, amount)
         try:
-            write(total, len(shares))
-        except BaseException as exc:
             with lock:
-                lines.finish(key, line, mine, None, error=exc)
+                lines.join(seat)
+            mine = seat.round
+            assert mine is not None
+            if not seat.leads:
+                ThreadLines.await_end(mine)
+                return _joined(mine, lambda: write(amount, 1))
+            # Let the threads about to add to the same counter (those one write
+            # just released) join this write first; alone, write at once.
+            ThreadLines.lead(lines, lock, seat, settle=not seat.wait and threading.active_count() > 1)
+            shares = mine.shares  # started: nobody joins or leaves it any more
+            total = sum(shares)
+            if not INT64_MIN <= total <= INT64_MAX:  # only a sum of several amounts can pass 64 bits
+                with lock:
+                    lines.finish(seat, None, failed=True)  # nothing was sent: each writes its own
+                return write(amount, 1)
+            mine.sent = True  # before the call: a write sent is never taken for one that was not
+            write(total, len(shares))
+            with lock:
+                lines.finish(seat, None)
+            return None
+        except BaseException as exc:
+            ThreadLines.leave(lines, lock, seat, exc)
             raise
-        with lock:
-            lines.finish(key, line, mine, None)
-        return None
 
 
 class AsyncCombinedWrites:
@@ -126,47 +130,53 @@ class AsyncCombinedWrites:
     lines per running loop). A caller cancelled before its round's write
     began takes its amount out of it; once begun, its amount is the write's
     (counted or not with the others), as for a caller cancelled during its
-    own commit."""
+    own commit. A leader cancelled before its write was sent abandons the
+    round (its callers write their own); cancelled once it was sent, its
+    callers' outcome is unknown (``CommitUnknown``)."""
 
     def __init__(self, in_flight: int = IN_FLIGHT) -> None:
         self._lines: LoopLines[None] = LoopLines(in_flight)
 
     async def run(self, key: Hashable, amount: int, write: AsyncWrite) -> None:
         lines = self._lines.get()
-        line, mine, leads, wait = lines.join(key)  # no await in between: the loop's one thread decides
-        mine.shares.append(amount)
-        if not leads:
-            try:
-                await as_async(mine.done).wait()
-            except BaseException:
-                _leave(line, mine, amount)
-                raise
-            if mine.failed:
-                return await write(amount, 1)
-            if mine.error is not None:
-                raise _joiners_error(mine.error) from mine.error
-            return None
-        await LoopLines.lead(lines, key, line, mine, wait=wait, settle=not wait)
-        shares = list(mine.shares)
-        total = sum(shares)
-        if not INT64_MIN <= total <= INT64_MAX:  # only a sum of several amounts can pass 64 bits
-            lines.finish(key, line, mine, None, failed=True)
-            return await write(amount, 1)
+        seat = Seat(key, amount)
         try:
+            lines.join(seat)  # no await in between: the loop's one thread decides
+            mine = seat.round
+            assert mine is not None
+            if not seat.leads:
+                await LoopLines.await_end(mine)
+                if mine.failed:
+                    return await write(amount, 1)
+                return _joined(mine, _nothing)
+            await LoopLines.lead(lines, seat, settle=not seat.wait)
+            shares = mine.shares
+            total = sum(shares)
+            if not INT64_MIN <= total <= INT64_MAX:  # only a sum of several amounts can pass 64 bits
+                lines.finish(seat, None, failed=True)
+                return await write(amount, 1)
+            mine.sent = True
             await write(total, len(shares))
+            lines.finish(seat, None)
+            return None
         except BaseException as exc:
-            lines.finish(key, line, mine, None, error=exc)
+            LoopLines.leave(lines, seat, exc)
             raise
-        lines.finish(key, line, mine, None)
-        return None
 
 
-def _leave(line: Line[None], mine: Round[None], amount: int) -> None:
-    """A joiner cancelled while it waits: out of its round if that has not
-    begun (then its amount is not written)."""
-    if line.next is mine:
-        mine.shares.remove(amount)
-        mine.waiting -= 1
+def _nothing() -> None:
+    return None
+
+
+def _joined(mine: Round[None], alone: Callable[[], None]) -> None:
+    """A joiner's outcome once its round ended: its own write (``alone``)
+    when the round did not serve it (nothing of it was sent), else the
+    round's (nothing raised: counted; else its own copy of the error)."""
+    if mine.failed:
+        return alone()
+    if mine.error is not None:
+        raise _joiners_error(mine.error) from mine.error
+    return None
 
 
 _per_gateway: "weakref.WeakKeyDictionary[Any, CombinedWrites]" = weakref.WeakKeyDictionary()

@@ -33,31 +33,80 @@ from typing import Any, Callable, Generic, Hashable, Iterator, TypeVar, Union
 R = TypeVar("R")
 S = TypeVar("S")
 
-__all__ = ["SETTLE_WAITS", "Line", "Lines", "LoopLines", "Round", "ThreadLines", "as_async", "per_gateway", "settling"]
+__all__ = [
+    "SETTLE_WAITS", "SLICE", "Line", "Lines", "LoopLines", "Round", "Seat", "ThreadLines", "as_async",
+    "per_gateway", "settling", "surely",
+]
 
 Event = Union[threading.Event, asyncio.Event]
 
 #: The most times a round's leader lets ready callers join before it starts.
 SETTLE_WAITS = 4
 
+#: A thread waits for a round in slices of this many seconds, so that an
+#: exception sent to it (``PyThreadState_SetAsyncExc``, which is only raised
+#: while the thread runs Python code) reaches it while it waits.
+SLICE = 0.05
+
+
+class Seat:
+    """One caller's place in a round: what it brought, and where it sits.
+
+    Made before the caller enters the lines, and filled by ``Lines.join``
+    in the same statements that seat it there, so that whatever interrupts
+    the caller afterwards (KeyboardInterrupt, an exception sent to its
+    thread, a task's cancellation), ``Lines.leave`` knows what it holds."""
+
+    __slots__ = ("key", "amount", "line", "round", "leads", "wait")
+
+    def __init__(self, key: Hashable, amount: Any = None) -> None:
+        self.key = key
+        self.amount = amount
+        self.line: Line[Any] | None = None
+        self.round: Round[Any] | None = None
+        #: True for the caller that opened the round and does its work.
+        self.leads = False
+        #: The leader found as many rounds running as may: it waits first.
+        self.wait = False
+
 
 class Round(Generic[R]):
-    """One run of one key's work: who joined it, and its outcome."""
+    """One run of one key's work: who joined it, and its outcome.
 
-    __slots__ = ("turn", "done", "result", "error", "failed", "waiting", "shares")
+    Its state moves open -> ``started`` -> ``ended`` (or open -> ``ended``,
+    abandoned); each move is one statement that calls nothing, which the
+    interpreter never interrupts (an asynchronous exception or a signal is
+    only raised where a call or a backward jump checks for one), so a round
+    is never seen half moved."""
+
+    __slots__ = ("turn", "done", "result", "error", "failed", "seats", "started", "sent", "ended")
 
     def __init__(self, turn: Event, done: Event) -> None:
-        self.turn = turn  # set when the round before it ended: its leader may start
-        self.done = done  # set when its outcome is known
+        self.turn = turn  # set when the rounds running fell below the limit: its leader may start
+        self.done = done  # set after ``ended``: its outcome is known
         self.result: R | None = None
         #: What the work raised, for the callers that joined it.
         self.error: BaseException | None = None
         #: True when the round did not serve its callers (its leader gave up,
         #: or the work failed for a reason of its own): each does its own.
         self.failed = False
-        self.waiting = 0  # callers that joined it and wait for its outcome
-        #: What each caller brought (a combined write's amounts; reads bring none).
-        self.shares: list[Any] = []
+        #: Who joined (the leader first): each brings its ``amount``.
+        self.seats: list[Seat] = []
+        self.started = False  # its work began: nobody joins or leaves it any more
+        #: Set by the leader just before it hands the work over (a write
+        #: sent): from then on a failure leaves the callers' outcome unknown.
+        self.sent = False
+        self.ended = False
+
+    @property
+    def waiting(self) -> int:
+        """Callers that joined it besides its leader."""
+        return max(len(self.seats) - 1, 0)
+
+    @property
+    def shares(self) -> list[Any]:
+        """What each caller brought (a combined write's amounts)."""
+        return [seat.amount for seat in self.seats]
 
 
 class Line(Generic[R]):
@@ -81,51 +130,121 @@ class Lines(Generic[R]):
         self.limit = running
         self.lines: dict[Hashable, Line[R]] = {}
 
-    def join(self, key: Hashable) -> tuple[Line[R], Round[R], bool, bool]:
-        """The caller's line, the open round it joins, whether it leads that
-        round (does its work) and, if so, whether it must wait for a running
-        round to end first."""
-        line = self.lines.get(key)
+    def join(self, seat: Seat) -> None:
+        """Seat the caller in its key's open round, or open one that it
+        leads (``seat.leads``; ``seat.wait`` when it must wait for a running
+        round to end first). The seat records the round in the statement
+        that puts it in the line: no moment has one without the other."""
+        line = self.lines.get(seat.key)
         if line is None:
-            line = self.lines[key] = Line()
+            line = self.lines[seat.key] = Line()  # an idle line left here alone is harmless
+        seat.line = line
         mine = line.next
-        if mine is not None:
-            mine.waiting += 1
-            return line, mine, False, False
-        mine = line.next = Round(self.new_event(), self.new_event())
-        return line, mine, True, line.running >= self.limit
+        if mine is None:
+            fresh: Round[R] = Round(self.new_event(), self.new_event())
+            fresh.seats.append(seat)
+            seat.leads, seat.wait = True, line.running >= self.limit
+            line.next = seat.round = fresh
+        else:
+            seat.round = mine  # first: a seat in a round's seats always knows its round
+            mine.seats.append(seat)
 
-    @staticmethod
-    def start(line: Line[R]) -> None:
+    def may_start(self, seat: Seat) -> bool:
+        """Whether the leader's round may start now (fewer rounds run than
+        the limit); if not, its ``turn`` is cleared, to be set when one ends."""
+        assert seat.line is not None and seat.round is not None
+        if seat.line.running < self.limit:
+            return True
+        seat.round.turn.clear()
+        return False
+
+    def start(self, seat: Seat) -> None:
         """The leader begins its round's work: callers arriving from now on
         open the next round."""
-        line.next = None
-        line.running += 1
+        line, mine = seat.line, seat.round
+        assert line is not None and mine is not None and line.next is mine
+        line.next, line.running, mine.started = None, line.running + 1, True
 
-    def abandon(self, key: Hashable, line: Line[R], mine: Round[R]) -> None:
+    def abandon(self, seat: Seat) -> None:
         """The leader gave up before its round's work began: whoever joined
-        does its own, newcomers open a round of their own, and a line with
-        nothing running is dropped."""
-        if line.next is mine:
-            line.next = None
-        mine.failed = True
-        mine.done.set()
-        if not line.running and line.next is None:
-            del self.lines[key]
+        does its own, newcomers open a round of their own."""
+        line, mine = seat.line, seat.round
+        assert line is not None and mine is not None
+        if not mine.ended:
+            line.next, mine.failed, mine.ended = (None if line.next is mine else line.next), True, True
+        self._wake(seat)
 
     def finish(
-        self, key: Hashable, line: Line[R], mine: Round[R], result: R | None, *,
-        failed: bool = False, error: BaseException | None = None,
+        self, seat: Seat, result: R | None, *, failed: bool = False, error: BaseException | None = None,
     ) -> None:
         """A round's work ended: answer its callers, then let the round
         behind it start, or drop the line when none is open."""
-        mine.result, mine.failed, mine.error = result, failed, error
+        line, mine = seat.line, seat.round
+        assert line is not None and mine is not None and mine.started
+        if not mine.ended:
+            mine.result, mine.failed, mine.error, mine.ended, line.running = (
+                result, failed, error, True, line.running - 1
+            )
+        self._wake(seat)
+
+    def leave(self, seat: Seat, error: BaseException) -> None:
+        """The caller leaves on ``error`` (an interrupt, a cancellation, its
+        work's failure), at whatever point it was: the lines are left as if
+        it had never come, or its round ended truthfully.
+
+        * never seated, or its round already ended: nothing to undo;
+        * a caller that joined a round not yet begun takes its seat (and
+          amount) out: nothing of it is sent;
+        * a leader whose round had not begun abandons it (the others do
+          their own), one whose work began but was not handed over ends it
+          as failed (the same), and one whose work was handed over (a write
+          sent) ends it with ``error``: its callers' outcome is unknown.
+
+        Safe to call again after an interruption of its own (``surely``)."""
+        mine = seat.round
+        if mine is None or seat.line is None:
+            line = seat.line
+            if line is not None and line.next is None and not line.running and self.lines.get(seat.key) is line:
+                del self.lines[seat.key]
+            return
+        if mine.ended:
+            self._wake(seat)
+        elif not seat.leads:
+            if not mine.started and seat in mine.seats:
+                mine.seats.remove(seat)
+        elif not mine.started:
+            self.abandon(seat)
+        elif not mine.sent:
+            self.finish(seat, None, failed=True)
+        else:
+            self.finish(seat, None, error=error)
+
+    def _wake(self, seat: Seat) -> None:
+        """After a round ended: the round behind it may start, a line with
+        nothing in it is dropped, the round's callers are answered. Each
+        step may be repeated (``leave`` does, after an interruption)."""
+        line, mine = seat.line, seat.round
+        assert line is not None and mine is not None
+        behind = line.next
+        if behind is not None:
+            if line.running < self.limit:
+                behind.turn.set()
+        elif not line.running and self.lines.get(seat.key) is line:
+            del self.lines[seat.key]
         mine.done.set()
-        line.running -= 1
-        if line.next is not None:
-            line.next.turn.set()
-        elif not line.running:
-            del self.lines[key]
+
+
+def surely(step: Callable[[], None], tries: int = 3) -> None:
+    """Run ``step`` (a ``Lines.leave``, which may be repeated) to its end
+    even if an interrupt (a second Ctrl-C) cuts it short: the caller is
+    already raising the first one, and the others must not wait forever."""
+    for attempt in range(tries):
+        try:
+            step()
+            return
+        except BaseException:  # noqa: B902  (the interrupt being handled is raised by the caller)
+            if attempt == tries - 1:
+                raise
 
 
 class ThreadLines(Generic[R]):
@@ -148,27 +267,41 @@ class ThreadLines(Generic[R]):
         return self._lines, self._lock
 
     @staticmethod
-    def lead(
-        lines: Lines[R], lock: threading.Lock, key: Hashable, line: Line[R], mine: Round[R], *,
-        wait: bool, settle: bool,
-    ) -> None:
+    def lead(lines: Lines[R], lock: threading.Lock, seat: Seat, *, settle: bool) -> None:
         """A leader's way into its round (in the ``lines`` and under the
-        ``lock`` that ``get`` gave it): wait for its turn (``wait``), let the
-        threads that are ready join first (``settle``), then start. A leader
-        interrupted before that abandons the round (its callers do their
-        own) and raises."""
-        try:
-            if wait:
-                mine.turn.wait()
-            if settle:
-                for _ in settling(mine):
-                    time.sleep(0)
-        except BaseException:
+        ``lock`` that ``get`` gave it): wait for its turn, let the threads
+        that are ready join first (``settle``), then start. The caller
+        wraps this and its work in one ``try`` whose handler is
+        ``Lines.leave``: an interrupt anywhere here abandons the round."""
+        mine = seat.round
+        assert mine is not None
+        while True:
             with lock:
-                lines.abandon(key, line, mine)
-            raise
+                if lines.may_start(seat):
+                    break
+            threading_event(mine.turn).wait(SLICE)
+        if settle:
+            for _ in settling(mine):
+                time.sleep(0)
         with lock:
-            lines.start(line)
+            lines.start(seat)
+
+    @staticmethod
+    def await_end(mine: Round[Any]) -> None:
+        """A joiner's wait for its round's outcome, in slices (``SLICE``)
+        so that an exception sent to the thread reaches it."""
+        while not mine.ended:
+            threading_event(mine.done).wait(SLICE)
+
+    @staticmethod
+    def leave(lines: Lines[R], lock: threading.Lock, seat: Seat, error: BaseException) -> None:
+        """``Lines.leave`` under the lock, carried to its end (``surely``)."""
+
+        def step() -> None:
+            with lock:
+                lines.leave(seat, error)
+
+        surely(step)
 
 
 class LoopLines(Generic[R]):
@@ -190,19 +323,28 @@ class LoopLines(Generic[R]):
             return lines
 
     @staticmethod
-    async def lead(lines: Lines[R], key: Hashable, line: Line[R], mine: Round[R], *, wait: bool, settle: bool) -> None:
+    async def lead(lines: Lines[R], seat: Seat, *, settle: bool) -> None:
         """A leader's way into its round, as ``ThreadLines.lead``, for a
-        task (cancelled before it starts, it abandons the round)."""
-        try:
-            if wait:
-                await as_async(mine.turn).wait()
-            if settle:
-                for _ in settling(mine):
-                    await asyncio.sleep(0)
-        except BaseException:
-            lines.abandon(key, line, mine)
-            raise
-        lines.start(line)
+        task (cancelled anywhere here, its ``leave`` abandons the round)."""
+        mine = seat.round
+        assert mine is not None
+        while not lines.may_start(seat):
+            await as_async(mine.turn).wait()
+        if settle:
+            for _ in settling(mine):
+                await asyncio.sleep(0)
+        lines.start(seat)
+
+    @staticmethod
+    async def await_end(mine: Round[Any]) -> None:
+        """A joiner's wait for its round's outcome (a cancellation ends it)."""
+        while not mine.ended:
+            await as_async(mine.done).wait()
+
+    @staticmethod
+    def leave(lines: Lines[R], seat: Seat, error: BaseException) -> None:
+        """``Lines.leave``, carried to its end (``surely``)."""
+        surely(lambda: lines.leave(seat, error))
 
 
 def settling(mine: Round[Any]) -> Iterator[None]:
@@ -220,6 +362,12 @@ def settling(mine: Round[Any]) -> Iterator[None]:
             return
         joined = mine.waiting
         yield
+
+
+def threading_event(event: Event) -> threading.Event:
+    """An event of lines made for threads (``Lines(threading.Event)``)."""
+    assert isinstance(event, threading.Event)
+    return event
 
 
 def as_async(event: Event) -> asyncio.Event:

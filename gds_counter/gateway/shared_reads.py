@@ -32,7 +32,7 @@ import weakref
 from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
 
 from gds_counter.gateway.query import QueryResult
-from gds_counter.gateway.rounds import LoopLines, ThreadLines, as_async, per_gateway
+from gds_counter.gateway.rounds import LoopLines, Seat, ThreadLines, per_gateway
 from gds_counter.gateway.values import RawEntity
 
 R = TypeVar("R")
@@ -57,30 +57,37 @@ class SharedReads(Generic[R]):
         """``read()``'s answer for ``key``, or the answer of a read of the
         same key that began after this call did; and whether it was another
         caller's (then the caller must not hand out the same mutable objects
-        twice: ``own_result``)."""
+        twice: ``own_result``).
+
+        From joining to answering it is one ``try`` whose handler is
+        ``Lines.leave``: a leader interrupted anywhere abandons its round or
+        ends it as failed, and its readers then read for themselves."""
         lines, lock = self._lines.get()
-        with lock:
-            line, mine, leads, wait = lines.join(key)
-        if not leads:
-            mine.done.wait()
-            if mine.failed:
-                return read(), False  # its failure was its own: try once more alone
-            return mine.result, True  # type: ignore[return-value]  # set with done
-        # Let the threads that are about to ask for the same read (the
-        # writers one group commit just released) join it first.
-        ThreadLines.lead(lines, lock, key, line, mine, wait=wait, settle=wait or not _settled.get())
-        settled = _settled.set(True)
+        seat = Seat(key)
         try:
-            result = read()
-        except BaseException:
             with lock:
-                lines.finish(key, line, mine, None, failed=True)
+                lines.join(seat)
+            mine = seat.round
+            assert mine is not None
+            if not seat.leads:
+                ThreadLines.await_end(mine)
+                if mine.failed:
+                    return read(), False  # its failure was its own: try once more alone
+                return mine.result, True  # type: ignore[return-value]  # set with ended
+            # Let the threads that are about to ask for the same read (the
+            # writers one group commit just released) join it first.
+            ThreadLines.lead(lines, lock, seat, settle=seat.wait or not _settled.get())
+            settled = _settled.set(True)
+            try:
+                result = read()
+            finally:
+                _settled.reset(settled)
+            with lock:
+                lines.finish(seat, result)
+            return result, False
+        except BaseException as exc:
+            ThreadLines.leave(lines, lock, seat, exc)  # a read is never "sent": its readers read alone
             raise
-        finally:
-            _settled.reset(settled)
-        with lock:
-            lines.finish(key, line, mine, result, failed=False)
-        return result, False
 
 
 class AsyncSharedReads(Generic[R]):
@@ -93,24 +100,28 @@ class AsyncSharedReads(Generic[R]):
     async def run(self, key: Hashable, read: Callable[[], Awaitable[R]]) -> tuple[R, bool]:
         """As ``SharedReads.run``, awaited: ``await read()``'s answer for
         ``key`` or that of a read of it that began after this call did.
-        A caller cancelled while it waits leaves the others unaffected."""
+        A caller cancelled while it waits leaves the others unaffected; a
+        leader cancelled at any await leaves its readers to read alone."""
         lines = self._lines.get()
-        line, mine, leads, wait = lines.join(key)  # no await in between: the loop's one thread decides
-        if not leads:
-            await as_async(mine.done).wait()
-            if mine.failed:
-                return await read(), False
-            return mine.result, True  # type: ignore[return-value]  # set with done
-        # Let the tasks that are ready to ask for the same read (the answers
-        # of one batch of commits arrive together) join it first.
-        await LoopLines.lead(lines, key, line, mine, wait=wait, settle=True)
+        seat = Seat(key)
         try:
+            lines.join(seat)  # no await in between: the loop's one thread decides
+            mine = seat.round
+            assert mine is not None
+            if not seat.leads:
+                await LoopLines.await_end(mine)
+                if mine.failed:
+                    return await read(), False
+                return mine.result, True  # type: ignore[return-value]  # set with ended
+            # Let the tasks that are ready to ask for the same read (the answers
+            # of one batch of commits arrive together) join it first.
+            await LoopLines.lead(lines, seat, settle=True)
             result = await read()
-        except BaseException:
-            lines.finish(key, line, mine, None, failed=True)
+            lines.finish(seat, result)
+            return result, False
+        except BaseException as exc:
+            LoopLines.leave(lines, seat, exc)
             raise
-        lines.finish(key, line, mine, result, failed=False)
-        return result, False
 
 
 _per_gateway: "weakref.WeakKeyDictionary[Any, SharedReads[Any]]" = weakref.WeakKeyDictionary()

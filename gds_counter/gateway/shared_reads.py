@@ -77,17 +77,26 @@ class SharedReads(Generic[R]):
             # Let the threads that are about to ask for the same read (the
             # writers one group commit just released) join it first.
             ThreadLines.lead(lines, lock, seat, settle=seat.wait or not _settled.get())
-            settled = _settled.set(True)
-            try:
-                result = read()
-            finally:
-                _settled.reset(settled)
+            result = _read_settled(read)
             with lock:
                 lines.finish(seat, result)
             return result, False
         except BaseException as exc:
             ThreadLines.leave(lines, lock, seat, exc)  # a read is never "sent": its readers read alone
             raise
+
+
+def _read_settled(read: Callable[[], R]) -> R:
+    """``read()``, with ``_settled`` set around it. A function of its own
+    because a ``try`` nested in ``SharedReads.run``'s own would begin with
+    an instruction (3.11's ``NOP`` for the inner ``try:``) that the outer
+    handler does not cover: an exception raised there (by a trace
+    function) would skip ``Lines.leave`` and leave the round running."""
+    settled = _settled.set(True)
+    try:
+        return read()
+    finally:
+        _settled.reset(settled)
 
 
 class AsyncSharedReads(Generic[R]):

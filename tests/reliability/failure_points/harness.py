@@ -55,11 +55,11 @@ TIMEOUT = 0.5
 STALL = 1.5
 #: Slack for a loaded machine (2 cores, other test runs): a call still
 #: running ``STALL + DEADLINE + GRACE`` s after the scenario began is hung.
-GRACE = 10.0
+GRACE = 6.0
 #: How long a thread is held at the point while another forks.
 FORK_PAUSE = 0.5
 #: A forked child's own call must end within this.
-CHILD_BOUND = 15.0
+CHILD_BOUND = 8.0
 #: How long after its deadline an asyncio call may end before it counts as late.
 LATE = 2.0
 
@@ -290,7 +290,7 @@ class Forker:
                 os._exit(0)
         os.close(write_end)
         self.fault.forked.set()
-        ready, _, _ = select.select([read_end], [], [], CHILD_BOUND + GRACE)
+        ready, _, _ = select.select([read_end], [], [], 2 * CHILD_BOUND + 3)
         data = os.read(read_end, 65536) if ready else b""
         os.close(read_end)
         if not data:
@@ -472,7 +472,7 @@ def run_scenario(scenario: Scenario, *, directory: Optional[str] = None, first_i
         loop_thread, extra = _run_aio(scenario, gateway, calls, trap, fault, report, bound)
         alive = loop_thread.is_alive()
     if forker is not None:
-        forker.thread.join(CHILD_BOUND + GRACE + 1)
+        forker.thread.join(2 * CHILD_BOUND + 5)
         if forker.note:
             outcome.notes.append(forker.note)
     outcome.fired, outcome.hits = trap.fired, trap.hits

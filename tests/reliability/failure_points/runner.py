@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Iterator
 
@@ -46,7 +47,7 @@ def plan(point: Point, fault: str) -> Iterator[Scenario]:
     if not backend:
         return
     for face in faces:
-        yield Scenario(point, fault, face, backend)
+        yield Scenario(point, fault, face, backend, workers=point.crowd)
 
 
 def repro(scenario: Scenario) -> str:
@@ -104,3 +105,6 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+    # Out at once: a hung caller's worker thread (an executor joins its
+    # threads at exit) must not keep the process, and its hang is reported.
+    os._exit(0)

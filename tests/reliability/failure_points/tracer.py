@@ -51,6 +51,9 @@ class Point:
     faces: tuple[str, ...] = ("threads",)
     #: Which storage reaches it: ``"memory"``, ``"sqlite"``.
     backends: tuple[str, ...] = ("memory", "sqlite")
+    #: Callers at once in its scenarios: a point reached only when many
+    #: overlap (a leader waiting for its turn) needs more.
+    crowd: int = 4
 
 
 @dataclass

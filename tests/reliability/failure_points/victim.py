@@ -8,6 +8,7 @@ that the parent knows exactly which calls were in flight when it died.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 
@@ -40,3 +41,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    os._exit(0)  # a hung caller's thread must not keep the process

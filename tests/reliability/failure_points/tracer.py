@@ -144,5 +144,5 @@ class Trap:
         sys.settrace(self._global)
 
     def uninstall(self) -> None:
-        threading.settrace(None)  # type: ignore[arg-type]
+        threading.settrace(None)
         sys.settrace(None)

@@ -30,12 +30,14 @@ import time
 import weakref
 from typing import Any, Callable, Generic, Hashable, Iterator, TypeVar, Union
 
+from gds_counter.gateway.interrupts import surely
+
 R = TypeVar("R")
 S = TypeVar("S")
 
 __all__ = [
     "SETTLE_WAITS", "SLICE", "Line", "Lines", "LoopLines", "Round", "Seat", "ThreadLines", "as_async",
-    "per_gateway", "settling", "surely",
+    "per_gateway", "settling",
 ]
 
 Event = Union[threading.Event, asyncio.Event]
@@ -232,19 +234,6 @@ class Lines(Generic[R]):
         elif not line.running and self.lines.get(seat.key) is line:
             del self.lines[seat.key]
         mine.done.set()
-
-
-def surely(step: Callable[[], None], tries: int = 3) -> None:
-    """Run ``step`` (a ``Lines.leave``, which may be repeated) to its end
-    even if an interrupt (a second Ctrl-C) cuts it short: the caller is
-    already raising the first one, and the others must not wait forever."""
-    for attempt in range(tries):
-        try:
-            step()
-            return
-        except BaseException:  # noqa: B902  (the interrupt being handled is raised by the caller)
-            if attempt == tries - 1:
-                raise
 
 
 class ThreadLines(Generic[R]):

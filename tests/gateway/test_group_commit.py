@@ -139,6 +139,9 @@ class TakenOnRelease:
     def __exit__(self, *exc: object) -> None:
         pass  # released and at once taken by the other holder
 
+    def _is_owned(self) -> bool:
+        return False  # the other holder's now, not the writer's (as an RLock would say)
+
 
 def test_callers_a_writer_wrote_return_though_another_then_holds_the_write_lock():
     """Only the writer takes the write lock: the callers it wrote are

@@ -183,7 +183,16 @@ def test_a_writer_interrupted_while_waiting_for_the_write_lock_hands_the_writing
     commits queued behind it are written by the next caller (they used to
     wait for ever, since the writer handed the writing to itself)."""
     lock = gw._pool.write_lock
-    lock.acquire()  # say, a transaction's commit holds it
+    holding, let_go = threading.Event(), threading.Event()
+
+    def transaction_commit() -> None:  # say, a transaction's commit holds it, in a thread of its own
+        with lock:
+            holding.set()
+            let_go.wait(JOIN_S)
+
+    holder = threading.Thread(target=transaction_commit, daemon=True)
+    holder.start()
+    assert holding.wait(JOIN_S)
     callers: list[Caller] = []
 
     def on_sigint(*_: object) -> None:
@@ -208,7 +217,8 @@ def test_a_writer_interrupted_while_waiting_for_the_write_lock_hands_the_writing
     finally:
         signal.signal(signal.SIGINT, previous)
     helper.join(JOIN_S)
-    lock.release()
+    let_go.set()
+    holder.join(JOIN_S)
     for caller in callers:
         caller.join()
         assert caller.error is None

@@ -52,7 +52,9 @@ import weakref
 from pathlib import Path
 from types import TracebackType
 
+from gds_counter.gateway.interrupts import locked, surely
 from gds_counter.errors import Contention, GatewayError, GDSError
+from gds_counter.gateway.embedded._files import Connection, FileId, file_id, translate, why_unopenable
 from gds_counter.gateway.embedded._storage import create_schema, is_busy, schema_ready
 
 log = logging.getLogger("gds_counter.gateway.embedded")
@@ -75,60 +77,6 @@ HOLD_WAIT_S = 2.0
 #: by the busy timeout) before it gives the child a gateway that refuses work.
 FORK_DRAIN_S = 2 * BUSY_TIMEOUT_S + 5
 
-FileId = tuple[int, int]
-
-
-class Connection(sqlite3.Connection):
-    """A SQLite connection that knows which process opened it, how long it
-    waits for another process's lock (seconds) and its ``-wal`` file."""
-
-    pid: int
-    busy_timeout: float
-    wal: FileId | None
-    #: Why this connection was taken from the transaction that held it
-    #: (closed at a fork, or given to another transaction); None while usable.
-    dropped: str | None
-
-
-def file_id(path: str) -> FileId | None:
-    """(device, inode) of ``path``, or None when nothing is there."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def translate(exc: sqlite3.Error, where: str) -> GDSError:
-    """A SQLite error raised by a call, as the gds_counter error to raise."""
-    if is_busy(exc):
-        return Contention(f"database {where!r} stayed locked by other writers: {exc}")
-    return GatewayError(f"SQLite failed on {where}: {exc}")
-
-
-def _why_unopenable(path: str, known: FileId | None) -> str:
-    """What the file system says about a path SQLite could not open."""
-    parent = os.path.dirname(path)
-    if os.path.isdir(path):
-        return "it is a directory"
-    if os.path.lexists(parent) and not os.path.isdir(parent):
-        return f"{parent} is not a directory"
-    if not os.path.lexists(parent):
-        return f"the directory {parent} does not exist"
-    if not os.access(parent, os.X_OK):
-        return f"permission denied to enter {parent}"
-    if known is not None and not os.path.lexists(path):
-        return "it was deleted while the gateway had it open"
-    if os.path.lexists(path) and not os.access(path, os.R_OK):
-        return "permission denied"
-    missing = [p for p in (path + "-wal", path + "-shm") if not os.path.lexists(p)]
-    if os.path.lexists(path) and missing and not os.access(parent, os.W_OK | os.X_OK):
-        return f"SQLite must create {' and '.join(missing)} to read it, and {parent} is not writable"
-    if not os.path.lexists(path) and not os.access(parent, os.W_OK | os.X_OK):
-        return f"permission denied to create it in {parent}"
-    return ""
-
-
 class ConnectionPool:
     """The connections of one embedded gateway; see the module docstring.
 
@@ -144,11 +92,14 @@ class ConnectionPool:
         self._size = 1 if path is None else size
         self._lock = threading.Lock()  # taken directly on the hot path; waits go through _cond
         self._cond = threading.Condition(self._lock)
-        self.write_lock = threading.Lock()  # this process's write transactions, one at a time (EmbeddedGateway._apply)
+        self.write_lock = threading.RLock()  # an RLock knows its owner (interrupts.release_if_held); this process's write transactions, one at a time (EmbeddedGateway._apply)
         self._idle: list[Connection] = []
         self._lent: dict[Connection, int] = {}  # connection -> the thread using it
         # connection -> the transaction holding it (see ``hold``), oldest first
         self._held: dict[Connection, weakref.ref[object]] = {}
+        #: Connections closed or abandoned on their way back (``_put_back``):
+        #: never counted twice, never lent again.
+        self._retired: "weakref.WeakSet[Connection]" = weakref.WeakSet()
         self._held_cap = max(1, self._size - RESERVED_FOR_CALLS)
         self._count = 0  # connections that exist for this process: idle, lent, being opened
         self._opening = 0  # connections being opened now, outside the lock
@@ -236,7 +187,7 @@ class ConnectionPool:
             return GatewayError(f"cannot open an in-memory SQLite database: {exc}")
         if "not a database" in text or "malformed" in text:
             return GatewayError(f"{self.path} is not a usable SQLite database ({exc}); is it the right file?")
-        why = _why_unopenable(self.path, self._file)
+        why = why_unopenable(self.path, self._file)
         return GatewayError(f"cannot open the SQLite database {self.path}{': ' + why if why else ''} ({exc})")
 
     def _file_gone(self, found: FileId | None, what: str) -> str:
@@ -252,47 +203,71 @@ class ConnectionPool:
         return Lease(self)
 
     def _acquire(self, owner: object | None = None) -> Connection:
+        """A connection lent to this thread (or held for ``owner``). An
+        interrupt at any line gives back what was taken (a connection, or
+        the place reserved to open one): a place lost shrinks the pool for
+        good, and a stuck ``_opening`` makes every later fork refuse its child."""
         me = threading.get_ident()
         conn: Connection | None = None
-        with self._lock:
-            if owner is None and self._idle and self._pid == os.getpid() and not (self._forking or self._closed or self._refused):
-                conn = self._idle.pop()  # the usual case, checked by the loop below otherwise
-                self._lent[conn] = me
-                return conn
-            deadline: float | None = None
-            while True:
-                self._check_usable()
-                if self._forking:
-                    self._wait()
-                elif owner is not None and not self._reclaim_forgotten():
-                    deadline = deadline or time.monotonic() + HOLD_WAIT_S
-                    if time.monotonic() < deadline or not self._evict_oldest():
-                        self._wait(max(deadline - time.monotonic(), 0.01))
-                elif self._idle:
-                    conn = self._idle.pop()
-                    break
-                elif self._count < self._size:
-                    self._count += 1
-                    self._opening += 1  # a fork waits for this too: it runs inside SQLite
-                    break
-                else:
-                    self._wait()
-            if conn is not None:
-                self._take(conn, owner, me)
-                return conn
+        reserved = opened = False
         try:
-            conn = self._connect(create=False)
-        except BaseException:
             with self._lock:
-                self._count -= 1
-                self._opening -= 1
+                if owner is None and self._idle and self._pid == os.getpid() and not (
+                    self._forking or self._closed or self._refused
+                ):
+                    conn = self._idle.pop()  # the usual case, checked by the loop below otherwise
+                    self._lent[conn] = me
+                    return conn
+                deadline: float | None = None
+                while True:
+                    self._check_usable()
+                    if self._forking:
+                        self._wait()
+                    elif owner is not None and not self._reclaim_forgotten():
+                        deadline = deadline or time.monotonic() + HOLD_WAIT_S
+                        if time.monotonic() < deadline or not self._evict_oldest():
+                            self._wait(max(deadline - time.monotonic(), 0.01))
+                    elif self._idle:
+                        conn = self._idle.pop()
+                        break
+                    elif self._count < self._size:
+                        # A fork waits for ``_opening`` too: opening runs inside SQLite.
+                        self._count, self._opening, reserved = self._count + 1, self._opening + 1, True
+                        break
+                    else:
+                        self._wait()
+                if conn is not None:
+                    self._take(conn, owner, me)
+                    return conn
+            conn, opened = self._connect(create=False), True
+            with self._lock:
+                self._opening, reserved = self._opening - 1, False
+                self._take(conn, owner, me)
                 self._cond.notify_all()
+            return conn
+        except BaseException:
+            self._give_back(conn, owner, reserved, opened)
             raise
-        with self._lock:
-            self._opening -= 1
-            self._take(conn, owner, me)
+
+    def _give_back(self, conn: Connection | None, owner: object | None, reserved: bool, opened: bool) -> None:
+        """Undo an ``_acquire`` an exception ended, under the lock however taken."""
+        with locked(self._lock):
+            if reserved:
+                self._opening -= 1
+            if conn is not None:
+                # The caller never got it (``_acquire`` raised), lent or not.
+                self._lent.pop(conn, None)
+                if owner is not None:
+                    self._held.pop(conn, None)
+                if opened and (self._closed or self._pid != os.getpid()):
+                    self._count -= 1
+                    _close(conn)
+                else:
+                    self._idle.append(conn)
+                reserved = False
+            if reserved:
+                self._count -= 1
             self._cond.notify_all()
-        return conn
 
     def _take(self, conn: Connection, owner: object | None, me: int) -> None:
         if owner is None:
@@ -321,7 +296,7 @@ class ConnectionPool:
             if self._held.pop(conn, None) is None:
                 return  # taken already (evicted, closed at a fork): not counted any more
             self._lent.pop(conn, None)
-        self._release(conn)
+        _release(self, conn)
 
     def _reclaim_forgotten(self) -> bool:
         """Give back the connections of transactions no one references any
@@ -379,18 +354,35 @@ class ConnectionPool:
             self._pid = pid
 
     def _release(self, conn: Connection) -> None:
-        with self._lock:
-            self._lent.pop(conn, None)
+        """Give ``conn`` back even when interrupts land while waiting for the
+        lock or half way (a connection left lent shrinks the pool until every
+        call waits; a memory pool has one), then raise the first interrupt."""
+        def put_back() -> None:
+            with locked(self._lock):
+                self._put_back(conn)
+
+        pending = surely(put_back)
+        if pending is not None:
+            raise pending
+
+    def _put_back(self, conn: Connection) -> None:
+        """``_release`` under the lock: into ``_idle``, or closed and no
+        longer counted, or abandoned (a parent's), once however often it
+        runs; only then out of ``_lent``."""
+        if conn not in self._idle and conn not in self._retired:
             if conn.pid != os.getpid():
                 _ABANDONED.append(conn)  # a parent's connection: never closed here
+                self._retired.add(conn)
             elif self._closed or (conn.in_transaction and not self._rolled_back(conn) and self.path is not None):
                 # Closed under the lock, so that a fork never copies a close half done.
-                self._count -= 1
                 _close(conn)
+                self._retired.add(conn)
+                self._count -= 1
             else:
                 self._idle.append(conn)
-            if self._waiting:
-                self._cond.notify_all()
+        self._lent.pop(conn, None)
+        if self._waiting:
+            self._cond.notify_all()
 
     @staticmethod
     def _rolled_back(conn: Connection) -> bool:
@@ -478,7 +470,7 @@ class ConnectionPool:
         # The parent's other threads do not exist here: a fresh lock, nothing lent.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self.write_lock = threading.Lock()
+        self.write_lock = threading.RLock()
         self._lent = {}
         held, self._held = list(self._held), {}  # (none, unless a call was in progress at the fork)
         self._opening = self._waiting = 0
@@ -548,9 +540,17 @@ class Lease:
         return self._conn
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._pool._release(self._conn)
+        _release(self._pool, self._conn)
         if isinstance(exc, sqlite3.Error):
             raise translate(exc, self._pool.where) from exc
+
+
+def _release(pool: ConnectionPool, conn: Connection) -> None:
+    """``pool._release(conn)``, called again if an interrupt lands on the way
+    into it (before its own retries begin); the first interrupt is raised."""
+    pending = surely(lambda: pool._release(conn))
+    if pending is not None:
+        raise pending
 
 
 def _close(conn: Connection) -> None:

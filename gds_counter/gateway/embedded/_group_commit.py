@@ -45,6 +45,7 @@ import threading
 from typing import Any, Callable
 
 from gds_counter.errors import CommitUnknown, Contention, GDSError
+from gds_counter.gateway.interrupts import release_if_held, surely
 
 __all__ = ["Batch", "GroupCommit", "Request"]
 
@@ -246,12 +247,14 @@ class GroupCommit:
         # However often it is interrupted, the hand-over completes: it is
         # done once (``Batch.finished``), and no one else would ever wake
         # the callers.
-        pending: BaseException | None = None
+        # An interrupt as the ``with`` exits can skip the release (the
+        # write lock is an RLock, which knows it is still this thread's).
+        pending = surely(lambda: release_if_held(write_lock))
         while not batch.finished:
             try:
                 self._finish(request, batch, failure, failed)
             except BaseException as exc:  # an interrupt: finish first, raise it after
-                pending = exc
+                pending = pending or exc
         if pending is not None:
             raise pending
         if request.error is not None:

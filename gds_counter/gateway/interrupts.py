@@ -1,0 +1,73 @@
+"""Finishing what must be finished when an interrupt lands.
+
+A Ctrl-C (in the main thread) or an exception sent to a thread
+(``PyThreadState_SetAsyncExc``) can land between any two lines, also inside
+an ``except`` or ``finally`` block and while waiting for a lock. The
+machinery that hands work between threads (rounds, the group commit, the
+connection pool) has a few steps that must run to their end whatever
+lands, or other callers wait for ever: giving a connection back, answering
+the callers of a round, releasing the process's write lock. Those steps
+are written to be safe to run again, and run through this module.
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+from typing import Any, Callable
+
+__all__ = ["TRIES", "locked", "release_if_held", "surely"]
+
+#: How many times a step is run again after interrupts cut it short.
+TRIES = 3
+
+
+def surely(step: Callable[[], None], tries: int = TRIES) -> BaseException | None:
+    """Run ``step`` (safe to run again) to its end even if interrupts cut
+    it short; return the first interrupt it absorbed, for the caller to
+    raise (or ignore, when it is already raising one). Raises the last one
+    when every try was cut short."""
+    first: BaseException | None = None
+    for attempt in range(tries):
+        try:
+            step()
+            return first
+        except BaseException as exc:  # noqa: B902  (an interrupt: handed to the caller)
+            if attempt == tries - 1:
+                raise
+            first = first or exc
+    return first  # pragma: no cover  (the loop returns or raises)
+
+
+class locked:
+    """``with locked(lock):`` takes ``lock`` even when an interrupt arrives
+    while waiting for it (a plain ``with lock`` would then skip the block),
+    and raises that interrupt once the block ran and the lock is released."""
+
+    __slots__ = ("_lock", "_pending")
+
+    def __init__(self, lock: Any) -> None:
+        self._lock = lock
+        self._pending: BaseException | None = None
+
+    def __enter__(self) -> None:
+        while True:
+            try:
+                self._lock.acquire()
+                return
+            except BaseException as exc:  # noqa: B902  (interrupted while waiting: not taken yet)
+                self._pending = self._pending or exc
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._lock.release()
+        if exc is None and self._pending is not None:
+            raise self._pending
+
+
+def release_if_held(lock: "threading.RLock") -> None:
+    """Release ``lock`` if this thread still holds it: an interrupt that
+    lands as a ``with lock:`` block exits can skip the release (bpo-29988),
+    and no one else could ever release it. Only an ``RLock`` knows its
+    owner, which is why the locks this guards are ``RLock``s."""
+    while lock._is_owned():  # type: ignore[attr-defined]
+        lock.release()

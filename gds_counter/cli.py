@@ -32,6 +32,7 @@ import attrs
 
 from gds_counter import __version__, demo
 from gds_counter.counter import PHP_ARTICLE, STRATEGIES, CounterShardDS, Layout, make_target
+from gds_counter.counter.arguments import check_num_shards
 from gds_counter.errors import BadValueError, CommitUnknown, GDSError, Unavailable
 from gds_counter.gds.transaction import DEFAULT_RETRY
 from gds_counter.gateway import Gateway, open_gateway
@@ -255,7 +256,7 @@ def _listed_counters(gateway: Gateway, layout: Layout) -> dict[str, _Listed]:
 @command("increase-shards")
 def _increase_shards(ctx: Context) -> int:
     counter = ctx.counter()
-    wanted = ctx.args.num_shards
+    wanted = check_num_shards(ctx.args.num_shards)  # over MAX_SHARDS: exit 2 before asking anything
     if wanted > CONFIRM_SHARDS_OVER:
         reads = wanted + 1
         rpcs = math.ceil(reads / MAX_KEYS_PER_LOOKUP)

@@ -85,7 +85,8 @@ class AutoGrow:
 
     after_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     factor: int = attrs.field(default=2, validator=attrs.validators.ge(2))
-    max_shards: int = attrs.field(default=320, validator=attrs.validators.ge(1))
+    #: At most ``MAX_SHARDS`` (refused with BadValueError when built).
+    max_shards: int = attrs.field(default=320, validator=lambda _, __, value: check_num_shards(value, "AutoGrow.max_shards"))
 
 
 class CounterCore:

@@ -141,6 +141,10 @@ def sqlite_path(url: str) -> str:
         raise BadValueError(f"GDS URL {url!r} names no file; use sqlite:///path.db or memory://")
     if raw == ":memory:":
         raise BadValueError(f"GDS URL {url!r} would create a file named ':memory:'; use memory:// instead")
+    try:
+        os.fsencode(raw)  # bytes the command line could not decode are fine; a lone surrogate is not
+    except UnicodeEncodeError as exc:
+        raise BadValueError(f"GDS URL {url!r}: the path cannot be a file name ({exc.reason} at index {exc.start})") from None
     path = os.path.abspath(raw)
     if os.path.isdir(path):
         raise BadValueError(f"GDS URL {url!r} names {path}, which is a directory, not a database file")

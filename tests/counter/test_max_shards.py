@@ -151,6 +151,29 @@ def test_cli_increase_shards_refuses_a_billion_with_exit_2_and_stores_nothing(tm
         assert _configs(gateway) == []
 
 
+def test_cli_refuses_a_billion_before_asking_to_confirm(tmp_path):
+    """Without ``--yes`` the command would ask (or, with no terminal, refuse
+    as unconfirmed: exit 1). A count no counter may have is bad input,
+    exit 2, before any question."""
+    url = f"sqlite:///{tmp_path / 'cli.sqlite3'}"
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--url", url, "increase-shards", "Counter Test", "1", "1000000000"],
+                out=out, err=err, stdin=io.StringIO())
+    assert code == 2, err.getvalue()
+    assert "?" not in out.getvalue() + err.getvalue().split("error:")[0]
+
+
+@pytest.mark.parametrize("absurd", ABSURD)
+def test_auto_grow_cannot_be_built_to_grow_past_max_shards(absurd):
+    """Growth records shard counts in the config entity: its cap is a shard
+    count like any other, refused when built."""
+    from gds_counter.counter import AutoGrow
+
+    with pytest.raises(BadValueError, match="AutoGrow.max_shards"):
+        AutoGrow(max_shards=absurd)
+    assert AutoGrow(max_shards=MAX_SHARDS).max_shards == MAX_SHARDS
+
+
 # --- a config entity that already holds an absurd count ----------------------------------
 
 #: Run in a child process with its address space capped, so that a reader

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import re
 from typing import Any, Callable, Iterator
 
@@ -230,3 +231,24 @@ def test_the_datastore_gateway_refuses_a_lone_surrogate_before_sending_it(firest
     """On the Datastore gateway (to the Firestore emulator), both faces: the
     same refusals, before any RPC could carry the text."""
     _check_refused(firestore_face, entry, "a\udfffb")
+
+
+@pytest.mark.parametrize("url", ["sqlite:///x\ud800.db", "sqlite:///dir\udfff/x.db"])
+def test_a_sqlite_url_with_a_lone_surrogate_is_bad_input(url: str) -> None:
+    """``open_gateway`` names the URL (BadValueError) instead of letting the
+    file system's UnicodeEncodeError out; nothing is created."""
+    from gds_counter.gateway import open_gateway
+
+    with pytest.raises(BadValueError, match="cannot be a file name"):
+        open_gateway(url)
+
+
+def test_a_sqlite_path_of_undecodable_bytes_still_opens(tmp_path: Any) -> None:
+    """Bytes the command line could not decode arrive as surrogate escapes
+    (``\\udc80``..``\\udcff``), which name a real file: those stay allowed."""
+    from gds_counter.gateway import open_gateway
+
+    name = os.fsdecode(bytes(tmp_path) + b"/caf\xe9.db")
+    gateway = open_gateway(f"sqlite:///{name}")
+    gateway.close()
+    assert os.path.exists(bytes(tmp_path) + b"/caf\xe9.db")

@@ -86,7 +86,7 @@ POINTS: tuple[Point, ...] = (
           "a reader waits for the read it joined", crowd=8),
     Point("shared_reads.leads", SR, "SharedReads.run", r"line:ThreadLines\.lead\(",
           "a reader leads a shared read"),
-    Point("shared_reads.reads", SR, "SharedReads.run", r"line:result = read\(\)",
+    Point("shared_reads.reads", SR, "SharedReads.run", r"line:result = (_read_settled\()?read(\(\)|\))",
           "the leader reads for every caller"),
     Point("shared_reads.answers", SR, "SharedReads.run", r"line:lines\.finish\((key, line, mine|seat), result",
           "the read returned; its callers are not answered yet"),

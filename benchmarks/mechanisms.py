@@ -32,7 +32,8 @@ bills) and checks the one promise that matters more than speed: the stored
 total equals the increments acknowledged (a row with ``exact`` = no is a
 defect, whatever its speed).
 
-Results: ``benchmarks/results/mechanisms.json`` and a table on stdout.
+Results: ``benchmarks/results/mechanisms.json`` and a table on stdout
+(``--publish`` also writes ``docs/benchmarks/mechanisms.json``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from typing import Any, Callable, Iterator
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
+    REPO,
     RESULTS,
     BackendSpec,
     command_line,
@@ -227,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=4.0, help="seconds per side and round")
     parser.add_argument("--repeats", type=int, default=3, help="alternating rounds")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--publish", action="store_true",
+                        help="also write docs/benchmarks/mechanisms.json (the run docs/architecture.md quotes)")
     args = parser.parse_args(argv)
     if args.quick:
         args.duration, args.repeats = 2.0, 2
@@ -251,11 +255,14 @@ def main(argv: list[str] | None = None) -> int:
         ("exact", "exact", 0),
     ]
     print(table(rows, columns))
-    path = write_json(args.out / "mechanisms.json", {
+    payload = {
         "command": command_line(argv), "environment": environment(),
-        "settings": {k: v for k, v in vars(args).items() if k != "out"}, "rows": rows,
-    })
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "publish")}, "rows": rows,
+    }
+    path = write_json(args.out / "mechanisms.json", payload)
     print(f"results: {path}", file=sys.stderr)
+    if args.publish:
+        print(f"published: {write_json(REPO / 'docs' / 'benchmarks' / 'mechanisms.json', payload)}", file=sys.stderr)
     return 0 if all(row["exact"] == "yes" for row in rows) else 1
 
 

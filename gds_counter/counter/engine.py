@@ -26,10 +26,13 @@ What this engine adds to the articles it ports:
   their sum, and every caller gets that write's outcome
   (``gateway.combined_writes``), which keeps counted-once-or-raised per
   caller while sixteen threads pay for a few commits.
-* **Reads are one RPC.** ``get_count()`` is one batch lookup of every shard
-  key plus the counter's config entity: strongly consistent, and no query.
-  It reads one integer per shard straight from the stored values (the keys
-  are built once per counter), without mapping shards to entities.
+* **Reads are one RPC per batch.** For a layout that stores its target (the
+  PHP article's), ``get_count()`` is the article's query by ``target``, as
+  PHP's ``getCount()`` is, so it sees every shard any writer wrote; for the
+  ndb layout, one batch lookup of every shard key plus the config entity
+  (1,000 keys per lookup). Both are strongly consistent, and both take one
+  integer per shard straight from the stored values, without mapping
+  shards to entities.
 * **Shards only grow, and readers always see them.** How many shards a
   counter has is recorded in its config entity (kind ``layout.config_kind``,
   key name = counter name, ``num_shards``), which every read fetches in the

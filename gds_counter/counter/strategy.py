@@ -121,9 +121,10 @@ class Transactional:
 
 class ServerIncrement:
     """Explicitly chosen, it always uses transforms where they are applied,
-    even where the server then indexes ``count`` (Cloud Datastore and
-    Firestore do): the values stay exact and PHP reads them, but the shard
-    no longer matches the PHP layout's index flags until next rewritten."""
+    even where the server then indexes ``count`` (the Firestore emulator
+    does; production does not document it, see the module docstring): the
+    values stay exact and PHP reads them, but such a shard no longer
+    matches the PHP layout's index flags until next rewritten."""
 
     name = "increment"
 

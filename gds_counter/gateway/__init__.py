@@ -145,6 +145,8 @@ def sqlite_path(url: str) -> str:
         os.fsencode(raw)  # bytes the command line could not decode are fine; a lone surrogate is not
     except UnicodeEncodeError as exc:
         raise BadValueError(f"GDS URL {url!r}: the path cannot be a file name ({exc.reason} at index {exc.start})") from None
+    if "\x00" in raw:
+        raise BadValueError(f"GDS URL {url!r}: the path cannot be a file name (a NUL character at index {raw.index(chr(0))})")
     path = os.path.abspath(raw)
     if os.path.isdir(path):
         raise BadValueError(f"GDS URL {url!r} names {path}, which is a directory, not a database file")

@@ -10,6 +10,7 @@ types, which is what lets one conformance suite run on every gateway.
 from __future__ import annotations
 
 import datetime as _dt
+import reprlib
 from typing import Any, Iterable, Union
 
 import attrs
@@ -134,7 +135,9 @@ def check_value(name: str, value: Any, indexed: bool) -> None:
     if isinstance(value, RawEntity):
         validate_entity(value)
         return
-    raise BadValueError(f"property {name!r}: cannot store a {type(value).__name__} ({value!r})")
+    # reprlib: a value nested thousands deep (or huge) would make the
+    # message itself fail (RecursionError) or flood the log.
+    raise BadValueError(f"property {name!r}: cannot store a {type(value).__name__} ({reprlib.repr(value)})")
 
 
 def validate_entity(entity: RawEntity) -> None:

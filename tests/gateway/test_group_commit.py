@@ -109,6 +109,23 @@ def test_when_the_group_transaction_fails_every_caller_raises_and_nothing_is_wri
     assert gw.lookup([Key.of("Shard", n) for n in ("a", "b", "c")]) == [None, None, None]
 
 
+def test_a_failure_of_the_writers_own_says_not_written_by_its_class_to_the_others(gw, monkeypatch):
+    """The writer's transaction failed before COMMIT with an error that is
+    not a gds_counter one (a bug, an exception sent to its thread): the
+    callers it took were not written, and their error's class must say so
+    (``Unavailable``: not applied, safe to retry), not a bare GatewayError
+    whose message alone says it."""
+    def fail(conn: Any) -> None:
+        raise RuntimeError("the writer's own failure")
+
+    monkeypatch.setattr(gw._pool, "check_file", fail)
+    out = queued_together(gw, [lambda n=n: gw.commit([increment(n)]) for n in ("a", "b", "c")])
+    assert [type(e) for e in out].count(RuntimeError) == 1  # the writer's own
+    assert sorted(type(e).__name__ for e in out if not isinstance(e, RuntimeError)) == ["Unavailable", "Unavailable"]
+    monkeypatch.undo()
+    assert gw.lookup([Key.of("Shard", n) for n in ("a", "b", "c")]) == [None, None, None]
+
+
 def test_transactions_and_memory_commit_alone(tmp_path):
     memory = EmbeddedGateway(None)
     try:

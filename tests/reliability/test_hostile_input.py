@@ -468,3 +468,19 @@ def test_the_embedded_gateway_splits_a_lookup_over_1000_keys_like_every_gateway(
     finally:
         gw.close()
     tally.add("hostile input: oversized batches", hostile_inputs=2)
+
+
+def test_a_value_nested_thousands_deep_is_bad_input_not_a_recursion_error():
+    """A dict is no Datastore value; one nested 2,000 deep made the message
+    saying so fail itself (``repr`` hit the recursion limit), so the caller
+    got a raw RecursionError instead of BadValueError."""
+    from gds_counter import Entity, Store
+    from gds_counter.errors import BadValueError
+
+    nested: dict[str, Any] = {}
+    for _ in range(2000):
+        nested = {"a": nested}
+    store = Store("Book", "memory://")
+    with pytest.raises(BadValueError, match="cannot store a dict"):
+        store.upsert(Entity(x=nested))
+    assert store.fetch_all() == []

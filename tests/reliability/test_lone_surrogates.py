@@ -233,7 +233,7 @@ def test_the_datastore_gateway_refuses_a_lone_surrogate_before_sending_it(firest
     _check_refused(firestore_face, entry, "a\udfffb")
 
 
-@pytest.mark.parametrize("url", ["sqlite:///x\ud800.db", "sqlite:///dir\udfff/x.db"])
+@pytest.mark.parametrize("url", ["sqlite:///x\ud800.db", "sqlite:///dir\udfff/x.db", "sqlite:///a\x00b.db"])
 def test_a_sqlite_url_with_a_lone_surrogate_is_bad_input(url: str) -> None:
     """``open_gateway`` names the URL (BadValueError) instead of letting the
     file system's UnicodeEncodeError out; nothing is created."""

@@ -20,7 +20,7 @@ from typing import Any, Callable, Generator, Hashable, Iterator
 
 import attrs
 
-from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, GDSError
+from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, GDSError, Unavailable
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
@@ -554,7 +554,10 @@ def _for_another(exc: BaseException) -> BaseException:
             return type(exc)(str(exc))
         except TypeError:
             pass
-    return GatewayError(f"the commit was written together with others, and that failed, so it was not written: {exc!r}")
+    # Not applied and safe to retry, as Unavailable says (a GatewayError
+    # would leave its caller to read "not written" in the message only).
+    return Unavailable(f"the commit was to be written together with others, and that failed before anything was "
+                       f"written ({exc!r}), so it was NOT written")
 
 
 def _answer(batch: list[Row], last: tuple[bytes, ...] | None, more: bool) -> Hashable:

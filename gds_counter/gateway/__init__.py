@@ -197,7 +197,8 @@ def _timeout(timeout: float | None) -> dict[str, Any]:
 
 def _ignored_timeout(timeout: float | None, url: str) -> None:
     if timeout is not None:
-        log.info("timeout %gs ignored: %s is local storage with no network calls", timeout, url)
+        log.debug("timeout %gs has no per-call use on %s (local storage, no network calls): its waits for "
+                  "another process's lock end at the caller's retry deadline instead", timeout, url)
 
 
 _shared: dict[tuple[int, str | None, str | None, str | None], Gateway] = {}

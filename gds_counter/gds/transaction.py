@@ -17,6 +17,7 @@ from google.api_core.retry import exponential_sleep_generator
 
 from gds_counter.errors import BadValueError, Contention
 from gds_counter.gateway import plan
+from gds_counter.gateway import deadlines
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,9 @@ def retry_plan(
     retried: tuple[type[BaseException], ...] = (Contention, *also_retry)
     started = time.monotonic()
     for number in range(1, policy.attempts + 1):
+        # Storage waits inside the attempt (another process's lock) end at
+        # the deadline too, not at their own bound (``gateway.deadlines``).
+        bounded = deadlines.limit(started + policy.deadline) if policy.deadline is not None else None
         try:
             result: T = yield from attempt()
             return result
@@ -107,4 +111,7 @@ def retry_plan(
                 f"({why}): {exc}",
                 attempts=number,
             ) from exc
+        finally:
+            if bounded is not None:
+                deadlines.restore(bounded)
     raise AssertionError("unreachable")  # pragma: no cover

@@ -13,7 +13,7 @@ import pytest
 from freezegun import freeze_time
 
 from gds_counter.counter import CountCache, CounterShardDS, GeneralCounter
-from gds_counter.errors import BadValueError, Contention
+from gds_counter.errors import BadValueError, Contention, CountSaturated
 from gds_counter.gateway import open_gateway
 from gds_counter.gateway.mutations import Upsert
 from gds_counter.gds import RetryPolicy
@@ -166,16 +166,21 @@ def test_a_writer_stuck_in_the_lock_costs_a_call_its_deadline_not_minutes(tmp_pa
 
 @pytest.mark.parametrize("name", ["memory", "sqlite", "firestore", "memory+aio", "firestore+aio"])
 def test_an_increment_that_would_pass_64_bits_raises_naming_the_shard(make_gateway, name, tally):
-    """Exactly or raised: the embedded engine refuses before writing; Datastore
-    saturates at 2**63-1 without an error, which the counter reports."""
+    """Exactly or raised, and the error's class says whether it was stored:
+    the embedded engine refuses before writing (``BadValueError``, the shard
+    unchanged); Datastore saturates at 2**63-1 without an error, which the
+    counter reports as ``CountSaturated`` (written, cut short)."""
     any_gateway = make_gateway(name)
     counter = CounterShardDS("Counter Test", 1, num_shards=1, gateway=any_gateway, strategy="increment")
     key = counter.layout.shard_key(counter.name, 1, counter.namespace)
     any_gateway.commit([Upsert(counter.layout.shard_entity(counter.name, 1, 2**63 - 2, counter.namespace))])
-    with pytest.raises(BadValueError, match="Counter Test_1_1"):
+    with pytest.raises((BadValueError, CountSaturated), match="Counter Test_1_1") as raised:
         counter.add(5)
     [stored] = any_gateway.lookup([key])
-    assert stored.properties["count"] in (2**63 - 2, 2**63 - 1)  # unchanged, or saturated and reported
+    if isinstance(raised.value, CountSaturated):
+        assert stored.properties["count"] == 2**63 - 1  # written, saturated, and reported as written
+    else:
+        assert stored.properties["count"] == 2**63 - 2  # refused: nothing written
     transactional = CounterShardDS("Counter Test", 1, num_shards=1, gateway=any_gateway, strategy="transactional")
     with pytest.raises(BadValueError, match=r"Counter Test_1_1.*64 bits"):
         transactional.add(5)

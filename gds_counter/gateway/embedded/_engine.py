@@ -21,6 +21,7 @@ from typing import Any, Callable, Generator, Hashable, Iterator
 import attrs
 
 from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, GDSError, Unavailable
+from gds_counter.gateway import deadlines
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
@@ -360,7 +361,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     def _apply(self, mutations: list[Mutation], txn: Transaction | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
         if txn is None and self.path is not None:
             results: list[tuple[Key | None, tuple[Any, ...] | None]] = self._group.commit(
-                mutations, self._pool.write_lock, self._write_group, _for_another, wait_s=GROUP_WAIT_S
+                mutations, self._pool.write_lock, self._write_group, _for_another,
+                wait_s=deadlines.remaining(GROUP_WAIT_S),
             )
             return results
         held = txn.conn if txn is not None else None

@@ -47,6 +47,7 @@ import attrs
 
 from gds_counter._checks import INT64_MAX, INT64_MIN, is_int
 from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError
+from gds_counter.gateway import deadlines
 from gds_counter.gateway.base import TransactionState
 from gds_counter.gateway.embedded._encoding import dump_entity, index_entries, key_bytes, load_entity, load_indexed, remember_written
 from gds_counter.gateway.keys import Key
@@ -134,8 +135,9 @@ WRITE_LOCK_POLL_S = 0.0002
 @contextlib.contextmanager
 def write_transaction(conn: sqlite3.Connection, timeout: float) -> Iterator[None]:
     """A write transaction: ``BEGIN IMMEDIATE`` takes the file's write
-    lock, waiting up to ``timeout`` seconds (the connection's busy timeout)
-    for another process to let it go; the block writes and commits; one
+    lock, waiting up to ``timeout`` seconds (the connection's busy timeout),
+    or until the caller's deadline if that is sooner, for another process
+    to let it go; the block writes and commits; one
     that does not commit is rolled back.
 
     The wait polls every ``WRITE_LOCK_POLL_S`` instead of going through
@@ -150,7 +152,9 @@ def write_transaction(conn: sqlite3.Connection, timeout: float) -> Iterator[None
     pool's write lock first."""
     conn.execute("PRAGMA busy_timeout = 0")
     try:
-        deadline = time.monotonic() + timeout
+        # The caller's deadline may come sooner (``gateway.deadlines``): a
+        # writer behind a frozen lock holder gives up then, not 30 s later.
+        deadline = time.monotonic() + deadlines.remaining(timeout)
         while True:
             try:
                 conn.execute("BEGIN IMMEDIATE")

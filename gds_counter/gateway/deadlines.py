@@ -1,0 +1,49 @@
+"""The caller's deadline, for storage waits the caller cannot see.
+
+A retry policy's deadline bounds a counter's call (``gds.transaction.
+retry_plan``), but one attempt can block inside the storage: the embedded
+engine waits for another process's write lock up to its busy timeout (30 s),
+and a commit queued in its group commit waits for the writers ahead of it.
+Without the deadline those waits ran their full length, so a call with a
+1 s deadline took 30 s behind a frozen lock holder. ``retry_plan`` states
+the deadline here (a context variable: per thread and per asyncio task,
+and carried into the asyncio face's worker threads), and the storage waits
+at most ``remaining(its own bound)``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+
+__all__ = ["limit", "remaining", "restore"]
+
+#: ``time.monotonic()`` by which the current call must end, or None.
+_AT: contextvars.ContextVar[float | None] = contextvars.ContextVar("gds_counter_deadline", default=None)
+
+
+def limit(at: float) -> contextvars.Token[float | None]:
+    """Bound the current context's storage waits by ``at`` (monotonic
+    seconds), or by the deadline already set when that is sooner; undo with
+    ``restore``."""
+    current = _AT.get()
+    return _AT.set(at if current is None else min(current, at))
+
+
+def restore(token: contextvars.Token[float | None]) -> None:
+    """Undo ``limit``. (A plan resumed in another context, which the drivers
+    never do, cannot reset its token: the deadline then simply lapses.)"""
+    try:
+        _AT.reset(token)
+    except ValueError:
+        _AT.set(token.old_value if token.old_value is not token.MISSING else None)
+
+
+def remaining(bound: float) -> float:
+    """How long a storage wait of at most ``bound`` seconds may last now:
+    ``bound``, or less when the caller's deadline comes sooner (0 once it
+    has passed; the wait then tries once and gives up)."""
+    at = _AT.get()
+    if at is None:
+        return bound
+    return max(0.0, min(bound, at - time.monotonic()))

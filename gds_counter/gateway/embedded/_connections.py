@@ -296,7 +296,7 @@ class ConnectionPool:
             if self._held.pop(conn, None) is None:
                 return  # taken already (evicted, closed at a fork): not counted any more
             self._lent.pop(conn, None)
-        _release(self, conn)
+        _surely_release(self, conn)
 
     def _reclaim_forgotten(self) -> bool:
         """Give back the connections of transactions no one references any
@@ -354,16 +354,11 @@ class ConnectionPool:
             self._pid = pid
 
     def _release(self, conn: Connection) -> None:
-        """Give ``conn`` back even when interrupts land while waiting for the
-        lock or half way (a connection left lent shrinks the pool until every
-        call waits; a memory pool has one), then raise the first interrupt."""
-        def put_back() -> None:
-            with locked(self._lock):
-                self._put_back(conn)
-
-        pending = surely(put_back)
-        if pending is not None:
-            raise pending
+        """Give ``conn`` back: one try, which ``_surely_release`` repeats
+        when an interrupt cuts it short (``locked`` takes the lock even if
+        one lands while waiting; ``_put_back`` may run again)."""
+        with locked(self._lock):
+            self._put_back(conn)
 
     def _put_back(self, conn: Connection) -> None:
         """``_release`` under the lock: into ``_idle``, or closed and no
@@ -540,14 +535,16 @@ class Lease:
         return self._conn
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        _release(self._pool, self._conn)
+        _surely_release(self._pool, self._conn)
         if isinstance(exc, sqlite3.Error):
             raise translate(exc, self._pool.where) from exc
 
 
-def _release(pool: ConnectionPool, conn: Connection) -> None:
-    """``pool._release(conn)``, called again if an interrupt lands on the way
-    into it (before its own retries begin); the first interrupt is raised."""
+def _surely_release(pool: ConnectionPool, conn: Connection) -> None:
+    """``pool._release(conn)`` carried to its end, even when interrupts land
+    on the way into it, while waiting for the lock or half way (a connection
+    left lent shrinks the pool until every call waits; a memory pool has
+    one); then the first interrupt is raised."""
     pending = surely(lambda: pool._release(conn))
     if pending is not None:
         raise pending

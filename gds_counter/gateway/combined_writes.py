@@ -100,9 +100,7 @@ class CombinedWrites:
         seat = Seat(key, amount)
         try:
             with lock:
-                lines.join(seat)
-            mine = seat.round
-            assert mine is not None
+                mine = lines.join(seat)
             if not seat.leads:
                 ThreadLines.await_end(mine)
                 return _joined(mine, lambda: write(amount, 1))
@@ -141,9 +139,7 @@ class AsyncCombinedWrites:
         lines = self._lines.get()
         seat = Seat(key, amount)
         try:
-            lines.join(seat)  # no await in between: the loop's one thread decides
-            mine = seat.round
-            assert mine is not None
+            mine = lines.join(seat)  # no await in between: the loop's one thread decides
             if not seat.leads:
                 await LoopLines.await_end(mine)
                 if mine.failed:

@@ -132,11 +132,12 @@ class Lines(Generic[R]):
         self.limit = running
         self.lines: dict[Hashable, Line[R]] = {}
 
-    def join(self, seat: Seat) -> None:
+    def join(self, seat: Seat) -> Round[R]:
         """Seat the caller in its key's open round, or open one that it
         leads (``seat.leads``; ``seat.wait`` when it must wait for a running
-        round to end first). The seat records the round in the statement
-        that puts it in the line: no moment has one without the other."""
+        round to end first), and return that round. The seat records the
+        round in the statement that puts it in the line: no moment has one
+        without the other."""
         line = self.lines.get(seat.key)
         if line is None:
             line = self.lines[seat.key] = Line()  # an idle line left here alone is harmless
@@ -147,9 +148,10 @@ class Lines(Generic[R]):
             fresh.seats.append(seat)
             seat.leads, seat.wait = True, line.running >= self.limit
             line.next = seat.round = fresh
-        else:
-            seat.round = mine  # first: a seat in a round's seats always knows its round
-            mine.seats.append(seat)
+            return fresh
+        seat.round = mine  # first: a seat in a round's seats always knows its round
+        mine.seats.append(seat)
+        return mine
 
     def may_start(self, seat: Seat) -> bool:
         """Whether the leader's round may start now (fewer rounds run than

@@ -66,9 +66,7 @@ class SharedReads(Generic[R]):
         seat = Seat(key)
         try:
             with lock:
-                lines.join(seat)
-            mine = seat.round
-            assert mine is not None
+                mine = lines.join(seat)
             if not seat.leads:
                 ThreadLines.await_end(mine)
                 if mine.failed:
@@ -114,9 +112,7 @@ class AsyncSharedReads(Generic[R]):
         lines = self._lines.get()
         seat = Seat(key)
         try:
-            lines.join(seat)  # no await in between: the loop's one thread decides
-            mine = seat.round
-            assert mine is not None
+            mine = lines.join(seat)  # no await in between: the loop's one thread decides
             if not seat.leads:
                 await LoopLines.await_end(mine)
                 if mine.failed:

@@ -803,7 +803,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                                      "(default: the one in the results folder, if same settings)")
     parser.add_argument("--no-compare", action="store_true", help="compare with no previous run")
     parser.add_argument("--markdown", type=Path, metavar="JSON",
-                        help="print the README's tables from a recorded run (docs/benchmarks/contention.json) and exit")
+                        help="print docs/performance.md's tables from a recorded run (docs/benchmarks/contention.json) and exit")
     args = parser.parse_args(argv)
     for name, value in (QUICK if args.quick else FULL).items():
         if getattr(args, name) is None:
@@ -827,7 +827,7 @@ LABELS = {
 
 
 def markdown(payload: dict[str, Any]) -> str:
-    """The README's tables, from a recorded run."""
+    """docs/performance.md's tables, from a recorded run."""
     goals = payload["goals"]
     layouts = sorted({g["layout"] for g in goals if g["goal"] != 5}, key=lambda name: int(name.split("x")[0]))
 

@@ -56,7 +56,7 @@ def test_contention_goals_on_sqlite(tmp_path):
     agreement = json.loads((tmp_path / "contention.json").read_text())["agreement"]
     assert {(a["goal"], a["layout"]) for a in agreement["ratios"]} == {(4, "1x4"), (4, "2x2")}
 
-    # the README's tables come from a recorded run
+    # docs/performance.md's tables come from a recorded run
     tables = _run("contention.py", "--markdown", str(tmp_path / "contention.json")).stdout
     assert "| 4. embedded `increment()` / raw sqlite3 upserts |" in tables and "of the run before it" in tables
 

@@ -17,7 +17,7 @@ into the counter.
 * ``auto``: ``increment`` wherever the server applies transforms,
   ``transactional`` elsewhere. Measured on the Firestore emulator, the
   server-side increment is tens of times faster than a transaction (see the
-  README's performance section). Its one cost: where the server indexes a
+  docs/performance.md). Its one cost: where the server indexes a
   transformed value (the Firestore emulator does; production does not
   document it), a PHP-layout shard's ``count`` is stored indexed until PHP
   next rewrites the shard. Values stay exact and PHP reads and writes them

@@ -180,7 +180,7 @@ def entity_size(entity: RawEntity) -> int:
     sizes (strings and names: UTF-8 bytes + 1; numbers, timestamps: 8;
     geopoints: 16; keys: their path; 32 bytes of overhead). Datastore's own
     count differs from this by up to about a hundred bytes near the limit
-    (README: deliberate differences)."""
+    (docs/gql.md: deliberate differences)."""
     key = _key_size(entity.key) if entity.key is not None else 0
     return key + 32 + sum(len(name.encode()) + 1 + _value_size(value) for name, value in entity.properties.items())
 

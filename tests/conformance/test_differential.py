@@ -23,7 +23,7 @@ is NaN). A query the emulator refuses must be refused by the embedded engine
 and the other way round (the outcome class is compared). Every difference is
 collected, so a failing run lists them all, not the first shrunk one.
 
-The deliberate differences (README, "Deliberate differences from
+The deliberate differences (docs/gql.md, "Deliberate differences from
 Datastore"): a query that reads a list property's index (an inequality on
 it anywhere in the filter, or an ORDER BY on it) without projecting it makes
 the emulator return an entity once per list element; the embedded engine
@@ -245,7 +245,7 @@ def repeats_per_element(orders: Any, projection: Any, flt: Any) -> bool:
 def bare_ancestor_branch(f: Any) -> bool:
     """An OR with a branch that is only ``HAS_ANCESTOR k`` (every branch
     then names k): the emulator drops that branch's entities, or fails
-    with UNKNOWN when every branch is only that (README, deliberate
+    with UNKNOWN when every branch is only that (docs/gql.md, deliberate
     differences); the embedded engine runs it and returns the union."""
     if not isinstance(f, CompositeFilter):
         return False
@@ -255,7 +255,7 @@ def bare_ancestor_branch(f: Any) -> bool:
 
 
 def deliberate(spec: Spec, rows: list[Any]) -> list[Any]:
-    """The emulator's rows with the README's deliberate difference undone:
+    """The emulator's rows with docs/gql.md's deliberate difference undone:
     each entity kept once, at its first row."""
     if not repeats_per_element(spec.query.order, spec.query.projection, spec.query.filter):
         return rows
@@ -410,7 +410,7 @@ def ids(gateway: Any, ns: str, flt: Any) -> Any:
 
 
 def test_an_inequality_on_a_list_property_repeats_entities_on_the_emulator_only(groups: Any) -> None:
-    """README, deliberate differences: the emulator returns an entity once
+    """docs/gql.md, deliberate differences: the emulator returns an entity once
     per list element that passes the inequality (ordered by that element);
     the embedded engine once, at its first such row."""
     oracle, embedded, ns = groups

@@ -39,7 +39,7 @@ listed under the differences below):
 
 Where the backends differ (the Firestore emulator in Datastore mode is the
 oracle: ``test_differential.py`` compares it with the embedded engine on
-1,000 random queries; the README's "Deliberate differences from Datastore"
+1,000 random queries; docs/gql.md's "Deliberate differences from Datastore"
 table lists where the embedded engine departs from it, and why):
 
 1. The legacy Datastore emulator predates ``!=``, ``IN``, ``NOT IN`` and

@@ -1,5 +1,5 @@
 """RPCs per ``add()`` and per ``increment()``, for each strategy on each
-server: the numbers the README's performance section states (its "RPCs per
+server: the numbers docs/performance.md states (its "RPCs per
 call" table). Counted by ``gateway.stats`` (every request sent, as Datastore
 bills them), not timed.
 
@@ -42,7 +42,7 @@ ADD: dict[str, dict[str, dict[str, int] | None]] = {
     "transactional": {name: TRANSACTION for name in GATEWAY_NAMES},
 }
 
-#: The README's table, in numbers: (RPCs per add(), RPCs per increment()).
+#: docs/performance.md's table, in numbers: (RPCs per add(), RPCs per increment()).
 README_TABLE = {
     ("auto", "memory"): (1, 2), ("auto", "sqlite"): (1, 2), ("auto", "firestore"): (1, 2), ("auto", "datastore"): (3, 4),
     ("increment", "memory"): (1, 2), ("increment", "sqlite"): (1, 2), ("increment", "firestore"): (1, 2),

@@ -228,7 +228,7 @@ def test_multi_valued_properties_match_if_any_element_matches(gw):
     # inequalities on one property must hold for one element: [1, 9] has none in (1, 9)
     assert where(CompositeFilter("AND", [PropertyFilter("tags", ">", 1), PropertyFilter("tags", "<", 9)])) == ["159", "5"]
     # sorted by the smallest element ascending, the largest descending; each entity
-    # once (README: deliberate differences); ties by key in the sort's direction
+    # once (docs/gql.md: deliberate differences); ties by key in the sort's direction
     assert names(query(gw, kind="L", order=[Order("tags")])) == ["159", "19", "5"]
     assert names(query(gw, kind="L", order=[Order("tags", descending=True)])) == ["19", "159", "5"]
 

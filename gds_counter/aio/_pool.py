@@ -10,9 +10,9 @@ held in the child, so ``submit`` itself blocks the child's event loop, where
 not even ``asyncio.wait_for`` can fire. Cancelling a call the parent had in
 flight could block the same way, on the locks of its future.
 
-So this pool keeps its executor per process. After a fork (``os.register_at_fork``,
-and a process id check for forks that run no Python hooks) the child starts
-with a fresh lock and no executor; the first call makes a new one. The
+So this pool keeps its executor per process. After a fork (a process id
+check before the pool's lock is touched, which also covers forks that run
+no Python hooks) the child starts with a fresh lock and no executor; the first call makes a new one. The
 parent's executor, its queue and its futures are never touched in the child,
 so work the parent had queued is never run twice: it is the parent's, and
 only the parent's workers run it. (asyncio forgets the running loop in a
@@ -25,7 +25,6 @@ import asyncio
 import concurrent.futures
 import os
 import threading
-import weakref
 from typing import Any, Callable, TypeVar
 
 from gds_counter.errors import GatewayError
@@ -59,7 +58,6 @@ class ForkSafePool:
         self.name = name
         self._prefix = thread_name_prefix
         self._start_afresh()
-        _POOLS.add(self)
 
     def _start_afresh(self) -> None:
         """This process's own state: nothing inherited is used again."""
@@ -80,7 +78,7 @@ class ForkSafePool:
         """``function()`` in a worker; its result or error. Cancelled before
         a worker took it, it never runs; after, it runs to its end (a thread
         cannot be stopped) and the caller is told ``CancelledError``."""
-        if self._pid != os.getpid():  # a fork that ran no Python hooks
+        if self._pid != os.getpid():  # forked: never the parent's lock or executor
             self._after_fork()
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[R] = loop.create_future()
@@ -107,8 +105,10 @@ class ForkSafePool:
         for that if ``wait``); later calls raise ``GatewayError``. An
         executor inherited from another process is left alone (its threads
         are not here)."""
+        if self._pid != os.getpid():
+            self._after_fork()
         with self._lock:
-            executor = self._executor if self._pid == os.getpid() else None
+            executor = self._executor
             self._executor, self._closed = None, True
         if executor is not None:
             executor.shutdown(wait=wait)
@@ -120,15 +120,3 @@ class ForkSafePool:
         closed = self._closed
         self._start_afresh()
         self._closed = closed
-
-
-_POOLS: "weakref.WeakSet[ForkSafePool]" = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for pool in list(_POOLS):
-        pool._after_fork()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)

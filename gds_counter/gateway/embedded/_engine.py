@@ -26,7 +26,7 @@ from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
 from gds_counter.gateway.embedded._encoding import decode_cursor, encode_cursor, key_bytes, load_entity, load_indexed
-from gds_counter.gateway.embedded._group_commit import Batch, GroupCommit, Request
+from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, Batch, GroupCommit, Request
 from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter
 from gds_counter.gateway.embedded._storage import (
     Transaction,
@@ -59,11 +59,6 @@ BATCH_SIZE = 300
 
 #: One batch: its rows, the position of the last row read, and whether there are more.
 _Batch = tuple[list[Row], tuple[bytes, ...] | None, bool]
-
-#: How long a commit waits in the group commit's queue for the writers
-#: ahead of it: each waits up to the busy timeout for this process's write
-#: lock (a transaction's commit) and again for the file's.
-GROUP_WAIT_S = 2 * BUSY_TIMEOUT_S + 15
 
 #: Compiled query shapes a gateway keeps (see ``_compiled``).
 COMPILED_QUERIES = 256
@@ -362,7 +357,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         if txn is None and self.path is not None:
             results: list[tuple[Key | None, tuple[Any, ...] | None]] = self._group.commit(
                 mutations, self._pool.write_lock, self._write_group, _for_another,
-                wait_s=deadlines.remaining(GROUP_WAIT_S),
+                wait_s=deadlines.remaining(DEFAULT_WAIT_S),
             )
             return results
         held = txn.conn if txn is not None else None

@@ -45,6 +45,7 @@ import threading
 from typing import Any, Callable
 
 from gds_counter.errors import CommitUnknown, Contention, GDSError
+from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S
 from gds_counter.gateway.interrupts import release_if_held, surely
 
 __all__ = ["Batch", "GroupCommit", "Request"]
@@ -56,9 +57,11 @@ TAKEN = 2  #: in a writer's batch: it may be written from here on
 DONE = 3  #: answered: ``results`` or ``error`` is final
 LEFT = 4  #: its caller left before any writer took it: never written
 
-#: How long a queued caller waits, by default, for the writers ahead of it
-#: (each bounded by the busy timeout for the file and for the write lock).
-DEFAULT_WAIT_S = 75.0
+#: How long a queued caller waits, by default, for the writers ahead of it:
+#: each waits up to the busy timeout for this process's write lock (a
+#: transaction's commit) and again for the file's. (The engine passes less
+#: when the caller's deadline comes sooner: ``gateway.deadlines``.)
+DEFAULT_WAIT_S = 2 * BUSY_TIMEOUT_S + 15
 
 
 class Request:
@@ -85,10 +88,6 @@ class Request:
         self.signalled = False
         #: Once answered or left: whether it was stored (None: unknown).
         self.stored: bool | None = False
-
-    @property
-    def done(self) -> bool:
-        return self.state == DONE
 
 
 class Batch:

@@ -46,8 +46,8 @@ from benchmarks._common import (  # noqa: E402
     environment,
     open_backends,
     parse_choices,
-    shard_entity_class,
     progress,
+    shard_entity_class,
     table,
     write_json,
 )

@@ -26,7 +26,6 @@ import argparse
 import cProfile
 import os
 import pstats
-import sqlite3
 import sys
 import tempfile
 import threading

@@ -5,12 +5,39 @@ one idea's worth of code, and the product never imports test tooling."""
 from __future__ import annotations
 
 import ast
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gds_counter"
 MAX_LINES = 600
+
+#: The layers, lowest first, as (name, module patterns). A module may import
+#: modules of its own layer or of a lower one, never of a higher one. "pkg.*"
+#: is every module under pkg at any depth; a name without "*" is that module
+#: only, so a new top-level module must be given a layer here.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("checks and errors", ("gds_counter._checks", "gds_counter.errors")),
+    ("gateway", ("gds_counter.gateway", "gds_counter.gateway.*")),
+    ("gds", ("gds_counter.gds", "gds_counter.gds.*")),
+    ("counter", ("gds_counter.counter", "gds_counter.counter.*")),
+    ("aio", ("gds_counter.aio", "gds_counter.aio.*")),
+    (
+        "top",
+        (
+            "gds_counter",
+            "gds_counter.__main__",
+            "gds_counter.cli",
+            "gds_counter.demo",
+            "gds_counter.load",
+            "gds_counter.emulators",
+        ),
+    ),
+)
+#: Test tooling, outside the product: it may import anything, and nothing in
+#: the product imports it (test_the_product_never_imports_test_tooling).
+OUTSIDE_THE_LAYERS = ("gds_counter.testing", "gds_counter.testing.*")
 
 
 def _module_name(path: Path) -> str:
@@ -77,6 +104,64 @@ def test_no_import_cycles_among_gds_counter_modules():
 def test_the_cycle_check_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def _matches(module: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatchcase(module, pattern) for pattern in patterns)
+
+
+def _layers_of(module: str, layers: tuple[tuple[str, tuple[str, ...]], ...]) -> list[int]:
+    return [n for n, (_, patterns) in enumerate(layers) if _matches(module, patterns)]
+
+
+def _upward_imports(
+    graph: dict[str, set[str]],
+    layers: tuple[tuple[str, tuple[str, ...]], ...],
+    outside: tuple[str, ...] = (),
+) -> list[str]:
+    """Every import of a module in a higher layer than the importer's, as
+    "importer (layer n: name) -> target (layer m: name)"."""
+    found = []
+    for module in sorted(graph):
+        if _matches(module, outside):
+            continue
+        [mine] = _layers_of(module, layers)
+        for target in sorted(graph[module]):
+            # a package's __init__ importing its own submodules exports them
+            if target.startswith(module + ".") or _matches(target, outside):
+                continue
+            [theirs] = _layers_of(target, layers)
+            if theirs > mine:
+                found.append(
+                    f"{module} (layer {mine}: {layers[mine][0]}) -> {target} (layer {theirs}: {layers[theirs][0]})"
+                )
+    return found
+
+
+def test_every_module_has_exactly_one_layer():
+    for module in sorted(_imports()):
+        if not _matches(module, OUTSIDE_THE_LAYERS):
+            assert len(_layers_of(module, LAYERS)) == 1, f"{module} needs exactly one layer in LAYERS"
+
+
+def test_imports_only_go_down_the_layers():
+    upward = _upward_imports(_imports(), LAYERS, OUTSIDE_THE_LAYERS)
+    assert not upward, "imports of a higher layer:\n" + "\n".join(upward)
+
+
+def test_the_layer_check_finds_an_upward_import():
+    layers = (("low", ("low", "low.*")), ("high", ("high", "high.*")))
+    graph = {
+        "low": {"low.a"},  # a package importing its own submodule
+        "low.a": {"low.b"},  # same layer
+        "low.b": {"high.c"},  # up: the one violation
+        "high": {"high.c", "low"},  # down
+        "high.c": {"low.a", "tools"},  # down, and outside the layers
+        "tools": {"high", "low"},  # outside: may import anything
+    }
+    assert _upward_imports(graph, layers, outside=("tools",)) == ["low.b (layer 0: low) -> high.c (layer 1: high)"]
+    graph["low.b"] = set()
+    assert _upward_imports(graph, layers, outside=("tools",)) == []
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))

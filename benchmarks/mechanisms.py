@@ -7,15 +7,16 @@
 The product keeps a mechanism for speed only where it earns its place
 (``docs/architecture.md``, "Mechanisms"): this measures each one against the
 product with that one mechanism switched off, everything else unchanged.
-Switching off is done here, in this process only, by replacing the
-mechanism with the plain path it short-cuts:
+Switching off is done here, in this process only, by giving the gateway a
+runtime without it (``counter.runtime.Runtime``) or by replacing the
+gateway's part with the plain path it short-cuts:
 
-  combined-writes  each caller commits its own amount (no ``plan.Combine``
-                   rounds)
-  shared-reads     each caller runs its own read of a total (no
-                   ``plan.Shared`` rounds)
+  combined-writes  each caller commits its own amount
+                   (``Runtime(combine_writes=False)``)
+  shared-reads     each caller runs its own query of the shards (the
+                   gateway's shared reads replaced)
   affinity         each attempt takes a uniformly random shard, as the
-                   articles do (no per-process shard choice)
+                   articles do (``Runtime(shards=RandomShards())``)
   group-commit     each embedded commit is its own SQLite transaction and
                    fsync (SQLite backend only)
   count-cache      readers use ``cache=True`` against no cache; the load is
@@ -62,8 +63,9 @@ from _common import (  # noqa: E402
 )
 
 from gds_counter.counter import CounterShardDS  # noqa: E402
+from gds_counter.counter.runtime import Runtime  # noqa: E402
+from gds_counter.counter.shard_choice import RandomShards  # noqa: E402
 from gds_counter.errors import GDSError  # noqa: E402
-from gds_counter.gateway import plan  # noqa: E402
 
 MECHANISMS = ("combined-writes", "shared-reads", "affinity", "count-cache", "group-commit")
 SQLITE_ONLY = ("group-commit",)
@@ -78,18 +80,11 @@ WRITER_PAUSE_S = 0.01
 # --- switching one mechanism off, in this process only ------------------------------------
 
 
-class _Alone:
-    """Stands in for ``combined_writes(gateway)``: every caller writes its own amount."""
-
-    def run(self, key: Any, amount: int, write: Callable[[int, int], None]) -> None:
-        write(amount, 1)
-
-
 class _Unshared:
-    """Stands in for ``shared_reads(gateway)``: every caller reads alone."""
+    """Stands in for a gateway's shared reads: every caller reads alone."""
 
     def run(self, key: Any, read: Callable[[], Any]) -> tuple[Any, bool]:
-        return read(), True
+        return read(), False
 
 
 @contextlib.contextmanager
@@ -100,19 +95,6 @@ def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
         yield
     finally:
         setattr(owner, name, saved)
-
-
-class _RandomShard:
-    """Stands in for ``holding_shard``: a uniformly random shard per attempt."""
-
-    def __init__(self, gateway: Any, identity: Any, numbers: Any) -> None:
-        self._numbers = list(numbers)
-
-    def __enter__(self) -> int:
-        return random.choice(self._numbers)
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
 
 
 def _solo_group_commit() -> contextlib.AbstractContextManager[None]:
@@ -131,16 +113,18 @@ def _solo_group_commit() -> contextlib.AbstractContextManager[None]:
     return _patched(_engine.EmbeddedGateway, "_apply", apply_alone)
 
 
-def switched_off(mechanism: str) -> contextlib.AbstractContextManager[None]:
+def switched_off(mechanism: str, gateway: Any) -> contextlib.AbstractContextManager[None]:
+    """``mechanism`` off for the counters built on ``gateway`` from now on:
+    through the gateway's runtime where it is a runtime's part, else by
+    replacing the gateway's own part (shared reads) or the engine's
+    method (the group commit), for the run's duration."""
     if mechanism == "combined-writes":
-        return _patched(plan, "combined_writes", lambda gateway: _Alone())
-    if mechanism == "shared-reads":
-        return _patched(plan, "shared_reads", lambda gateway: _Unshared())
-    if mechanism == "affinity":
-        from gds_counter.counter import engine
-
-        return _patched(engine, "holding_shard", _RandomShard)
-    if mechanism == "group-commit":
+        Runtime(combine_writes=False).install(gateway)
+    elif mechanism == "affinity":
+        Runtime(shards=RandomShards()).install(gateway)
+    elif mechanism == "shared-reads":
+        return _patched(gateway, "_shared_reads", _Unshared())
+    elif mechanism == "group-commit":
         return _solo_group_commit()
     return contextlib.nullcontext()  # count-cache: off is the counter built without one
 
@@ -178,7 +162,7 @@ def run_once(spec: BackendSpec, mechanism: str, on: bool, threads: int, shards: 
             except GDSError:
                 errors[i] += 1
 
-    context = switched_off(mechanism) if not on else contextlib.nullcontext()
+    context = switched_off(mechanism, gateway) if not on else contextlib.nullcontext()
     with context:
         workers = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(threads)]
         for thread in workers:

@@ -3,6 +3,18 @@ sharded counter that PHP and Python apps can share."""
 
 __version__ = "0.1.0"
 
+from gds_counter.counter import (  # noqa: E402
+    NDB_GENERAL,
+    PHP_ARTICLE,
+    AutoGrow,
+    CountCache,
+    CounterOptions,
+    CounterShardDS,
+    CounterShardEntity,
+    GeneralCounter,
+    Layout,
+    get_counts,
+)
 from gds_counter.errors import (  # noqa: E402
     BadKeyError,
     BadValueError,
@@ -18,17 +30,6 @@ from gds_counter.errors import (  # noqa: E402
     TransformsIgnored,
     Unavailable,
 )
-from gds_counter.counter import (  # noqa: E402
-    NDB_GENERAL,
-    PHP_ARTICLE,
-    AutoGrow,
-    CountCache,
-    CounterShardDS,
-    CounterShardEntity,
-    GeneralCounter,
-    Layout,
-    get_counts,
-)
 from gds_counter.gateway import open_gateway  # noqa: E402
 from gds_counter.gds import Entity, Geopoint, Key, PropertyType, RetryPolicy, Schema, Store  # noqa: E402
 
@@ -36,6 +37,7 @@ __all__ = [
     "__version__",
     "AutoGrow",
     "CountCache",
+    "CounterOptions",
     "CounterShardDS",
     "CounterShardEntity",
     "GeneralCounter",

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, Sequence
 import attrs
 
 from gds_counter.counter import CountCache, CounterShardDS, get_counts
-from gds_counter.counter._affinity import separate_instance
+from gds_counter.counter.runtime import Runtime
 from gds_counter.emulators import EMULATOR_KINDS, Emulator, start_emulator
 from gds_counter.errors import BadValueError, GDSError
 from gds_counter.gateway.base import Gateway
@@ -162,8 +162,8 @@ class _Storage:
     def open(self, count: int = 1) -> list[Gateway]:
         """``count`` gateways on one fresh place (a new file, or a new
         namespace on the emulator): one per app instance that counts there,
-        each choosing shards as a process of its own would
-        (``separate_instance``: the instances are numbered 1, 2, ... as
+        each choosing shards as a process of its own would (a ``Runtime``
+        of its own, with its own dice and an instance number: 1, 2, ... as
         processes started together have consecutive ids)."""
         name = uuid.uuid4().hex[:8]
         gateways: list[Gateway]
@@ -176,7 +176,7 @@ class _Storage:
             path = os.path.join(self.folder, f"demo-{name}.sqlite3")
             gateways = [EmbeddedGateway(path, entity_writes_per_second=self.rate) for _ in range(count)]
         for number, gateway in enumerate(gateways, 1):
-            separate_instance(gateway, number)
+            Runtime(instance=number).install(gateway)
         return gateways
 
 
@@ -196,7 +196,7 @@ def _load_step(storage: _Storage, settings: Settings, title: str, shards: int, s
     """Each writer thread stands for an app instance of its own (as each
     PHP request is), with a gateway of its own on the same storage: writers
     sharing one gateway would have their overlapping writes combined
-    (``gateway.combined_writes``), which hides the contention the workshop
+    (``counter._combined``), which hides the contention the workshop
     is about. Each gateway also chooses shards as a separate process would
     (``_Storage.open``): instances sharing this process's shard order would
     all begin on one shard and meet there, hiding what sharding does."""

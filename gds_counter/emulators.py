@@ -16,8 +16,8 @@ Two emulators, because they behave differently where a counter cares:
 ``gcloud`` is found on PATH, or named by ``GDS_GCLOUD``. Each emulator runs
 in its own process group, which ``Emulator.stop()`` ends as a whole (gcloud
 starts a Java child that would otherwise outlive us and keep the port), and
-an ``atexit`` hook stops whatever is still running when the interpreter
-exits. ``DATASTORE_EMULATOR_HOST`` is never set in ``os.environ``: it would
+each emulator's ``weakref.finalize`` stops it when the interpreter exits (or
+when the ``Emulator`` is dropped) if nobody did. ``DATASTORE_EMULATOR_HOST`` is never set in ``os.environ``: it would
 change which storage unrelated code in the same process talks to; use
 ``Emulator.env`` for a child process instead.
 
@@ -29,7 +29,6 @@ Example::
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
@@ -38,10 +37,10 @@ import signal
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Literal
 
@@ -61,7 +60,6 @@ __all__ = [
     "find_gcloud",
     "launch_emulator",
     "start_emulator",
-    "stop_all_emulators",
 ]
 
 log = logging.getLogger(__name__)
@@ -93,6 +91,12 @@ class Emulator:
     process: subprocess.Popen[bytes] | None = attrs.field(default=None, repr=False, eq=False)
     #: A temporary folder to remove on ``stop()``; None when the caller owns it.
     _data_dir: str | None = attrs.field(default=None, repr=False, eq=False)
+    #: Stops the process group and removes the folder, once: at ``stop()``,
+    #: or at exit or collection if nobody called it.
+    _finalizer: weakref.finalize | None = attrs.field(default=None, init=False, repr=False, eq=False)
+
+    def __attrs_post_init__(self) -> None:
+        self._finalizer = weakref.finalize(self, _stop, self.process, self._data_dir)
 
     @property
     def env(self) -> dict[str, str]:
@@ -116,20 +120,19 @@ class Emulator:
         """End the emulator's whole process group (SIGTERM, then SIGKILL):
         gcloud starts a Java child that would otherwise outlive us and keep
         the port. On SIGTERM the Datastore emulator saves an on-disk store."""
-        process, self.process = self.process, None
-        with _running_lock:
-            _running[:] = [running for running in _running if running is not self]
-        if process is not None:
+        self.process, self._data_dir = None, None
+        if self._finalizer is not None:
+            self._finalizer()
+
+
+def _stop(process: subprocess.Popen[bytes] | None, data_dir: str | None) -> None:
+    """What ``Emulator.stop`` does, given only what it needs (a finalizer
+    must not hold the emulator it finalizes)."""
+    if process is not None:
+        with contextlib.suppress(Exception):
             _kill_group(process)
-        if self._data_dir:
-            shutil.rmtree(self._data_dir, ignore_errors=True)
-            self._data_dir = None
-
-
-_running_lock = threading.Lock()
-#: Emulators started and not yet stopped, stopped at exit (a list: Emulator
-#: compares by value, and two runs must never be confused).
-_running: list[Emulator] = []
+    if data_dir:
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
@@ -169,18 +172,6 @@ def _group_gone(pgid: int, wait: float) -> bool:
             os.waitpid(-pgid, os.WNOHANG)
         time.sleep(0.1)
     return False
-
-
-def stop_all_emulators() -> None:
-    """The atexit safety net: no emulator outlives the interpreter that started it."""
-    with _running_lock:
-        emulators = list(_running)
-    for emulator in emulators:
-        with contextlib.suppress(Exception):
-            emulator.stop()
-
-
-atexit.register(stop_all_emulators)
 
 
 def find_gcloud() -> str:
@@ -268,8 +259,6 @@ def launch_emulator(
             shutil.rmtree(folder, ignore_errors=True)
         raise EmulatorError(f"cannot run {gcloud!r} to start the {kind} emulator: {exc}") from exc
     emulator = Emulator(kind, host, project, log_path, process, folder if owned else None)
-    with _running_lock:
-        _running.append(emulator)
     started = time.monotonic()
     try:
         while not _ready(host):

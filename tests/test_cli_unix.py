@@ -20,9 +20,9 @@ import pytest
 
 from gds_counter.cli import EXIT_BROKEN_PIPE, main
 from gds_counter.counter import CounterShardDS
+from gds_counter.counter.layout import PHP_ARTICLE
 from gds_counter.gateway import open_gateway
 from gds_counter.gateway.mutations import Upsert
-from gds_counter.counter.layout import PHP_ARTICLE
 
 SCRIPT = Path(sys.executable).with_name("gds-counter")
 CHOOSERS = ("GDS_URL", "DATASTORE_EMULATOR_HOST", "DATASTORE_PROJECT_ID", "GOOGLE_CLOUD_PROJECT")

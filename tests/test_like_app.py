@@ -8,8 +8,8 @@ import asyncio
 import importlib.util
 import re
 from pathlib import Path
-from urllib.parse import unquote
 from typing import Any, Iterator
+from urllib.parse import unquote
 
 import pytest
 from starlette.testclient import TestClient

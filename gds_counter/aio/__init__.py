@@ -20,12 +20,12 @@ the I/O differs. On Datastore (and both emulators) the I/O is gRPC asyncio
 (``AsyncDatastoreGateway``); the embedded SQLite engine has no async I/O, so
 its calls run in a bounded thread pool the async gateway owns
 (``ThreadedGateway``) and the event loop never blocks. That pool, the
-in-flight slots and the shared gateways are per process: a child forked
+in-flight slots (``counter.runtime``) and the shared gateways are per process: a child forked
 with a gateway it inherited (gunicorn ``--preload``, ``multiprocessing``)
 gets threads and locks of its own, and never runs the parent's queued calls.
 """
 
-from gds_counter.aio._gateway import AsyncGateway, async_twin, in_flight_slot, open_gateway, resolve_gateway, shared_gateway
+from gds_counter.aio._gateway import AsyncGateway, async_twin, open_gateway, resolve_gateway, shared_gateway
 from gds_counter.aio._threaded import ThreadedGateway
 from gds_counter.aio.counter import CounterShardDS, GeneralCounter, ShardedCounter, get_counts
 from gds_counter.aio.store import Store
@@ -41,7 +41,6 @@ __all__ = [
     "ThreadedGateway",
     "async_twin",
     "get_counts",
-    "in_flight_slot",
     "open_gateway",
     "resolve_gateway",
     "shared_gateway",

@@ -9,17 +9,13 @@ thread pool: SQLite has no async I/O).
 
 from __future__ import annotations
 
-import asyncio
-import os
-import threading
-import weakref
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 from gds_counter.aio._threaded import DEFAULT_WORKERS, ThreadedGateway
 from gds_counter.errors import BadValueError
 from gds_counter.gateway import open_gateway as open_blocking
 from gds_counter.gateway import shared_gateway as shared_blocking
-from gds_counter.gateway import shared_gateway_key
+from gds_counter.gateway import shared_instance
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.datastore import DatastoreGateway
 from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
@@ -30,19 +26,12 @@ from gds_counter.gateway.stats import Stats
 from gds_counter.gateway.values import RawEntity
 
 __all__ = [
-    "DEFAULT_IN_FLIGHT",
     "AsyncGateway",
     "async_twin",
-    "in_flight_slot",
     "open_gateway",
     "resolve_gateway",
     "shared_gateway",
 ]
-
-#: Counter operations one gateway runs at once in one event loop, unless the
-#: gateway says otherwise (``max_in_flight``); see ``in_flight_slot``.
-DEFAULT_IN_FLIGHT = 64
-
 
 @runtime_checkable
 class AsyncGateway(Protocol):
@@ -106,22 +95,16 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None,
     return gateway
 
 
-_shared: dict[tuple[Any, ...], Any] = {}
-_shared_lock = threading.Lock()
-
-
 def shared_gateway(url: str | None = None) -> AsyncGateway:
     """One async gateway per process and configuration, for code that names
     none (``aio.CounterShardDS("Counter Test", 1)``). On the embedded engine
     it shares the blocking API's default gateway (one SQLite file, one
     connection pool); a Datastore one opens its gRPC channel per event loop."""
-    config = shared_gateway_key(url)
-    with _shared_lock:
-        gateway = _shared.get(config)
-        if gateway is None:
-            gateway = _shared[config] = async_twin(shared_blocking(url), owns=False, max_workers=DEFAULT_WORKERS)
-        result: AsyncGateway = gateway
-        return result
+    blocking = shared_blocking(url)
+    gateway: AsyncGateway = shared_instance(
+        "aio", url, lambda: async_twin(blocking, owns=False, max_workers=DEFAULT_WORKERS)
+    )
+    return gateway
 
 
 def resolve_gateway(gateway: Any) -> AsyncGateway:
@@ -136,45 +119,3 @@ def resolve_gateway(gateway: Any) -> AsyncGateway:
         )
     result: AsyncGateway = gateway
     return result
-
-
-_slots: "weakref.WeakKeyDictionary[Any, weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore]]" = (
-    weakref.WeakKeyDictionary()
-)
-_slots_lock = threading.Lock()
-
-
-def in_flight_slot(gateway: Any) -> asyncio.Semaphore:
-    """The slots for counter operations on ``gateway`` in the running loop
-    (``gateway.max_in_flight`` of them, else ``DEFAULT_IN_FLIGHT``); the
-    rest wait their turn, first come first served.
-
-    Why: a thousand tasks that await a thousand increments would otherwise
-    all become ready in the same few loop iterations, each running its
-    share of the plan (mapping, checks, codec) before the loop can look at
-    its timers again: measured with 500 concurrent increments, other tasks
-    then waited up to 0.8 s; with at most 64 in flight they waited about
-    0.1 s, and the increments finished sooner. A counter operation holds
-    its slot for its whole plan (its transactions included), so a slot is
-    never waited for while holding a lock; Store calls, whose transactions
-    span several calls, take none."""
-    loop = asyncio.get_running_loop()
-    with _slots_lock:
-        per_loop = _slots.setdefault(gateway, weakref.WeakKeyDictionary())
-        slot = per_loop.get(loop)
-        if slot is None:
-            slot = per_loop[loop] = asyncio.Semaphore(getattr(gateway, "max_in_flight", DEFAULT_IN_FLIGHT))
-        return slot
-
-
-def _after_fork_in_child() -> None:
-    """A child starts with locks no thread holds (a thread of the parent
-    may have held one at the fork, and it is not here to release it) and no
-    slots: the parent's tasks are not here to give theirs back."""
-    global _shared_lock, _slots_lock, _slots
-    _shared_lock, _slots_lock = threading.Lock(), threading.Lock()
-    _slots = weakref.WeakKeyDictionary()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)

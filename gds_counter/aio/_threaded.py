@@ -56,7 +56,7 @@ class ThreadedGateway:
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
             raise BadValueError(f"max_workers must be a positive int, got {max_workers!r}")
         self.blocking = gateway
-        #: Counter operations at once per event loop (``aio.in_flight_slot``):
+        #: Counter operations at once per event loop (``counter.runtime.Runtime.in_flight_slot``):
         #: enough to keep the pool busy, few enough to keep the loop free.
         self.max_in_flight = max_in_flight or 4 * max_workers
         self._owns = owns

@@ -13,17 +13,18 @@ from __future__ import annotations
 
 from typing import Any, Iterable, TypeVar
 
-from gds_counter.aio._gateway import AsyncGateway, in_flight_slot, resolve_gateway
+from typing_extensions import Unpack
+
+from gds_counter.aio._gateway import AsyncGateway, resolve_gateway
 from gds_counter.aio.store import Store
-from gds_counter.counter.article import article_counter_args
 from gds_counter.counter.arguments import check_counters, locate
-from gds_counter.counter.cache import CountCache
-from gds_counter.counter.engine import AutoGrow, CounterCore, by_gateway, counts_plan
+from gds_counter.counter.article import article_counter_args
+from gds_counter.counter.engine import CounterCore, by_gateway, counts_plan
 from gds_counter.counter.layout import NDB_GENERAL, Layout
-from gds_counter.counter.strategy import Strategy
+from gds_counter.counter.options import CounterChanges, CounterOptions, options_of
+from gds_counter.counter.runtime import Runtime
 from gds_counter.errors import BadValueError
 from gds_counter.gateway import plan
-from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy
 
 __all__ = ["CounterShardDS", "GeneralCounter", "ShardedCounter", "get_counts"]
 
@@ -32,8 +33,9 @@ T = TypeVar("T")
 
 async def _run(planned: plan.Plan[T], gateway: Any) -> T:
     """Run one counter operation in one of the gateway's in-flight slots
-    (``in_flight_slot``: at most so many at once keep the loop responsive)."""
-    async with in_flight_slot(gateway):
+    (``Runtime.in_flight_slot``: at most so many at once keep the loop
+    responsive)."""
+    async with Runtime.of(gateway).in_flight_slot(gateway):
         return await plan.arun(planned, gateway)
 
 
@@ -50,18 +52,16 @@ class ShardedCounter(CounterCore):
         num_shards: int | None = None,
         store: Any = None,
         gateway: AsyncGateway | str | None = None,
-        strategy: str | Strategy = "auto",
-        retry: RetryPolicy = DEFAULT_RETRY,
-        cache: CountCache | bool | None = None,
-        auto_grow: AutoGrow | bool | None = None,
+        options: CounterOptions | None = None,
+        **changes: Unpack[CounterChanges],
     ) -> None:
+        chosen = options_of(options, changes)
         resolved, namespace = locate(
             name, layout, store, gateway, store_type=Store, store_label="gds_counter.aio Store",
             resolve=resolve_gateway,
         )
         super().__init__(
-            name, layout=layout, gateway=resolved, namespace=namespace, num_shards=num_shards,
-            strategy=strategy, retry=retry, cache=cache, auto_grow=auto_grow,
+            name, layout=layout, gateway=resolved, namespace=namespace, num_shards=num_shards, options=chosen,
         )
         if getattr(self._strategy, "plan_add", None) is None:
             # Its blocking add() would call the async gateway's coroutines
@@ -119,17 +119,14 @@ class CounterShardDS(ShardedCounter):
         store: Any = None,
         *,
         gateway: AsyncGateway | str | None = None,
-        strategy: str | Strategy = "auto",
-        retry: RetryPolicy = DEFAULT_RETRY,
-        cache: CountCache | bool | None = None,
-        auto_grow: AutoGrow | bool | None = None,
+        options: CounterOptions | None = None,
+        **changes: Unpack[CounterChanges],
     ) -> None:
         target, layout = article_counter_args(target_type, target_id, num_shards, store)
         self.target_type = target_type
         self.target_id = target_id
         super().__init__(
-            target, layout=layout, num_shards=num_shards, store=store, gateway=gateway,
-            strategy=strategy, retry=retry, cache=cache, auto_grow=auto_grow,
+            target, layout=layout, num_shards=num_shards, store=store, gateway=gateway, options=options, **changes
         )
 
     @property
@@ -148,14 +145,11 @@ class GeneralCounter(ShardedCounter):
         *,
         gateway: AsyncGateway | str | None = None,
         layout: Layout = NDB_GENERAL,
-        strategy: str | Strategy = "auto",
-        retry: RetryPolicy = DEFAULT_RETRY,
-        cache: CountCache | bool | None = None,
-        auto_grow: AutoGrow | bool | None = None,
+        options: CounterOptions | None = None,
+        **changes: Unpack[CounterChanges],
     ) -> None:
         super().__init__(
-            name, layout=layout, num_shards=num_shards, store=store, gateway=gateway,
-            strategy=strategy, retry=retry, cache=cache, auto_grow=auto_grow,
+            name, layout=layout, num_shards=num_shards, store=store, gateway=gateway, options=options, **changes
         )
 
 

@@ -7,23 +7,32 @@ from gds_counter.counter.cache import CountCache
 from gds_counter.counter.entity import CounterShardEntity
 from gds_counter.counter.general import GeneralCounter
 from gds_counter.counter.layout import NDB_GENERAL, PHP_ARTICLE, Layout
-from gds_counter.counter.sharded import AutoGrow, ShardedCounter, get_counts
-from gds_counter.counter.strategy import STRATEGIES, Shard, Strategy
+from gds_counter.counter.options import AutoGrow, CounterOptions
+from gds_counter.counter.runtime import Runtime
+from gds_counter.counter.shard_choice import AffinityShards, RandomShards, ShardChooser
+from gds_counter.counter.sharded import ShardedCounter, get_counts
+from gds_counter.counter.strategy import STRATEGIES, Shard, Strategy, Wrote
 
 __all__ = [
+    "AffinityShards",
     "AutoGrow",
     "CounterShardDS",
     "CounterShardEntity",
     "CountCache",
+    "CounterOptions",
     "GeneralCounter",
     "Layout",
     "MAX_SHARDS",
     "NDB_GENERAL",
     "PHP_ARTICLE",
+    "RandomShards",
+    "Runtime",
     "STRATEGIES",
     "Shard",
+    "ShardChooser",
     "ShardedCounter",
     "Strategy",
+    "Wrote",
     "get_counts",
     "make_target",
 ]

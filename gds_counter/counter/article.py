@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import Unpack
+
 from gds_counter._checks import is_int
-from gds_counter.counter.cache import CountCache
 from gds_counter.counter.entity import CounterShardEntity
 from gds_counter.counter.layout import Layout
-from gds_counter.counter.sharded import AutoGrow, ShardedCounter, check_num_shards
-from gds_counter.counter.strategy import Strategy
+from gds_counter.counter.options import CounterChanges, CounterOptions
+from gds_counter.counter.sharded import ShardedCounter, check_num_shards
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.base import Gateway
 from gds_counter.gds.store import Store
-from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy
 
 
 def _target_part(what: str, value: Any) -> str:
@@ -66,8 +66,8 @@ class CounterShardDS(ShardedCounter):
     the emulator, or the embedded SQLite file); ``gateway`` picks another
     gateway (or URL) without building a Store. A Store of a
     ``CounterShardEntity`` subclass uses that subclass's ``KIND_PFX``.
-    ``strategy``: "auto" (default), "transactional", "increment" or
-    "auto-grow"; see ``gds_counter.counter.strategy``.
+    ``options`` (``CounterOptions``: strategy, retry, cache, auto_grow,
+    shards), or any of its fields as keywords, say how it writes and reads.
     """
 
     NUM_SHARDS = 20
@@ -80,24 +80,14 @@ class CounterShardDS(ShardedCounter):
         store: Store | None = None,
         *,
         gateway: Gateway | str | None = None,
-        strategy: str | Strategy = "auto",
-        retry: RetryPolicy = DEFAULT_RETRY,
-        cache: CountCache | bool | None = None,
-        auto_grow: AutoGrow | bool | None = None,
+        options: CounterOptions | None = None,
+        **changes: Unpack[CounterChanges],
     ) -> None:
         target, layout = article_counter_args(target_type, target_id, num_shards, store)
         self.target_type = target_type
         self.target_id = target_id
         super().__init__(
-            target,
-            layout=layout,
-            num_shards=num_shards,
-            store=store,
-            gateway=gateway,
-            strategy=strategy,
-            retry=retry,
-            cache=cache,
-            auto_grow=auto_grow,
+            target, layout=layout, num_shards=num_shards, store=store, gateway=gateway, options=options, **changes
         )
 
     @property

@@ -36,17 +36,16 @@ articles' memcache.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
-import weakref
-from typing import Any, Hashable, Iterator, Optional, Tuple
+from typing import Callable, Hashable, Iterator, Optional, Tuple
 
 import attrs
 
 from gds_counter.errors import BadValueError, Contention, TransformsIgnored, Unavailable
+from gds_counter.gateway import forks
 
-__all__ = ["DEFAULT_TTL", "CountCache", "Ticket", "shared_cache"]
+__all__ = ["DEFAULT_TTL", "CountCache", "Ticket"]
 
 DEFAULT_TTL = 60.0
 
@@ -68,7 +67,7 @@ class _Key:
     writing: int = 0
     #: Bumped when a write begins or ends: a read that saw it change overlapped one.
     generation: int = 0
-    #: Until then (``time.monotonic``) no total is kept: a write whose
+    #: Until then (the cache's clock) no total is kept: a write whose
     #: outcome is unknown may still land.
     doubtful_until: float = 0.0
 
@@ -77,22 +76,29 @@ class _Key:
 #: when the read began (None: a write was in flight, the read is not kept).
 Ticket = Optional[Tuple[_Key, int]]
 
-class CountCache:
-    """Totals keyed by counter, each kept for ``ttl`` seconds. Thread-safe.
+def _monotonic() -> float:
+    return time.monotonic()  # looked up at call time, so that freezegun can move it
 
-    Uses ``time.monotonic`` (looked up at call time, so freezegun can move
-    it). An entry whose expiry lies more than ``ttl`` ahead of the clock was
-    made under another clock (a test's frozen time) and counts as expired.
+
+class CountCache:
+    """Totals keyed by counter, each kept for ``ttl`` seconds. Thread-safe;
+    a forked child starts with it empty.
+
+    ``clock`` (seconds, never going back) defaults to ``time.monotonic``,
+    looked up at each call so that freezegun can move it. An entry whose
+    expiry lies more than ``ttl`` ahead of the clock was made under another
+    clock (a test's frozen time) and counts as expired.
     """
 
-    def __init__(self, ttl: float = DEFAULT_TTL) -> None:
+    def __init__(self, ttl: float = DEFAULT_TTL, *, clock: Callable[[], float] = _monotonic) -> None:
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:
             raise BadValueError(f"cache ttl must be a positive number of seconds, got {ttl!r}")
         self.ttl = float(ttl)
-        self._forget_all()
-        _CACHES.add(self)
+        self._clock = clock
+        self._after_fork_in_child()
+        forks.register(self)
 
-    def _forget_all(self) -> None:
+    def _after_fork_in_child(self) -> None:
         """Start empty, with a free lock: in a forked child, the parent's
         threads that held the lock or had writes in flight are not there to
         finish them, so nothing the parent knew is kept."""
@@ -110,7 +116,7 @@ class CountCache:
         """The cached total, or None when there is no fresh one, or when a
         write of this counter is in flight here: it may have committed
         already, and a caller that saw its total must never be shown less."""
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             state = self._keys.get(key)
             if state is None or state.writing or not self._fresh(state, now) or self._doubtful(state, now):
@@ -129,7 +135,7 @@ class CountCache:
         and made anew), or a write's outcome is in doubt. True if cached."""
         with self._lock:
             state = self._keys.get(key)
-            now = time.monotonic()
+            now = self._clock()
             if ticket is None or state is not ticket[0] or state.writing or state.generation != ticket[1]:
                 return False
             if self._doubtful(state, now):
@@ -165,7 +171,7 @@ class CountCache:
             with self._lock:
                 state.writing -= 1
                 state.generation += 1
-                now = time.monotonic()
+                now = self._clock()
                 if outcome == "unknown":
                     state.total = None
                     state.doubtful_until = now + self.ttl
@@ -189,37 +195,3 @@ class CountCache:
             for state in self._keys.values():
                 state.total = None
                 state.generation += 1
-
-
-_shared: "weakref.WeakKeyDictionary[Any, CountCache]" = weakref.WeakKeyDictionary()
-_shared_lock = threading.Lock()
-#: Every cache, so that a forked child can empty them all.
-_CACHES: "weakref.WeakSet[CountCache]" = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    global _shared_lock
-    _shared_lock = threading.Lock()
-    for cache in list(_CACHES):
-        cache._forget_all()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def shared_cache(gateway: Any) -> CountCache:
-    """The cache that counters built with ``cache=True`` share on ``gateway``,
-    so that short-lived counter objects (one per web request) still share
-    their cached totals, and that every write through ``gateway`` passes
-    through (so it is seen whichever counter object made it). An async
-    gateway over a blocking one (``ThreadedGateway``) shares the blocking
-    one's, so both faces of one process see each other's writes. It lives
-    exactly as long as the gateway: a new gateway, even one at the same
-    address in memory, starts with none."""
-    gateway = getattr(gateway, "blocking", gateway)
-    with _shared_lock:
-        cache = _shared.get(gateway)
-        if cache is None:
-            cache = _shared[gateway] = CountCache()
-        return cache

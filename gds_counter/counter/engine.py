@@ -24,7 +24,7 @@ What this engine adds to the articles it ports:
 * **Overlapping writes are combined.** At most two writes of a counter run
   at once in a process; amounts added meanwhile go into the next write as
   their sum, and every caller gets that write's outcome
-  (``gateway.combined_writes``), which keeps counted-once-or-raised per
+  (``counter._combined``), which keeps counted-once-or-raised per
   caller while sixteen threads pay for a few commits.
 * **Reads are one RPC per batch.** For a layout that stores its target (the
   PHP article's), ``get_count()`` is the article's query by ``target``, as
@@ -46,7 +46,6 @@ What this engine adds to the articles it ports:
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 from typing import Any, Callable, Hashable, Iterator, Sequence
@@ -54,42 +53,29 @@ from typing import Any, Callable, Hashable, Iterator, Sequence
 import attrs
 
 from gds_counter._checks import INT64_MAX, check_int
-from gds_counter.counter._affinity import holding_shard, seen, seen_shards
+from gds_counter.counter._combined import Combine
 from gds_counter.counter.arguments import check_name, check_num_shards
-from gds_counter.counter.cache import CountCache, Ticket, shared_cache
+from gds_counter.counter.cache import CountCache, Ticket
 from gds_counter.counter.layout import Layout
-from gds_counter.counter.strategy import Shard, Strategy, add_plan, get_strategy
+from gds_counter.counter.options import AutoGrow, CounterOptions
+from gds_counter.counter.runtime import Runtime
+from gds_counter.counter.shard_choice import Holding, ShardChooser
+from gds_counter.counter.strategy import Shard, Wrote, add_plan, get_strategy
 from gds_counter.errors import BadValueError, Contention, GDSError, TotalUnavailable, Unavailable
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Mutation, Upsert
 from gds_counter.gateway.query import PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
-from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy, retry_plan
+from gds_counter.gds.transaction import RetryPolicy, retry_plan
 
-__all__ = ["AutoGrow", "CounterCore", "by_gateway", "counts_plan"]
+__all__ = ["CounterCore", "by_gateway", "counts_plan"]
 
 log = logging.getLogger("gds_counter.counter.sharded")  # the name logging configuration knows
 
 #: Datastore (legacy, and its emulator) limits a transaction to 25 entity
 #: groups; reset() zeroes shards in transactions of at most this many.
 _MAX_GROUPS_PER_TRANSACTION = 25
-
-
-@attrs.frozen
-class AutoGrow:
-    """Grow a counter's shards when writers keep colliding.
-
-    After ``after_attempts`` conflicting attempts in a row, the shard count
-    is multiplied by ``factor`` (up to ``max_shards``), recorded in the
-    config entity so every process spreads its writes wider, and the
-    increment is tried again on the larger set. Growth is never undone.
-    """
-
-    after_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
-    factor: int = attrs.field(default=2, validator=attrs.validators.ge(2))
-    #: At most ``MAX_SHARDS`` (refused with BadValueError when built).
-    max_shards: int = attrs.field(default=320, validator=lambda _, __, value: check_num_shards(value, "AutoGrow.max_shards"))
 
 
 class CounterCore:
@@ -106,12 +92,10 @@ class CounterCore:
         gateway: Any,
         namespace: str,
         num_shards: int | None = None,
-        strategy: str | Strategy = "auto",
-        retry: RetryPolicy = DEFAULT_RETRY,
-        cache: CountCache | bool | None = None,
-        auto_grow: AutoGrow | bool | None = None,
+        options: CounterOptions = CounterOptions(),
     ) -> None:
         check_name(name)
+        strategy, retry, cache, auto_grow = options.strategy, options.retry, options.cache, options.auto_grow
         if not isinstance(retry, RetryPolicy):
             raise BadValueError(f"retry must be a RetryPolicy, got {type(retry).__name__} {retry!r}")
         self.layout = layout
@@ -128,10 +112,17 @@ class CounterCore:
         self._retry = retry
         self._gateway = gateway
         self.namespace = namespace
+        #: What the counters of this process share on this gateway.
+        self._runtime = runtime = Runtime.of(gateway)
         #: Every write of this process through the gateway passes through its
         #: shared cache, whether or not this counter reads from it, so that a
         #: counter with ``cache=True`` sees the writes of every counter object.
-        self._shared_cache = shared_cache(gateway)
+        self._shared_cache = runtime.cache
+        #: Where each attempt writes: this counter's own chooser, else the runtime's.
+        if options.shards is not None and not isinstance(options.shards, ShardChooser):
+            raise BadValueError(f"shards must be a ShardChooser, got {type(options.shards).__name__} {options.shards!r}")
+        self._chooser: ShardChooser = options.shards if options.shards is not None else runtime.shards
+        self.options = options
         self._cache: CountCache | None = self._shared_cache if cache is True else (cache or None)
         # Check the key names now, so a bad name fails before any write: up
         # to the last shard this counter may write (growth included), or an
@@ -151,17 +142,21 @@ class CounterCore:
         self._keys: list[Key] = []
         #: What a strategy is given for each shard written so far.
         self._shard_objects: dict[int, Shard] = {}
+        #: Shard key name -> shard number (None: not a shard), as queries find them.
+        self._numbers: dict[str, int | None] = {}
         #: Callers of one process whose writes go by this key are combined
         #: into one write (``_commit``): the same counter written the same
         #: way, whichever counter object each holds. None: a strategy that
         #: cannot be a key (unhashable) writes each amount alone.
         self._combining: Hashable | None = (
             "commit", layout, self._identity(), self._strategy, retry, self._auto_grow,
-            self._follow_config, self._min_shards,
+            self._follow_config, self._min_shards, self._chooser,
         )
         try:
             hash(self._combining)
         except TypeError:
+            self._combining = None
+        if not runtime.combine_writes:
             self._combining = None
 
     # --- where it lives -------------------------------------------------------
@@ -283,13 +278,7 @@ class CounterCore:
             shards = yield from self._query_shards()
             return sum(count for _, count in shards)
 
-        def shared_read() -> plan.Plan[int]:
-            # Writers that finish together share one read that began after
-            # each of them asked: strongly consistent, read and summed once.
-            total: int = yield from plan.shared(("total", self.layout, self._identity()), read)
-            return total
-
-        result: int = yield from _through_cache(self, shared_read, use_cache=use_cache)
+        result: int = yield from _through_cache(self, read, use_cache=use_cache)
         return result
 
     def _query_shards(self) -> plan.Plan[list[tuple[Key, int]]]:
@@ -305,8 +294,22 @@ class CounterCore:
         found = yield from plan.query_all(query)
         shards = [(shard.key, self.layout.count_of(shard)) for shard in found if shard.key]
         # Which shards other processes write, for this process's next choice.
-        seen_shards(self._gateway, self._identity(), shards, functools.partial(self.layout.shard_number, self.name))
+        counts: dict[int, int] = {}
+        for key, count in shards:
+            number = self._number_of(key)
+            if number is not None:
+                counts[number] = count
+        self._chooser.seen(self._identity(), counts, every=True)
         return shards
+
+    def _number_of(self, key: Key) -> int | None:
+        """The shard number of a key a query found (None: not one of this
+        counter's shards), worked out once per key name."""
+        name = key.name or ""
+        number = self._numbers.get(name, -1)
+        if number == -1:
+            number = self._numbers[name] = self.layout.shard_number(self.name, key)
+        return number
 
     def _shards(self, method: str = "auto") -> plan.Plan[list[tuple[int, int]]]:
         """``(shard number, count)`` for every shard a read covers (see
@@ -446,12 +449,13 @@ class CounterCore:
     def _commit(self, amount: int) -> plan.Plan[None]:
         """Commit ``amount`` exactly once or raise: in one write with what
         the other callers of this process add to this counter meanwhile
-        (``gateway.combined_writes``). Sixteen threads on one counter so pay
+        (``counter._combined``). Sixteen threads on one counter so pay
         for a few attempts, not sixteen, and meet each other on no lock."""
         if self._combining is None:
             yield from self._commit_sum(amount, 1)
         else:
-            yield from plan.combined(self._combining, amount, self._commit_sum)
+            runtime = self._runtime
+            yield Combine(runtime.combined, runtime.async_combined, self._combining, amount, self._commit_sum)
 
     def _commit_sum(self, amount: int, callers: int) -> plan.Plan[None]:
         """Commit ``amount``, the sum of ``callers``' amounts, in one
@@ -461,11 +465,19 @@ class CounterCore:
             stats.bump("counter.combined", callers - 1)  # amounts that rode in another caller's write
         attempts = 0
         together = f" (the amounts of {callers} callers, combined)" if callers > 1 else ""
+
+        def moved() -> None:
+            stats.bump("counter.shard_moves")
+
         what = f"increment of counter {self} by {amount}{together}"
 
         def attempt() -> plan.Plan[None]:
-            with holding_shard(self._gateway, self._identity(), self.layout.shard_numbers(self._num_shards)) as number:
-                yield from add_plan(self._strategy, self._shard(number), amount)
+            with Holding(self._chooser, self._identity(), self.layout.shard_numbers(self._num_shards), moved) as number:
+                wrote = yield from add_plan(self._strategy, self._shard(number), amount)
+                # What the shard held tells the chooser whether another
+                # process writes it too (then this process moves elsewhere).
+                if isinstance(wrote, Wrote) and self._chooser.wrote(self._identity(), number, *wrote):
+                    moved()
 
         grow = self._auto_grow
         growing = grow is not None
@@ -579,5 +591,6 @@ def _read_shards_plan(counters: Sequence[CounterCore]) -> plan.Plan[list[dict[in
         for (i, number, _), raw in zip(extra, more):
             results[i][number] = counters[i].layout.count_of(raw)
     for counter, counts in zip(counters, results):  # for this process's next shard choice
-        seen(counter._gateway, counter._identity(), counts)
+        counter._chooser.seen(counter._identity(), counts, every=False)
     return results
+

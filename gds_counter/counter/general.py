@@ -9,13 +9,13 @@ written in place.
 
 from __future__ import annotations
 
-from gds_counter.counter.cache import CountCache
+from typing_extensions import Unpack
+
 from gds_counter.counter.layout import NDB_GENERAL, Layout
-from gds_counter.counter.sharded import AutoGrow, ShardedCounter
-from gds_counter.counter.strategy import Strategy
+from gds_counter.counter.options import CounterChanges, CounterOptions
+from gds_counter.counter.sharded import ShardedCounter
 from gds_counter.gateway.base import Gateway
 from gds_counter.gds.store import Store
-from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy
 
 
 class GeneralCounter(ShardedCounter):
@@ -30,19 +30,9 @@ class GeneralCounter(ShardedCounter):
         *,
         gateway: Gateway | str | None = None,
         layout: Layout = NDB_GENERAL,
-        strategy: str | Strategy = "auto",
-        retry: RetryPolicy = DEFAULT_RETRY,
-        cache: CountCache | bool | None = None,
-        auto_grow: AutoGrow | bool | None = None,
+        options: CounterOptions | None = None,
+        **changes: Unpack[CounterChanges],
     ) -> None:
         super().__init__(
-            name,
-            layout=layout,
-            num_shards=num_shards,
-            store=store,
-            gateway=gateway,
-            strategy=strategy,
-            retry=retry,
-            cache=cache,
-            auto_grow=auto_grow,
+            name, layout=layout, num_shards=num_shards, store=store, gateway=gateway, options=options, **changes
         )

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from typing_extensions import Unpack
+
 from gds_counter.counter.arguments import check_counters, check_num_shards, locate
-from gds_counter.counter.cache import CountCache
-from gds_counter.counter.engine import AutoGrow, CounterCore, by_gateway, counts_plan
+from gds_counter.counter.engine import CounterCore, by_gateway, counts_plan
 from gds_counter.counter.layout import Layout
-from gds_counter.counter.strategy import Strategy
+from gds_counter.counter.options import AutoGrow, CounterChanges, CounterOptions, options_of
 from gds_counter.gateway import plan, resolve_gateway
 from gds_counter.gateway.base import Gateway
 from gds_counter.gds.store import Store
-from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy
 
 __all__ = ["AutoGrow", "ShardedCounter", "check_num_shards", "get_counts"]
 
@@ -32,7 +32,8 @@ class ShardedCounter(CounterCore):
 
     ``store`` (a Store for the layout's shard kind) or ``gateway`` (a
     gateway or URL) says where the counter lives; neither means the shared
-    default gateway.
+    default gateway. ``options`` (``CounterOptions``), and any of its fields
+    given as keywords, say how it writes and reads.
     """
 
     def __init__(
@@ -43,17 +44,15 @@ class ShardedCounter(CounterCore):
         num_shards: int | None = None,
         store: Store | None = None,
         gateway: Gateway | str | None = None,
-        strategy: str | Strategy = "auto",
-        retry: RetryPolicy = DEFAULT_RETRY,
-        cache: CountCache | bool | None = None,
-        auto_grow: AutoGrow | bool | None = None,
+        options: CounterOptions | None = None,
+        **changes: Unpack[CounterChanges],
     ) -> None:
+        chosen = options_of(options, changes)
         resolved, namespace = locate(
             name, layout, store, gateway, store_type=Store, store_label="gds Store", resolve=resolve_gateway
         )
         super().__init__(
-            name, layout=layout, gateway=resolved, namespace=namespace, num_shards=num_shards,
-            strategy=strategy, retry=retry, cache=cache, auto_grow=auto_grow,
+            name, layout=layout, gateway=resolved, namespace=namespace, num_shards=num_shards, options=chosen,
         )
 
     @property

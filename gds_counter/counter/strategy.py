@@ -26,12 +26,11 @@ into the counter.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import attrs
 
 from gds_counter._checks import INT64_MAX, INT64_MIN
-from gds_counter.counter import _affinity
 from gds_counter.counter.layout import Layout
 from gds_counter.errors import BadValueError, CountSaturated, TransformsIgnored
 from gds_counter.gateway import plan
@@ -40,7 +39,7 @@ from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Increment, Mutation, Upsert
 from gds_counter.gateway.values import RawEntity
 
-__all__ = ["STRATEGIES", "Shard", "Strategy", "add_plan", "get_strategy"]
+__all__ = ["STRATEGIES", "Shard", "Strategy", "Wrote", "add_plan", "get_strategy"]
 
 
 @attrs.frozen
@@ -68,30 +67,45 @@ class Shard:
         return f"shard {self.number} of {self.layout.shard_kind} {self.target!r}"
 
 
+class Wrote(NamedTuple):
+    """What an attempt's ``plan_add`` may return: the count it found in the
+    shard and the count it stored. A count this process did not leave
+    there tells the shard chooser that another writer uses the shard."""
+
+    found: int
+    stored: int
+
+
 @runtime_checkable
 class Strategy(Protocol):
     """One attempt on one shard. A strategy may also define ``plan_add(shard,
     amount)``, the attempt as a plan (``gds_counter.gateway.plan``): the
     built-in ones do, and that is what lets ``gds_counter.aio`` run them on
-    non-blocking I/O; the asyncio face refuses one with only ``add``."""
+    non-blocking I/O; the asyncio face refuses one with only ``add``. A
+    ``plan_add`` may return a ``Wrote`` (what it found and stored)."""
 
     name: str
 
     def add(self, shard: Shard, amount: int) -> None:
         """Commit ``amount`` to ``shard`` once, or raise (``Contention`` when
         another writer won; it is then safe to retry). ``amount`` may be the
-        sum of several callers' amounts (``gateway.combined_writes``): each
+        sum of several callers' amounts (combined writes): each
         of them gets what this attempt ends in."""
 
 
-def add_plan(strategy: Strategy, shard: Shard, amount: int) -> plan.Plan[None]:
+def add_plan(strategy: Strategy, shard: Shard, amount: int) -> plan.Plan[Wrote | None]:
     """The strategy's attempt as a plan: its own ``plan_add`` when it has
-    one, else its blocking ``add`` as a ``Call``."""
+    one, else its blocking ``add`` as a ``Call`` (which reports nothing)."""
     planned = getattr(strategy, "plan_add", None)
     if planned is not None:
-        result: plan.Plan[None] = planned(shard, amount)
+        result: plan.Plan[Wrote | None] = planned(shard, amount)
         return result
-    return plan.call(lambda: strategy.add(shard, amount))
+    return _blocking_add(strategy, shard, amount)
+
+
+def _blocking_add(strategy: Strategy, shard: Shard, amount: int) -> plan.Plan[Wrote | None]:
+    yield from plan.call(lambda: strategy.add(shard, amount))
+    return None
 
 
 class Transactional:
@@ -100,7 +114,7 @@ class Transactional:
     def add(self, shard: Shard, amount: int) -> None:
         plan.run(self.plan_add(shard, amount), shard.gateway)
 
-    def plan_add(self, shard: Shard, amount: int) -> plan.Plan[None]:
+    def plan_add(self, shard: Shard, amount: int) -> plan.Plan[Wrote]:
         found: list[int] = []
 
         def write(token: bytes) -> plan.Plan[list[Mutation]]:
@@ -114,9 +128,7 @@ class Transactional:
             return [Upsert(shard.entity(count))]
 
         yield from plan.in_transaction(write)
-        # What the shard held tells the affinity whether another process
-        # writes it too (then this process moves elsewhere).
-        _affinity.wrote(found[0], found[0] + amount)
+        return Wrote(found[0], found[0] + amount)
 
 
 class ServerIncrement:
@@ -131,7 +143,7 @@ class ServerIncrement:
     def add(self, shard: Shard, amount: int) -> None:
         plan.run(self.plan_add(shard, amount), shard.gateway)
 
-    def plan_add(self, shard: Shard, amount: int) -> plan.Plan[None]:
+    def plan_add(self, shard: Shard, amount: int) -> plan.Plan[Wrote]:
         capabilities = yield from plan.capabilities()
         if not capabilities.applies_transforms:
             raise TransformsIgnored(
@@ -160,7 +172,7 @@ class ServerIncrement:
                 f"{value}, a 64-bit bound where the server's increment saturates: the amount may have been "
                 "cut short. Do not retry it; the shard needs repair"
             )
-        _affinity.wrote(value - amount, value)
+        return Wrote(value - amount, value)
 
 
 class Auto:
@@ -172,10 +184,10 @@ class Auto:
     def add(self, shard: Shard, amount: int) -> None:
         plan.run(self.plan_add(shard, amount), shard.gateway)
 
-    def plan_add(self, shard: Shard, amount: int) -> plan.Plan[None]:
+    def plan_add(self, shard: Shard, amount: int) -> plan.Plan[Wrote]:
         capabilities = yield from plan.capabilities()
-        chosen = INCREMENT if capabilities.applies_transforms else TRANSACTIONAL
-        yield from chosen.plan_add(shard, amount)
+        chosen: Transactional | ServerIncrement = INCREMENT if capabilities.applies_transforms else TRANSACTIONAL
+        return (yield from chosen.plan_add(shard, amount))
 
 
 TRANSACTIONAL = Transactional()

@@ -8,16 +8,19 @@ import os
 import re
 import sqlite3
 import threading
-from typing import Any
+from typing import Any, Callable, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from gds_counter.errors import BadValueError, GatewayError
+from gds_counter.gateway import forks
 from gds_counter.gateway.base import Gateway, is_gateway
 from gds_counter.gateway.stats import Stats
 
-__all__ = ["Gateway", "Stats", "open_gateway", "resolve_gateway", "shared_gateway", "shared_gateway_key", "sqlite_path", "DEFAULT_URL"]
+__all__ = ["Gateway", "Stats", "open_gateway", "resolve_gateway", "shared_gateway", "shared_gateway_key", "shared_instance", "sqlite_path", "DEFAULT_URL"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Where the embedded default keeps its data when nothing else is chosen: a
 #: file in the working directory, so `gds-counter increment` then
@@ -201,8 +204,31 @@ def _ignored_timeout(timeout: float | None, url: str) -> None:
                   "another process's lock end at the caller's retry deadline instead", timeout, url)
 
 
-_shared: dict[tuple[int, str | None, str | None, str | None], Gateway] = {}
-_shared_lock = threading.Lock()
+class _SharedGateways:
+    """The gateways of code that names none, per process, face and storage
+    settings (``shared_gateway_key``): one registry for both faces."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._gateways: dict[tuple[Any, ...], Any] = {}
+
+    def get(self, key: tuple[Any, ...], make: Callable[[], T]) -> T:
+        with self._lock:
+            gateway = self._gateways.get(key)
+            if gateway is None:
+                gateway = self._gateways[key] = make()
+            found: T = gateway
+            return found
+
+    def _after_fork_in_child(self) -> None:
+        """A thread of the parent may have held the lock at the fork. (The
+        gateways stay: their keys name the parent's process id, so the child
+        opens its own.)"""
+        self._lock = threading.Lock()
+
+
+_SHARED = _SharedGateways()
+forks.register(_SHARED)
 
 
 def shared_gateway_key(url: str | None) -> tuple[Any, ...]:
@@ -226,24 +252,13 @@ def shared_gateway(url: str | None = None) -> Gateway:
     A relative SQLite path is resolved against the working directory when
     the gateway is first opened.
     """
-    config = shared_gateway_key(url)
-    with _shared_lock:
-        gateway = _shared.get(config)
-        if gateway is None:
-            gateway = _shared[config] = open_gateway(url)
-        return gateway
+    return _SHARED.get(("blocking", *shared_gateway_key(url)), lambda: open_gateway(url))
 
 
-def _after_fork_in_child() -> None:
-    """A child's lock is free: a thread of the parent may have held it at
-    the fork, and it is not here to release it. (The gateways stay: their
-    keys name the parent's process id, so the child opens its own.)"""
-    global _shared_lock
-    _shared_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+def shared_instance(face: str, url: str | None, make: Callable[[], T]) -> T:
+    """Another face's shared gateway for ``url`` (``gds_counter.aio``'s),
+    made by ``make()`` the first time, kept beside the blocking ones."""
+    return _SHARED.get((face, *shared_gateway_key(url)), make)
 
 
 def resolve_gateway(gateway: Gateway | str | None) -> Gateway:

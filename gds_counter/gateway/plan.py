@@ -6,6 +6,11 @@ wait; ``Call``: run a blocking function) and is sent back the result, or has
 the error thrown in at that point, so its own ``try``/``except``/``with``
 blocks work as in straight-line code. Plans compose with ``yield from``.
 
+A layer above may add an effect of its own (``Step``): it is handed the
+driver, to run plans of its own however it needs (the counter's combined
+writes run one caller's write for several). This module knows nothing of
+what such a step is for.
+
 That is what lets the blocking API and ``gds_counter.aio`` share every rule
 (validation, mapping, layouts, strategies, retry decisions): ``run`` drives
 a plan against a blocking ``Gateway``; ``gds_counter.aio`` drives the very
@@ -21,35 +26,31 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Callable, Generator, Hashable, Sequence, TypeVar, Union
+from typing import Any, Awaitable, Callable, Generator, Sequence, TypeVar, Union
 
 import attrs
 
 from gds_counter.errors import GDSError
 from gds_counter.gateway.capabilities import Capabilities
-from gds_counter.gateway.combined_writes import async_combined_writes, combined_writes
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import CommitResult, Mutation
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
-from gds_counter.gateway.shared_reads import async_shared_reads, shared_reads
 from gds_counter.gateway.values import RawEntity
 
 __all__ = [
     "Await",
     "Call",
-    "Combine",
     "Effect",
     "Op",
     "Plan",
-    "Shared",
     "Sleep",
+    "Step",
     "allocate_ids",
     "arun",
     "awaiting",
     "begin_transaction",
     "call",
     "capabilities",
-    "combined",
     "commit",
     "in_transaction",
     "just",
@@ -61,7 +62,6 @@ __all__ = [
     "run",
     "run_aggregation",
     "run_query",
-    "shared",
     "sleep",
 ]
 
@@ -112,35 +112,20 @@ class Await:
     factory: Callable[[], Awaitable[Any]]
 
 
-@attrs.frozen
-class Shared:
-    """Run the read plan ``plan()``, or take the answer of a run of it (the
-    same ``key``) that began after this one was asked for: callers that
-    read the same thing at once share one read (``gateway.shared_reads``,
-    per gateway). For reads outside any transaction whose answer is
-    immutable (an int, a tuple), since every sharer gets the same object;
-    it saves each caller the work between the query and the answer (a
-    counter's total: twenty entities decoded, copied and summed)."""
+class Step:
+    """An effect defined by a layer above: the driver hands it a way to run
+    plans (``drive``, blocking, or ``adrive``, awaited) against the same
+    gateway, and sends the plan whatever it returns. Subclasses override
+    both methods, so that a plan that yields one runs on either face."""
 
-    key: Hashable
-    plan: Callable[[], "Plan[Any]"]
+    def run(self, drive: Callable[["Plan[Any]"], Any]) -> Any:
+        raise NotImplementedError
 
-
-@attrs.frozen
-class Combine:
-    """Commit ``amount`` by running the write plan ``write(total, callers)``
-    for it and the amounts of the callers of the same ``key`` that arrive
-    while a write of that key runs (``gateway.combined_writes``, per
-    gateway): every one of them gets that one write's outcome. For writes
-    that add (a counter's), where one commit of the sum is the same as a
-    commit of each amount."""
-
-    key: Hashable
-    amount: int
-    write: Callable[[int, int], "Plan[None]"]
+    async def arun(self, adrive: Callable[["Plan[Any]"], Awaitable[Any]]) -> Any:
+        raise NotImplementedError
 
 
-Effect = Union[Op, Sleep, Call, Await, Shared, Combine]
+Effect = Union[Op, Sleep, Call, Await, Step]
 Plan = Generator[Effect, Any, T]
 
 
@@ -203,19 +188,6 @@ def call(function: Callable[[], T]) -> Plan[T]:
 def awaiting(factory: Callable[[], Awaitable[T]]) -> Plan[T]:
     result: T = yield Await(factory)
     return result
-
-
-def shared(key: Hashable, read: Callable[[], Plan[T]]) -> Plan[T]:
-    """``read()``'s answer, shared with the callers asking for ``key`` at
-    the same time (see ``Shared``)."""
-    result: T = yield Shared(key, read)
-    return result
-
-
-def combined(key: Hashable, amount: int, write: Callable[[int, int], Plan[None]]) -> Plan[None]:
-    """Commit ``amount`` with whatever other callers add under ``key`` at
-    the same time (see ``Combine``)."""
-    yield Combine(key, amount, write)
 
 
 def just(value: T) -> Plan[T]:
@@ -305,12 +277,8 @@ def run(plan: Plan[T], gateway: Any, *, wait: Callable[[float], None] = time.sle
                 wait(effect.seconds)
             elif isinstance(effect, Call):
                 send = effect.function()
-            elif isinstance(effect, Shared):
-                read = effect.plan
-                send = shared_reads(gateway).run(effect.key, lambda: run(read(), gateway, wait=wait))[0]
-            elif isinstance(effect, Combine):
-                write = effect.write
-                combined_writes(gateway).run(effect.key, effect.amount, lambda n, k: run(write(n, k), gateway, wait=wait))
+            elif isinstance(effect, Step):
+                send = effect.run(lambda planned: run(planned, gateway, wait=wait))
             elif isinstance(effect, Await):
                 raise TypeError("a blocking driver cannot await; use gds_counter.aio for coroutines")
             else:  # pragma: no cover  (a plan's own bug)
@@ -356,12 +324,8 @@ async def arun(plan: Plan[T], gateway: Any) -> T:
                 send = await asyncio.to_thread(effect.function)
             elif isinstance(effect, Await):
                 send = await effect.factory()
-            elif isinstance(effect, Shared):
-                aread = effect.plan
-                send = (await async_shared_reads(gateway).run(effect.key, lambda: arun(aread(), gateway)))[0]
-            elif isinstance(effect, Combine):
-                awrite = effect.write
-                await async_combined_writes(gateway).run(effect.key, effect.amount, lambda n, k: arun(awrite(n, k), gateway))
+            elif isinstance(effect, Step):
+                send = await effect.arun(lambda planned: arun(planned, gateway))
             else:  # pragma: no cover  (a plan's own bug)
                 raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
         except BaseException as exc:  # thrown into the plan, which may handle it

@@ -4,8 +4,9 @@ Both ways this library lets callers of one process share work go by the
 same rule, kept here once:
 
 * ``shared_reads``: callers reading the same query at once share one read;
-* ``combined_writes``: callers adding to the same counter at once have
-  their amounts committed by one write.
+* combined writes (``counter._combined``, the one user above the storage
+  layer): callers adding to the same counter at once have their amounts
+  committed by one write.
 
 Per key there is a *line*: at most ``running`` rounds run (one for reads,
 two for writes), and at most one round is open (its work has not begun).
@@ -33,11 +34,10 @@ from typing import Any, Callable, Generic, Hashable, Iterator, TypeVar, Union
 from gds_counter.gateway.interrupts import surely
 
 R = TypeVar("R")
-S = TypeVar("S")
 
 __all__ = [
     "SETTLE_WAITS", "SLICE", "Line", "Lines", "LoopLines", "Round", "Seat", "ThreadLines", "as_async",
-    "per_gateway", "settling",
+    "settling",
 ]
 
 Event = Union[threading.Event, asyncio.Event]
@@ -297,16 +297,23 @@ class ThreadLines(Generic[R]):
 
 class LoopLines(Generic[R]):
     """The lines of the tasks of each running event loop (an async gateway
-    may serve several loops, one after the other or in several threads)."""
+    may serve several loops, one after the other or in several threads).
+    Safe across ``fork()``: a child starts with none, and a free lock."""
 
     def __init__(self, running: int = 1) -> None:
         self._running = running
+        self._reset()
+
+    def _reset(self) -> None:
+        self._pid = os.getpid()
         self._per_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Lines[R]]" = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     def get(self) -> Lines[R]:
         """The running loop's lines (its tasks need no lock around them)."""
         loop = asyncio.get_running_loop()
+        if self._pid != os.getpid():
+            self._reset()
         with self._lock:
             lines = self._per_loop.get(loop)
             if lines is None:
@@ -365,16 +372,3 @@ def as_async(event: Event) -> asyncio.Event:
     """An event of lines made for tasks (``Lines(asyncio.Event)``)."""
     assert isinstance(event, asyncio.Event)
     return event
-
-
-_per_gateway_lock = threading.Lock()
-
-
-def per_gateway(table: "weakref.WeakKeyDictionary[Any, S]", gateway: Any, new: Callable[[], S]) -> S:
-    """``table``'s entry for ``gateway``, made by ``new()`` the first time:
-    rounds go with the gateway whose calls they share."""
-    with _per_gateway_lock:
-        found = table.get(gateway)
-        if found is None:
-            found = table[gateway] = new()
-        return found

@@ -27,23 +27,15 @@ bookkeeping is ``gds_counter.gateway.rounds``, shared with combined writes.
 
 from __future__ import annotations
 
-import contextvars
-import weakref
 from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
 
 from gds_counter.gateway.query import QueryResult
-from gds_counter.gateway.rounds import LoopLines, Seat, ThreadLines, per_gateway
+from gds_counter.gateway.rounds import LoopLines, Seat, ThreadLines
 from gds_counter.gateway.values import RawEntity
 
 R = TypeVar("R")
 
-__all__ = ["AsyncSharedReads", "SharedReads", "async_shared_reads", "own_copy", "own_result", "shared_reads"]
-
-#: True while this thread leads a shared read, after it let the threads
-#: ready to join do so: a shared read nested in it (the counter's total
-#: read sharing the gateway's query) need not let them again. Each wait
-#: (``time.sleep(0)``) costs about 25 us of CPU and 90 us of time.
-_settled: contextvars.ContextVar[bool] = contextvars.ContextVar("gds_counter_shared_read_settled", default=False)
+__all__ = ["AsyncSharedReads", "SharedReads", "own_copy", "own_result"]
 
 
 class SharedReads(Generic[R]):
@@ -74,27 +66,14 @@ class SharedReads(Generic[R]):
                 return mine.result, True  # type: ignore[return-value]  # set with ended
             # Let the threads that are about to ask for the same read (the
             # writers one group commit just released) join it first.
-            ThreadLines.lead(lines, lock, seat, settle=seat.wait or not _settled.get())
-            result = _read_settled(read)
+            ThreadLines.lead(lines, lock, seat, settle=True)
+            result = read()
             with lock:
                 lines.finish(seat, result)
             return result, False
         except BaseException as exc:
             ThreadLines.leave(lines, lock, seat, exc)  # a read is never "sent": its readers read alone
             raise
-
-
-def _read_settled(read: Callable[[], R]) -> R:
-    """``read()``, with ``_settled`` set around it. A function of its own
-    because a ``try`` nested in ``SharedReads.run``'s own would begin with
-    an instruction (3.11's ``NOP`` for the inner ``try:``) that the outer
-    handler does not cover: an exception raised there (by a trace
-    function) would skip ``Lines.leave`` and leave the round running."""
-    settled = _settled.set(True)
-    try:
-        return read()
-    finally:
-        _settled.reset(settled)
 
 
 class AsyncSharedReads(Generic[R]):
@@ -127,21 +106,6 @@ class AsyncSharedReads(Generic[R]):
         except BaseException as exc:
             LoopLines.leave(lines, seat, exc)
             raise
-
-
-_per_gateway: "weakref.WeakKeyDictionary[Any, SharedReads[Any]]" = weakref.WeakKeyDictionary()
-_async_per_gateway: "weakref.WeakKeyDictionary[Any, AsyncSharedReads[Any]]" = weakref.WeakKeyDictionary()
-
-
-def shared_reads(gateway: Any) -> "SharedReads[Any]":
-    """The lines of reads a blocking ``gateway``'s plans share
-    (``plan.Shared``); they go with the gateway."""
-    return per_gateway(_per_gateway, gateway, SharedReads)
-
-
-def async_shared_reads(gateway: Any) -> "AsyncSharedReads[Any]":
-    """``shared_reads`` for an async gateway's plans (per event loop)."""
-    return per_gateway(_async_per_gateway, gateway, AsyncSharedReads)
 
 
 def own_result(result: QueryResult) -> QueryResult:

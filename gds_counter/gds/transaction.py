@@ -16,8 +16,7 @@ import attrs
 from google.api_core.retry import exponential_sleep_generator
 
 from gds_counter.errors import BadValueError, Contention
-from gds_counter.gateway import plan
-from gds_counter.gateway import deadlines
+from gds_counter.gateway import deadlines, plan
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,6 @@ from gds_counter.emulators import (
     EmulatorError,
     launch_emulator,
     start_emulator,
-    stop_all_emulators,
 )
 from gds_counter.testing.async_faults import FaultyAsyncGateway
 from gds_counter.testing.faults import FaultInjector, FaultyGateway, inject_rpc_faults, remove_rpc_faults
@@ -46,7 +45,6 @@ __all__ = [
     "launch_emulator",
     "remove_rpc_faults",
     "start_emulator",
-    "stop_all_emulators",
     "uses_emulator",
 ]
 

@@ -170,24 +170,30 @@ def fork_while_threads_hold_the_pools_locks(db: str) -> dict[str, Any]:
 
 
 def fork_while_threads_hold_the_registries_locks(db: str) -> dict[str, Any]:
-    """The locks of what the asyncio face keeps per process (shared
-    gateways of both faces, in-flight slots, the shared count caches and
-    the cache itself) are held by another thread at the fork; the child
-    counts through all of them: a URL, ``cache=True``."""
-    import gds_counter.aio._gateway as aio_gateway
-    import gds_counter.counter.cache as cache_module
-    import gds_counter.gateway as gateway_module
+    """The locks of what this process keeps for the counters of both faces
+    are held by another thread at the fork: the shared gateways' registry,
+    and the runtime of the shared gateway (its in-flight slots, its count
+    cache, its shard chooser and its combined writes' lines). The child
+    counts through all of them, ``cache=True``: half of its adds by the URL
+    (the registry: a gateway of its own), half through the gateway it
+    inherited (the runtime whose locks were held).
+
+    Not held: the fork registry's own lock (``gateway.forks._LOCK``), which
+    the forking thread takes in ``os.fork``'s before-hook so that no object
+    registers half way through a fork; held by another thread, it would
+    block the fork itself."""
+    from gds_counter import gateway as gateway_module
+    from gds_counter.counter.runtime import Runtime
+    from gds_counter.gateway import forks
 
     url = f"sqlite:///{db}"
 
-    def cached() -> aio.CounterShardDS:
-        return aio.CounterShardDS("fork", 1, gateway=url, retry=PATIENT, cache=True)
-
-    async def adds(count: int) -> dict[str, Any]:
+    async def adds(count: int, gateway: Any = url) -> dict[str, Any]:
         told: Counter[str] = Counter()
         for _ in range(count):
             try:
-                await asyncio.wait_for(cached().add(1), CALL_BOUND_S)
+                cached = aio.CounterShardDS("fork", 1, gateway=gateway, retry=PATIENT, cache=True)
+                await asyncio.wait_for(cached.add(1), CALL_BOUND_S)
                 told["ok"] += 1
             except GDSError as exc:
                 told[type(exc).__name__] += 1
@@ -196,9 +202,19 @@ def fork_while_threads_hold_the_registries_locks(db: str) -> dict[str, Any]:
         return dict(told)
 
     parent = asyncio.run(adds(1))
+    inherited = aio.shared_gateway(url)
+    runtime = Runtime.of(inherited)
     lock_type = type(threading.Lock())
-    owners = [aio_gateway, cache_module, gateway_module, cache_module.shared_cache(aio.shared_gateway(url).blocking)]
+    owners = [
+        gateway_module._SHARED,  # the shared gateways of both faces
+        runtime,  # the in-flight slots (``_slots_lock``)
+        runtime.cache,  # the count cache ``cache=True`` reads, which every write passes
+        runtime.shards,  # the shard chooser (``AffinityShards``)
+        runtime.combined._lines,  # the combined writes of threads
+        runtime.async_combined._lines,  # and of each event loop's tasks
+    ]
     locks = [value for owner in owners for value in vars(owner).values() if isinstance(value, lock_type)]
+    assert all(lock is not forks._LOCK for lock in locks)  # held elsewhere, it would deadlock os.fork()
     holding, release = threading.Event(), threading.Event()
 
     def hold() -> None:
@@ -209,11 +225,16 @@ def fork_while_threads_hold_the_registries_locks(db: str) -> dict[str, Any]:
         for lock in locks:
             lock.release()
 
+    async def in_child() -> dict[str, Any]:
+        by_url = await adds(CHILD_ADDS // 2)
+        through_inherited = await adds(CHILD_ADDS - CHILD_ADDS // 2, inherited)
+        return dict(Counter(by_url) + Counter(through_inherited))
+
     holder = threading.Thread(target=hold)
     holder.start()
     holding.wait()
     try:
-        pid, report_r = fork_child(lambda: asyncio.run(adds(CHILD_ADDS)))
+        pid, report_r = fork_child(lambda: asyncio.run(in_child()))
     finally:
         release.set()
         holder.join()

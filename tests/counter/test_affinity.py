@@ -4,18 +4,31 @@ Writers of one process never share a shard while a free one remains; a
 process stays on its own few shards, and leaves a shard where an attempt
 met ``Contention`` or where it finds another writer's count, so that
 processes settle onto disjoint shards. Two gateways on one SQLite file stand
-for two processes: affinity is kept per gateway, as it is per process.
+for two processes: affinity is kept per gateway (in its runtime), as it is
+per process. The clock, the dice and the number standing for the process id
+are given to ``Runtime``/``AffinityShards``, never patched into modules.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import threading
+from typing import Hashable, Iterator, Mapping
 
 import pytest
 
-from gds_counter.counter import CounterShardDS, _affinity
+from gds_counter.counter import CounterShardDS
+from gds_counter.counter.runtime import Runtime
+from gds_counter.counter.shard_choice import (
+    AVOID_SECONDS,
+    MAX_COUNTERS,
+    YIELD_PROBABILITY,
+    AffinityShards,
+    ShardChooser,
+    _arc_start,
+)
 from gds_counter.counter.strategy import TRANSACTIONAL, Shard
 from gds_counter.errors import Contention
 from gds_counter.gateway.embedded import EmbeddedGateway
@@ -32,34 +45,79 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-def clock(monkeypatch) -> Clock:
-    clock = Clock()
-    monkeypatch.setattr(_affinity, "_clock", clock)
-    return clock
+class Always(random.Random):
+    """Dice that always throw ``value``."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__(0)
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+#: Throws on either side of ``YIELD_PROBABILITY``: a process that throws
+#: ``LEAVES`` leaves a shard where it finds another writer's count, one that
+#: throws ``STAYS`` stays.
+LEAVES, STAYS = YIELD_PROBABILITY / 2, (1 + YIELD_PROBABILITY) / 2
 
 
 @pytest.fixture
-def dice(monkeypatch) -> random.Random:
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def dice() -> random.Random:
     """Seeded choices, so a run is repeatable."""
-    dice = random.Random(14)
-    monkeypatch.setattr(_affinity, "_random", dice)
-    return dice
+    return random.Random(14)
 
 
 @pytest.fixture
-def open_process(tmp_path):
-    """``open_process()``: a gateway on one shared SQLite file, standing for
-    another process (affinity is per gateway)."""
+def chooser(clock, dice) -> AffinityShards:
+    """The shard chooser of one process (of one gateway's runtime)."""
+    return AffinityShards(clock, dice)
+
+
+@contextlib.contextmanager
+def holding(chooser: ShardChooser, counter: Hashable, shards: range) -> Iterator[int]:
+    """A shard for one attempt, given back however the block ends, as the
+    engine takes and gives back one per attempt."""
+    shard = chooser.take(counter, shards)
+    error: BaseException | None = None
+    try:
+        yield shard
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        chooser.give_back(counter, shard, error)
+
+
+@pytest.fixture
+def open_process(tmp_path, clock, dice):
+    """``open_process(instance=None, dice=None)``: a gateway on one shared
+    SQLite file, standing for another process (affinity is per gateway's
+    runtime), with a runtime on the test's clock and (unless given others)
+    its dice; ``instance`` numbers the app instance it stands for (None:
+    this process's id)."""
     opened: list[EmbeddedGateway] = []
 
-    def open_process() -> EmbeddedGateway:
+    def open_process(instance: int | None = None, dice: random.Random = dice) -> EmbeddedGateway:
         opened.append(EmbeddedGateway(str(tmp_path / "shared.sqlite3")))
+        Runtime(clock=clock, dice=dice, instance=instance).install(opened[-1])
         return opened[-1]
 
     yield open_process
     for gateway in opened:
         gateway.close()
+
+
+def known(gateway) -> Mapping[Hashable, object]:
+    """What the gateway's shard chooser knows, per counter."""
+    shards = Runtime.of(gateway).shards
+    assert isinstance(shards, AffinityShards)
+    return shards._known
 
 
 class Recording:
@@ -87,7 +145,7 @@ def shards_written(counter: CounterShardDS) -> set[int]:
     return {number for number, count in counter.shards() if count}
 
 
-def test_writers_of_one_process_never_share_a_shard_while_one_is_free(memory_gateway):
+def test_writers_of_one_process_never_share_a_shard_while_one_is_free(chooser):
     # 16 writers all holding a shard of one counter at once, on 20 shards: 16
     # different shards. (Callers of one counter object are combined into one
     # write at a time, test_combined_writes; these are writers that are not:
@@ -98,7 +156,7 @@ def test_writers_of_one_process_never_share_a_shard_while_one_is_free(memory_gat
         taken: list[int] = []
 
         def write() -> None:
-            with _affinity.holding_shard(memory_gateway, counter, range(1, 21)) as number:
+            with holding(chooser, counter, range(1, 21)) as number:
                 taken.append(number)
                 barrier.wait(timeout=30)
 
@@ -126,18 +184,19 @@ def test_counters_written_differently_hold_different_shards_at_once(memory_gatew
     assert first != second
 
 
-def test_when_every_shard_is_held_the_least_held_is_shared(memory_gateway):
+def test_when_every_shard_is_held_the_least_held_is_shared(chooser):
     counter = ("ns", "Kind", "c")
-    with _affinity.holding_shard(memory_gateway, counter, range(1, 4)) as a:
-        with _affinity.holding_shard(memory_gateway, counter, range(1, 4)) as b:
-            with _affinity.holding_shard(memory_gateway, counter, range(1, 4)) as c:
+    with holding(chooser, counter, range(1, 4)) as a:
+        with holding(chooser, counter, range(1, 4)) as b:
+            with holding(chooser, counter, range(1, 4)) as c:
                 assert {a, b, c} == {1, 2, 3}
-                with _affinity.holding_shard(memory_gateway, counter, range(1, 4)) as d:
-                    with _affinity.holding_shard(memory_gateway, counter, range(1, 4)) as e:
+                with holding(chooser, counter, range(1, 4)) as d:
+                    with holding(chooser, counter, range(1, 4)) as e:
                         assert d in {1, 2, 3} and e in {1, 2, 3} and d != e
 
 
 def test_a_process_alone_writes_every_shard_in_turn(memory_gateway, dice):
+    Runtime(dice=dice).install(memory_gateway)
     counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy="transactional")
     for expected in range(1, 41):
         assert counter.increment() == expected
@@ -145,21 +204,21 @@ def test_a_process_alone_writes_every_shard_in_turn(memory_gateway, dice):
     assert memory_gateway.stats["counter.shard_moves"] == 0
 
 
-def test_processes_started_together_begin_their_arcs_apart(monkeypatch):
+def test_processes_started_together_begin_their_arcs_apart():
     """Worker processes started together have consecutive ids: their arcs
     start at least 2 of 20 shards apart, for any such ids (random starts
     put two of four on the same or the next shard most of the time)."""
     for first in range(1, 3000, 7):
         starts = []
         for pid in range(first, first + 4):
-            monkeypatch.setattr(_affinity, "_process_id", lambda pid=pid: pid)
-            starts.append(_affinity._arc_start(20, ("", "CounterShard", "Counter Test")))
+            starts.append(_arc_start(20, ("", "CounterShard", "Counter Test"), pid))
         ordered = sorted(starts)
         gaps = [(ordered[(i + 1) % 4] - ordered[i]) % 20 for i in range(4)]
         assert min(gaps) >= 2, (first, starts)
 
 
 def test_after_contention_a_process_keeps_off_that_shard_and_to_its_first_choices(memory_gateway, clock, dice):
+    Runtime(clock=clock, dice=dice).install(memory_gateway)
     strategy = Recording()
     counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway, strategy=strategy, retry=FAST_RETRY)
     counter.add()
@@ -170,14 +229,14 @@ def test_after_contention_a_process_keeps_off_that_shard_and_to_its_first_choice
     for _ in range(10):  # others are about: no longer spread, and never `failed`
         counter.add()
         assert strategy.attempts[-1] == moved_to
-    clock.now += _affinity.AVOID_SECONDS + 1  # later, alone again: spread over all, `failed` too
+    clock.now += AVOID_SECONDS + 1  # later, alone again: spread over all, `failed` too
     for _ in range(100):
         counter.add()
     assert failed in strategy.attempts[-100:] and len(set(strategy.attempts[-100:])) > 5
     assert memory_gateway.stats["counter.shard_moves"] == 1
 
 
-def test_with_others_about_a_process_keeps_to_an_arc_of_consecutive_shards(memory_gateway, clock, dice):
+def test_with_others_about_a_process_keeps_to_an_arc_of_consecutive_shards(chooser, clock):
     """Its first choices are consecutive (wrapping around), from a start of
     its own: arcs of two processes overlap less often than random sets."""
     counter = ("ns", "Kind", "arc")
@@ -185,22 +244,20 @@ def test_with_others_about_a_process_keeps_to_an_arc_of_consecutive_shards(memor
     for trial in range(8):
         gateway_counter = (*counter, trial)
         with contextlib.ExitStack() as held:
-            with _affinity._lock:
-                _affinity._state(memory_gateway, gateway_counter).contended(clock.now)
-            taken = [held.enter_context(_affinity.holding_shard(memory_gateway, gateway_counter, range(1, 21)))
-                     for _ in range(4)]
+            with chooser._lock:
+                chooser._state(gateway_counter).contended(clock.now)
+            taken = [held.enter_context(holding(chooser, gateway_counter, range(1, 21))) for _ in range(4)]
         start = taken[0]
         assert taken == [(start - 1 + i) % 20 + 1 for i in range(4)]
         starts.add(start)
     assert len(starts) > 1  # each counter state draws its own start
 
 
-@pytest.mark.parametrize("yield_probability, moves", [(1.0, 1), (0.0, 0)])
-def test_a_process_leaves_a_shard_where_it_finds_another_writers_count(
-    open_process, clock, monkeypatch, yield_probability, moves
-):
-    monkeypatch.setattr(_affinity, "YIELD_PROBABILITY", yield_probability)
-    ours, php = open_process(), open_process()
+@pytest.mark.parametrize("throw, moves", [(LEAVES, 1), (STAYS, 0)])
+def test_a_process_leaves_a_shard_where_it_finds_another_writers_count(open_process, clock, throw, moves):
+    """It leaves when its dice say so (``YIELD_PROBABILITY``), and either
+    way knows that others are about."""
+    ours, php = open_process(dice=Always(throw)), open_process()
     counter = CounterShardDS("Counter Test", 1, 1, gateway=ours, strategy="transactional")
     assert counter.increment() == 1
     assert counter.increment() == 2  # its own count: nothing to leave
@@ -209,7 +266,7 @@ def test_a_process_leaves_a_shard_where_it_finds_another_writers_count(
     TRANSACTIONAL.add(Shard(php, counter.layout, counter.name, 1), 5)
     assert counter.increment() == 8  # found 7 where this process left 2
     assert ours.stats["counter.shard_moves"] == moves
-    state = _affinity._known[ours][counter._identity()]
+    state = known(ours)[counter._identity()]
     assert (1 in state.avoid_until) == bool(moves)
     assert state.contended_until > clock.now  # others are about, either way
 
@@ -239,31 +296,48 @@ def test_processes_settle_onto_disjoint_shards(open_process, clock, dice, seed):
     assert counters[0].get_count() == total
 
 
-def test_a_grown_counter_spreads_over_its_new_shards_too(memory_gateway):
+def test_a_grown_counter_spreads_over_its_new_shards_too(chooser):
     counter = ("ns", "Kind", "grown")
-    with _affinity.holding_shard(memory_gateway, counter, range(1, 3)):
+    with holding(chooser, counter, range(1, 3)):
         pass
     held = []
     with contextlib.ExitStack() as stack:
         for _ in range(6):
-            held.append(stack.enter_context(_affinity.holding_shard(memory_gateway, counter, range(1, 7))))
+            held.append(stack.enter_context(holding(chooser, counter, range(1, 7))))
     assert sorted(held) == [1, 2, 3, 4, 5, 6]
 
 
-def test_knowledge_is_kept_for_the_most_recent_counters_only(memory_gateway, monkeypatch):
-    monkeypatch.setattr(_affinity, "MAX_COUNTERS", 3)
-    with _affinity.holding_shard(memory_gateway, "held", range(1, 3)):
-        for i in range(10):
-            with _affinity.holding_shard(memory_gateway, f"c{i}", range(1, 3)):
+def test_knowledge_is_kept_for_the_most_recent_counters_only(chooser):
+    """At most ``MAX_COUNTERS`` (and the ones being written): the least
+    recently used counter nobody is writing is forgotten first."""
+    last = f"c{MAX_COUNTERS + 9}"
+    with holding(chooser, "held", range(1, 3)):
+        for i in range(MAX_COUNTERS + 10):
+            with holding(chooser, f"c{i}", range(1, 3)):
                 pass
-        known = _affinity._known[memory_gateway]
-        assert len(known) <= 4 and "held" in known and "c9" in known
+        remembered = chooser._known
+        assert len(remembered) <= MAX_COUNTERS + 1 and "held" in remembered and last in remembered
 
 
-def test_a_strategy_used_outside_a_counter_reports_to_nobody(memory_gateway):
+def test_a_strategy_used_outside_a_counter_reports_to_nobody(memory_gateway, clock, dice):
+    class Told(AffinityShards):
+        def __init__(self) -> None:
+            super().__init__(clock, dice)
+            self.told: list[str] = []
+
+        def take(self, counter: Hashable, shards: range) -> int:
+            self.told.append("take")
+            return super().take(counter, shards)
+
+        def wrote(self, counter: Hashable, shard: int, found: int, stored: int) -> bool:
+            self.told.append("wrote")
+            return super().wrote(counter, shard, found, stored)
+
+    chooser = Told()
+    Runtime(clock=clock, dice=dice, shards=chooser).install(memory_gateway)
     counter = CounterShardDS("Counter Test", 1, 20, gateway=memory_gateway)
     TRANSACTIONAL.add(Shard(memory_gateway, counter.layout, counter.name, 3), 2)
-    assert memory_gateway not in _affinity._known
+    assert chooser.told == [] and not chooser._known
     assert counter.get_count() == 2
 
 
@@ -298,7 +372,7 @@ def test_a_writer_skips_a_shard_another_process_is_seen_writing(open_process, cl
     counter = CounterShardDS("Counter Test", 1, 20, gateway=ours, strategy="transactional")
     assert counter.increment() == 1  # its read of every shard is the baseline
     [mine] = shards_written(counter)
-    order = _affinity._known[ours][counter._identity()].order
+    order = known(ours)[counter._identity()].order
     busy = next(n for n in order if n != mine)
     TRANSACTIONAL.add(Shard(theirs, counter.layout, counter.name, busy), 1)
     assert counter.get_count() == 2  # sees `busy` change: another process writes it
@@ -312,19 +386,20 @@ def test_a_writer_skips_a_shard_another_process_is_seen_writing(open_process, cl
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork() (POSIX)")
 def test_processes_forked_from_one_parent_draw_arcs_of_their_own(memory_gateway):
     """gunicorn --preload hands every worker a fork of one process: each must
-    still start its arc at a shard of its own choosing, not its siblings'."""
-    import os
-
+    still start its arc at a shard of its own choosing, not its siblings'
+    (nor carry on along its parent's)."""
+    counter = ("ns", "Kind", "forked")
+    chooser = Runtime.of(memory_gateway).shards  # the default runtime's: this process's id, fresh dice
+    with holding(chooser, counter, range(1, 1001)):  # the parent has an arc, and has moved along it
+        pass
     starts = []
     for _ in range(6):
         read_end, write_end = os.pipe()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child's side
             try:
-                with _affinity._lock:
-                    state = _affinity._state(memory_gateway, ("ns", "Kind", "forked"))
-                    state.choose(range(1, 1001), 0.0)
-                os.write(write_end, str(state.order[0]).encode())
+                # A writer alone takes the first shard of its arc.
+                os.write(write_end, str(chooser.take(counter, range(1, 1001))).encode())
             finally:
                 os._exit(0)
         os.close(write_end)
@@ -337,62 +412,47 @@ def test_processes_forked_from_one_parent_draw_arcs_of_their_own(memory_gateway)
 # --- app instances modelled in one process (the workshop demo) -------------------------
 
 
-def test_gateways_of_one_process_share_its_arc_unless_marked_as_separate_instances(open_process, monkeypatch):
+def test_gateways_of_one_process_share_its_arc_unless_their_runtimes_are_separate_instances(open_process):
     """The arc's start belongs to the process: two gateways of one process
-    begin at the same shard. A gateway marked with ``separate_instance(g, n)``
-    begins where a process with id ``n`` would, so that a program modelling
-    several app instances in one process models them honestly."""
+    begin at the same shard. A gateway whose runtime is
+    ``Runtime(instance=n)`` begins where a process with id ``n`` would,
+    whatever this process's id, so that a program modelling several app
+    instances in one process models them honestly."""
     counter = ("", "CounterShard", "Counter Test")
 
     def first_choice(gateway) -> int:
-        with _affinity.holding_shard(gateway, counter, range(1, 21)) as shard:
+        with holding(Runtime.of(gateway).shards, counter, range(1, 21)) as shard:
             return shard
 
     plain = [first_choice(open_process()) for _ in range(2)]
-    assert plain[0] == plain[1]
-    marked = []
-    for number in (1, 2, 3, 4):
-        gateway = open_process()
-        _affinity.separate_instance(gateway, number)
-        marked.append(first_choice(gateway))
-    monkeypatch.setattr(_affinity, "_process_id", lambda: 0)  # only the instance number may matter
-    expected = []
-    for number in (1, 2, 3, 4):
-        monkeypatch.setattr(_affinity, "_process_id", lambda number=number: number)
-        expected.append(_affinity._arc_start(20, counter) + 1)
-    assert marked == expected
+    assert plain[0] == plain[1] == _arc_start(20, counter, os.getpid()) + 1
+    marked = [first_choice(open_process(instance=number)) for number in (1, 2, 3, 4)]
+    assert marked == [_arc_start(20, counter, number) + 1 for number in (1, 2, 3, 4)]
     assert len(set(marked)) == 4
 
 
-def test_a_separate_instance_throws_its_own_dice(open_process, clock, monkeypatch):
+def test_a_separate_instance_throws_its_own_dice(open_process, clock):
     """Whether an instance leaves a shard where it finds another writer's
-    count is its own throw, not the process's: separate processes do not
-    share dice."""
-
-    class Always(random.Random):
-        def __init__(self, value: float) -> None:
-            super().__init__(0)
-            self.value = value
-
-        def random(self) -> float:
-            return self.value
-
-    monkeypatch.setattr(_affinity, "_random", Always(0.99))  # the process's dice: never leave
-    ours, php = open_process(), open_process()
-    _affinity.separate_instance(ours, 7, Always(0.0))  # this instance's dice: always leave
-    counter = CounterShardDS("Counter Test", 1, 1, gateway=ours, strategy="transactional")
-    assert counter.increment() == 1
-    TRANSACTIONAL.add(Shard(php, counter.layout, counter.name, 1), 5)
-    assert counter.increment() == 7  # found 6 where this instance left 1
+    count is its own throw (its runtime's dice), not another instance's of
+    the same process: separate processes do not share dice."""
+    ours = open_process(instance=7, dice=Always(LEAVES))  # this instance's dice: always leave
+    theirs = open_process(instance=8, dice=Always(STAYS))  # the other's: never leave
+    mine = CounterShardDS("Counter Test", 1, 1, gateway=ours, strategy="transactional")
+    other = CounterShardDS("Counter Test", 1, 1, gateway=theirs, strategy="transactional")
+    assert mine.increment() == 1
+    assert other.increment() == 2  # its first write there: nothing to compare
+    assert mine.increment() == 3  # found 2 where this instance left 1: leaves
+    assert other.increment() == 4  # found 3 where it left 2: stays
     assert ours.stats["counter.shard_moves"] == 1
+    assert theirs.stats["counter.shard_moves"] == 0
 
 
-def test_marking_a_gateway_forgets_what_it_learned_as_another_instance(memory_gateway):
+def test_a_runtime_installed_as_another_instance_starts_without_what_the_gateway_learned(memory_gateway):
     counter = ("ns", "Kind", "relearn")
-    with _affinity.holding_shard(memory_gateway, counter, range(1, 21)):
+    with holding(Runtime.of(memory_gateway).shards, counter, range(1, 21)):
         pass
-    assert counter in _affinity._known[memory_gateway]
-    _affinity.separate_instance(memory_gateway, 3)
-    assert memory_gateway not in _affinity._known
-    with _affinity.holding_shard(memory_gateway, counter, range(1, 21)) as shard:
-        assert shard == _affinity._arc_start(20, counter, 3) + 1
+    assert counter in known(memory_gateway)
+    Runtime(instance=3).install(memory_gateway)
+    assert not known(memory_gateway)
+    with holding(Runtime.of(memory_gateway).shards, counter, range(1, 21)) as shard:
+        assert shard == _arc_start(20, counter, 3) + 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from freezegun import freeze_time
 
-from gds_counter.counter import CounterShardDS, CountCache, get_counts
+from gds_counter.counter import CountCache, CounterShardDS, get_counts
 from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, Unavailable
 from gds_counter.gateway import open_gateway
 from gds_counter.gds import RetryPolicy

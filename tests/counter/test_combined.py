@@ -1,6 +1,6 @@
 """Callers of one counter in one process write it at most two attempts at a
 time: the amounts that arrive while its writes run are committed together
-by the next one (``gateway.combined_writes``), so sixteen threads pay for a
+by the next one (``counter._combined``), so sixteen threads pay for a
 few commits, not sixteen, and do not wait on each other's locks. Exactly
 once or raised still holds for each caller."""
 
@@ -12,9 +12,9 @@ import time
 import pytest
 
 from gds_counter.counter import CounterShardDS, Shard
+from gds_counter.counter.runtime import Runtime
 from gds_counter.counter.strategy import AUTO, TRANSACTIONAL, Strategy
 from gds_counter.errors import BadValueError, Contention, CountSaturated, GDSError
-from gds_counter.gateway.combined_writes import combined_writes
 from gds_counter.gds import RetryPolicy
 
 
@@ -70,7 +70,7 @@ class Blocking:
 def waiting_to_join(gateway, count: int) -> None:
     """Wait until ``count`` callers wait to join the next write besides its
     leader (white box: not observable otherwise without timing)."""
-    lines, _ = combined_writes(gateway)._lines.get()
+    lines, _ = Runtime.of(gateway).combined._lines.get()
     for _ in range(2000):
         if any(line.next is not None and line.next.waiting >= count for line in list(lines.lines.values())):
             return

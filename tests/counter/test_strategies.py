@@ -3,7 +3,6 @@ servers that ignore increment transforms, and shard growth."""
 
 from __future__ import annotations
 
-import logging
 import uuid
 
 import pytest

@@ -20,14 +20,19 @@ from hypothesis import strategies as st
 
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.base import run_query_all
-from gds_counter.gateway.embedded import EmbeddedGateway
-from gds_counter.gateway.embedded import _encoding
-from gds_counter.gateway.embedded._encoding import dump_entity, index_entries, key_bytes, load_indexed, remember_written, sortable
+from gds_counter.gateway.embedded import EmbeddedGateway, _encoding
+from gds_counter.gateway.embedded._encoding import (
+    dump_entity,
+    index_entries,
+    key_bytes,
+    load_indexed,
+    remember_written,
+    sortable,
+)
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Increment, Upsert
 from gds_counter.gateway.query import CompositeFilter, PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
-
 
 
 @pytest.fixture(params=["memory", "file"])

@@ -26,8 +26,7 @@ import pytest
 
 from gds_counter.counter import CounterShardDS
 from gds_counter.errors import CommitUnknown
-from gds_counter.gateway.embedded import EmbeddedGateway
-from gds_counter.gateway.embedded import _connections
+from gds_counter.gateway.embedded import EmbeddedGateway, _connections
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Increment, Upsert
 from gds_counter.gateway.values import RawEntity

@@ -32,10 +32,11 @@ from typing import Any, Callable, Iterable
 
 import pytest
 
+from gds_counter.counter import _combined as combined_module
+from gds_counter.counter._combined import AsyncCombinedWrites, CombinedWrites
 from gds_counter.errors import CommitUnknown, GDSError
-from gds_counter.gateway import combined_writes as combined_module
-from gds_counter.gateway import rounds, shared_reads as shared_module
-from gds_counter.gateway.combined_writes import AsyncCombinedWrites, CombinedWrites
+from gds_counter.gateway import rounds
+from gds_counter.gateway import shared_reads as shared_module
 from gds_counter.gateway.shared_reads import AsyncSharedReads, SharedReads
 
 BOUND = 10  # seconds: a caller still waiting after this hangs

@@ -13,8 +13,7 @@ import uuid
 
 import pytest
 
-from gds_counter.gateway import plan
-from gds_counter.gateway.shared_reads import AsyncSharedReads, SharedReads, own_copy, shared_reads
+from gds_counter.gateway.shared_reads import AsyncSharedReads, SharedReads, own_copy
 
 
 class Reads:
@@ -53,7 +52,6 @@ def call(shared: SharedReads[int], read: Reads, out: dict[str, object], name: st
 def joined(shared: SharedReads[int], count: int) -> None:
     """Wait until ``count`` callers wait for the next round (white box: the
     round's waiters are not observable otherwise without timing)."""
-    import time
 
     for _ in range(1000):
         line = shared._lines.get()[0].lines.get("q")
@@ -110,24 +108,6 @@ def test_alone_a_caller_reads_at_once_and_nothing_is_kept():
     with pytest.raises(ZeroDivisionError):
         shared.run("q", lambda: 1 // 0)
     assert shared._lines.get()[0].lines == {}
-
-
-def test_a_leader_lets_ready_callers_join_once_not_again_for_a_read_nested_in_its_own(monkeypatch):
-    """A counter's shared total read runs the gateway's shared query inside
-    it: its leader already let the ready threads join, so the nested read
-    starts at once (each wait costs a system call and tens of microseconds)."""
-    from gds_counter.gateway import rounds
-
-    waits: list[float] = []
-    monkeypatch.setattr(rounds.time, "sleep", waits.append)
-    outer: SharedReads[int] = SharedReads()
-    inner: SharedReads[int] = SharedReads()
-    assert inner.run("query", lambda: 1) == (1, False)
-    assert waits == [0]
-    assert outer.run("total", lambda: inner.run("query", lambda: 2)[0]) == (2, False)
-    assert waits == [0, 0]
-    assert inner.run("query", lambda: 3) == (3, False)  # outside it, a leader waits again
-    assert waits == [0, 0, 0]
 
 
 @pytest.mark.parametrize("bringing", [0, 2, 10])
@@ -341,61 +321,3 @@ def test_the_async_datastore_gateway_sends_one_rpc_for_overlapping_identical_que
         assert all(entities[0] is not first and entities[0].properties is not first.properties for entities in answers[1:])
     finally:
         blocking.close()
-
-
-# --- plan.shared: a whole read plan shared, per gateway, by both drivers ---------------
-
-
-class AGateway:
-    """Any gateway: ``plan.shared`` keeps its lines per gateway object."""
-
-
-def test_plans_that_read_one_key_during_a_run_share_the_next_run_on_the_blocking_driver():
-    gateway, other = AGateway(), AGateway()
-    read, out = Reads(), {}
-
-    def ask(name: str, on: AGateway, key: str = "total") -> threading.Thread:
-        def run() -> None:
-            out[name] = plan.run(plan.shared(key, lambda: plan.call(read)), on)
-
-        thread = threading.Thread(target=run)
-        thread.start()
-        return thread
-
-    first = ask("first", gateway)
-    assert read.started[0].wait(10)
-    later = [ask("second", gateway), ask("third", gateway)]  # arrive while run 0 goes on: not answered by it
-    lines, _ = shared_reads(gateway)._lines.get()
-    for _ in range(1000):  # white box: both joined the next round
-        line = lines.lines.get("total")
-        if line is not None and line.next is not None and line.next.waiting >= 1:
-            break
-        time.sleep(0.005)
-    read.release[0].set()
-    first.join(10)
-    assert read.started[1].wait(10)
-    read.release[1].set()
-    for thread in later:
-        thread.join(10)
-    assert out == {"first": 0, "second": 1, "third": 1}
-    assert read.runs == 2
-    # Another gateway, or another key, is another line: it reads for itself.
-    read.release[2].set()
-    read.release[3].set()
-    for thread in (ask("elsewhere", other), ask("other key", gateway, "another total")):
-        thread.join(10)
-    assert sorted([out["elsewhere"], out["other key"]]) == [2, 3]
-
-
-def test_tasks_ready_together_run_a_shared_read_plan_once_on_the_async_driver():
-    async def main() -> None:
-        gateway = AGateway()
-        read = AsyncReads()
-        together = [asyncio.create_task(plan.arun(plan.shared("total", lambda: plan.awaiting(read)), gateway))
-                    for _ in range(5)]
-        await settle()
-        assert read.runs == 1
-        read.release[0].set()
-        assert await asyncio.gather(*together) == [0] * 5
-
-    asyncio.run(main())

@@ -267,7 +267,7 @@ def test_a_write_protected_file_can_be_read(shared_dir, tally):
             return f"{total} {type(exc).__name__}: {exc}"
 
     result = run_as_other_user(read_then_write)
-    assert result.startswith(f"3 GatewayError: ") and str(db) in result, result
+    assert result.startswith("3 GatewayError: ") and str(db) in result, result
     assert count(db) == 3
     # a directory where the -wal and -shm files cannot be created: a clear error naming the file
     for extra in shared_dir.glob("ro.sqlite3-*"):

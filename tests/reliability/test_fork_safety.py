@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from fork_parent import child
+
 from gds_counter.counter import CounterShardDS
 from gds_counter.errors import GDSError
 from gds_counter.gateway.embedded import EmbeddedGateway

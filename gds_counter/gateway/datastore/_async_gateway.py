@@ -65,7 +65,7 @@ class AsyncDatastoreGateway(DatastoreRequests):
         self._configure(project, database, emulator_host, credentials, timeout, retry)
         super().__init__(namespace)
         self._credentials = credentials
-        #: Counter operations at once per event loop (``aio.in_flight_slot``).
+        #: Counter operations at once per event loop (``counter.runtime.Runtime.in_flight_slot``).
         self.max_in_flight = max_in_flight
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
         self._probe_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (

@@ -15,7 +15,7 @@ Reliability section):
   its connections, old or new, hold no lock the parent can see: a parent
   that then closes its gateway (or exits) believes it is the last user,
   checkpoints and deletes the ``-wal`` file while the child still commits
-  into it. So, through ``os.register_at_fork``, every pool waits for the
+  into it. So, through ``gateway.forks``, every pool waits for the
   calls in progress and closes its connections in the parent just before
   ``fork()`` (never in the child, where closing one could release the
   parent's locks); parent and child each open new ones on first use. A child
@@ -52,10 +52,11 @@ import weakref
 from pathlib import Path
 from types import TracebackType
 
-from gds_counter.gateway.interrupts import locked, surely
 from gds_counter.errors import Contention, GatewayError, GDSError
+from gds_counter.gateway import forks
 from gds_counter.gateway.embedded._files import Connection, FileId, file_id, translate, why_unopenable
 from gds_counter.gateway.embedded._storage import create_schema, is_busy, schema_ready
+from gds_counter.gateway.interrupts import locked, surely
 
 log = logging.getLogger("gds_counter.gateway.embedded")
 
@@ -113,8 +114,7 @@ class ConnectionPool:
         # Registered before the first connection is opened, so that a fork
         # in another thread meanwhile waits for it.
         self._count = self._opening = 1
-        with _POOLS_LOCK:
-            _POOLS.add(self)
+        forks.register(self)
         try:
             first = self._connect(create=True)
         except BaseException:
@@ -122,8 +122,7 @@ class ConnectionPool:
                 self._closed = True
                 self._count = self._opening = 0
                 self._cond.notify_all()
-            with _POOLS_LOCK:
-                _POOLS.discard(self)
+            forks.forget(self)
             raise
         with self._lock:
             self._opening = 0
@@ -419,8 +418,7 @@ class ConnectionPool:
                 del self._held[conn]
                 self._drop(conn, f"the embedded gateway on {self.where} was closed")
             self._cond.notify_all()
-        with _POOLS_LOCK:
-            _POOLS.discard(self)
+        forks.forget(self)
 
     # -- fork ----------------------------------------------------------------
 
@@ -562,36 +560,5 @@ def _close(conn: Connection) -> None:
         log.warning("closing a SQLite connection failed: %s", exc)
 
 
-#: Every open pool, so a fork can close their connections first; the lock is
-#: held from just before a fork to just after it (taken before any pool's).
-_POOLS: weakref.WeakSet[ConnectionPool] = weakref.WeakSet()
-_POOLS_LOCK = threading.Lock()
-#: The pools held across the fork in progress.
-_HELD: list[ConnectionPool] = []
 #: Connections a child inherited: referenced for ever so they are never closed.
 _ABANDONED: list[sqlite3.Connection] = []
-
-
-def _before_fork() -> None:
-    _POOLS_LOCK.acquire()
-    _HELD[:] = list(_POOLS)
-    for pool in _HELD:
-        pool._before_fork()
-
-
-def _after_fork_in_parent() -> None:
-    for pool in _HELD:
-        pool._after_fork_in_parent()
-    _HELD.clear()
-    _POOLS_LOCK.release()
-
-
-def _after_fork_in_child() -> None:
-    for pool in _HELD:
-        pool._after_fork_in_child()
-    _HELD.clear()
-    _POOLS_LOCK.release()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import base64
 import contextvars
-import functools
 import datetime as _dt
+import functools
 import json
 import math
 import struct

@@ -20,7 +20,7 @@ from typing import Any, Callable, Generator, Hashable, Iterator
 
 import attrs
 
-from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, GDSError, Unavailable
+from gds_counter.errors import BadValueError, CommitUnknown, Contention, GDSError, Unavailable
 from gds_counter.gateway import deadlines
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities

@@ -49,7 +49,14 @@ from gds_counter._checks import INT64_MAX, INT64_MIN, is_int
 from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError
 from gds_counter.gateway import deadlines
 from gds_counter.gateway.base import TransactionState
-from gds_counter.gateway.embedded._encoding import dump_entity, index_entries, key_bytes, load_entity, load_indexed, remember_written
+from gds_counter.gateway.embedded._encoding import (
+    dump_entity,
+    index_entries,
+    key_bytes,
+    load_entity,
+    load_indexed,
+    remember_written,
+)
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Upsert
 from gds_counter.gateway.query import Query

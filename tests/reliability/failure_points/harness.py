@@ -633,7 +633,7 @@ def _run_crash(scenario: Scenario) -> Outcome:
             thread.join(STALL + DEADLINE + GRACE)
         reader.join(5)
         stderr = victim.stderr.read() if victim.stderr else ""
-        outcome.fired = victim.returncode == -signal.SIGKILL and not any(l.startswith("end") for l in lines)
+        outcome.fired = victim.returncode == -signal.SIGKILL and not any(text.startswith("end") for text in lines)
         victims = [Call(i, outcome="pending", where="process") for i in range(victim_calls)]
         for line in lines:
             kind, _, rest = line.partition(" ")

@@ -14,13 +14,13 @@ from failure_points.tracer import Point
 
 __all__ = ["FAULTS", "MECHANISMS", "POINTS", "points_of"]
 
-CW = "gds_counter.gateway.combined_writes"
+CW = "gds_counter.counter._combined"
 RD = "gds_counter.gateway.rounds"
 GC = "gds_counter.gateway.embedded._group_commit"
 EN = "gds_counter.gateway.embedded._engine"
 SR = "gds_counter.gateway.shared_reads"
 CA = "gds_counter.counter.cache"
-AF = "gds_counter.counter._affinity"
+AF = "gds_counter.counter.shard_choice"
 CP = "gds_counter.gateway.embedded._connections"
 TH = "gds_counter.aio._threaded"
 AG = "gds_counter.aio.counter"
@@ -90,10 +90,11 @@ POINTS: tuple[Point, ...] = (
           "the leader reads for every caller"),
     Point("shared_reads.answers", SR, "SharedReads.run", r"line:lines\.finish\((key, line, mine|seat), result",
           "the read returned; its callers are not answered yet"),
-    Point("shared_reads.async_follower_waits", SR, "AsyncSharedReads.run", r"line:await as_async\(mine\.done\)\.wait\(\)|await LoopLines\.await_end\(mine\)",
-          "a task waits for the read it joined", AIO, crowd=8),
-    Point("shared_reads.async_reads", SR, "AsyncSharedReads.run", r"line:result = await read\(\)",
-          "the leading task reads for every caller", AIO),
+    # (The tasks' shared reads, AsyncSharedReads, serve only the async Datastore
+    # gateway now that counters share no read of their own; the harness runs
+    # in memory and on SQLite, whose async face shares reads in the blocking
+    # engine's threads. tests/gateway/test_round_interrupts.py cancels a task
+    # at every line AsyncSharedReads runs.)
     # -- the count cache ------------------------------------------------------------------
     Point("cache.write_begins", CA, "CountCache.writing", r"line:state\.writing \+= 1",
           "a write is marked in flight (reads go to storage)", BOTH),
@@ -104,13 +105,13 @@ POINTS: tuple[Point, ...] = (
     Point("cache.stores", CA, "CountCache.store", "call",
           "a total read from storage is offered to the cache", BOTH),
     # -- shard affinity ----------------------------------------------------------------------
-    Point("affinity.takes", AF, "holding_shard.__enter__", r"line:state\.held\[shard\] = ",
+    Point("affinity.takes", AF, "AffinityShards.take", r"line:state\.held\[shard\] = ",
           "a writer takes a shard no other writer of the process holds", BOTH),
-    Point("affinity.releases", AF, "holding_shard.__exit__", "call",
+    Point("affinity.releases", AF, "AffinityShards.give_back", "call",
           "the writer gives its shard back", BOTH),
-    Point("affinity.wrote", AF, "wrote", "call",
+    Point("affinity.wrote", AF, "AffinityShards.wrote", "call",
           "a strategy reports what it found and wrote", BOTH),
-    Point("affinity.seen", AF, "seen_shards", "call",
+    Point("affinity.seen", AF, "AffinityShards.seen", "call",
           "a read reports every shard it saw", BOTH),
     # -- the embedded connection pool ----------------------------------------------------------
     Point("pool.acquire", CP, "ConnectionPool._acquire", "call",
@@ -126,7 +127,7 @@ POINTS: tuple[Point, ...] = (
           "a task hands a blocking call to the worker pool and awaits it", AIO),
     Point("aio.in_worker", TH, "ThreadedGateway.commit", "call",
           "a worker thread starts a task's commit", AIO),
-    Point("aio.slot", AG, "_run", r"line:async with in_flight_slot\(gateway\)",
+    Point("aio.slot", AG, "_run", r"line:async with Runtime\.of\(gateway\)\.in_flight_slot\(gateway\)",
           "a task waits for one of the gateway's in-flight slots", AIO),
 )
 

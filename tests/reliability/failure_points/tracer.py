@@ -39,7 +39,7 @@ class Point:
 
     #: A short stable name, ``mechanism.what`` (the results are keyed by it).
     name: str
-    #: The product module, dotted (``gds_counter.gateway.combined_writes``).
+    #: The product module, dotted (``gds_counter.counter._combined``).
     module: str
     #: The function's qualified name in that module (``CombinedWrites.run``).
     function: str

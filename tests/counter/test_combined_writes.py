@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from gds_counter.counter._combined import AsyncCombinedWrites, CombinedWrites
 from gds_counter.errors import BadValueError, CommitUnknown, Contention, CountSaturated
-from gds_counter.gateway.combined_writes import AsyncCombinedWrites, CombinedWrites
 
 INT64_MAX = 2**63 - 1
 
@@ -176,7 +176,7 @@ def test_a_leader_lets_ready_callers_join_before_it_writes(monkeypatch, bringing
     not wait for a running write waits (``time.sleep(0)``) once, then again
     while each wait brought a caller (up to SETTLE_WAITS), and writes their
     amounts with its own."""
-    from gds_counter.gateway import combined_writes as module
+    from gds_counter.counter import _combined as module
     from gds_counter.gateway import rounds
 
     combined, write, out = CombinedWrites(), Writes(), {}
@@ -201,7 +201,7 @@ def test_a_leader_lets_ready_callers_join_before_it_writes(monkeypatch, bringing
 
 
 def test_a_thread_alone_in_its_process_writes_without_waiting(monkeypatch):
-    from gds_counter.gateway import combined_writes as module
+    from gds_counter.counter import _combined as module
     from gds_counter.gateway import rounds
 
     combined, write = CombinedWrites(), Writes()

@@ -32,21 +32,22 @@ A caller is only ever combined into a write that began after it arrived,
 so a read after its call returns sees its amount, as if it had written
 alone. (``gds_counter.gateway.rounds`` keeps the rounds, as for shared
 reads.) ``CombinedWrites`` is for threads, ``AsyncCombinedWrites`` for the
-tasks of one event loop.
+tasks of one event loop; a gateway's ``counter.runtime.Runtime`` holds one
+of each. A counter's plan asks for one by yielding ``Combine``.
 """
 
 from __future__ import annotations
 
 import copy
 import threading
-import weakref
 from typing import Any, Awaitable, Callable, Hashable
 
 from gds_counter._checks import INT64_MAX, INT64_MIN
 from gds_counter.errors import CommitUnknown, GDSError
-from gds_counter.gateway.rounds import LoopLines, Round, Seat, ThreadLines, per_gateway
+from gds_counter.gateway import plan
+from gds_counter.gateway.rounds import LoopLines, Round, Seat, ThreadLines
 
-__all__ = ["IN_FLIGHT", "AsyncCombinedWrites", "CombinedWrites", "async_combined_writes", "combined_writes"]
+__all__ = ["IN_FLIGHT", "AsyncCombinedWrites", "Combine", "CombinedWrites"]
 
 #: ``write(amount, callers)``: commit ``amount`` (the sum of ``callers``'
 #: amounts) once, or raise.
@@ -175,15 +176,26 @@ def _joined(mine: Round[None], alone: Callable[[], None]) -> None:
     return None
 
 
-_per_gateway: "weakref.WeakKeyDictionary[Any, CombinedWrites]" = weakref.WeakKeyDictionary()
-_async_per_gateway: "weakref.WeakKeyDictionary[Any, AsyncCombinedWrites]" = weakref.WeakKeyDictionary()
+class Combine(plan.Step):
+    """A plan's request to commit ``amount`` by running ``write(total,
+    callers)`` for it and the amounts of the callers of the same ``key``
+    that arrive while a write of that key runs, in ``threads`` (blocking
+    driver) or ``tasks`` (async driver): every one of them gets that one
+    write's outcome. For writes that add, where one commit of the sum is
+    the same as a commit of each amount."""
 
+    __slots__ = ("threads", "tasks", "key", "amount", "write")
 
-def combined_writes(gateway: Any) -> CombinedWrites:
-    """The combined writes of a blocking ``gateway``'s plans (``plan.Combine``)."""
-    return per_gateway(_per_gateway, gateway, CombinedWrites)
+    def __init__(
+        self, threads: CombinedWrites, tasks: "AsyncCombinedWrites", key: Hashable, amount: int,
+        write: Callable[[int, int], "plan.Plan[None]"],
+    ) -> None:
+        self.threads, self.tasks, self.key, self.amount, self.write = threads, tasks, key, amount, write
 
+    def run(self, drive: Callable[["plan.Plan[Any]"], Any]) -> None:
+        write = self.write
+        self.threads.run(self.key, self.amount, lambda total, callers: drive(write(total, callers)))
 
-def async_combined_writes(gateway: Any) -> AsyncCombinedWrites:
-    """``combined_writes`` for an async gateway's plans (per event loop)."""
-    return per_gateway(_async_per_gateway, gateway, AsyncCombinedWrites)
+    async def arun(self, adrive: Callable[["plan.Plan[Any]"], Awaitable[Any]]) -> None:
+        write = self.write
+        await self.tasks.run(self.key, self.amount, lambda total, callers: adrive(write(total, callers)))

@@ -1,0 +1,80 @@
+"""What this process does around ``fork()``, in one place.
+
+A forked child holds a copy of its parent's memory but only the thread that
+forked. Whatever the parent's other threads held at that moment (a lock, a
+connection lent to a call, a round of combined writes they were leading) is
+held by nobody in the child, for ever. So every object that keeps such
+state registers here, and this module's one ``os.register_at_fork`` calls
+its hooks, each optional:
+
+* ``_before_fork()``: in the parent, just before the fork (a connection
+  pool waits for the calls in progress and closes its connections);
+* ``_after_fork_in_parent()``: in the parent, just after it;
+* ``_after_fork_in_child()``: first thing in the child (fresh locks; forget
+  what the parent's threads were doing).
+
+Registration is weak: an object that is gone needs nothing. The registry's
+lock is held from just before the fork to just after it, so no object is
+added or dropped half way through.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import Any
+
+__all__ = ["forget", "register"]
+
+_LOCK = threading.Lock()
+#: Every object with fork hooks (``register``), weakly.
+_MEMBERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+#: The objects of the fork in progress, held so none is collected half way.
+_FORKING: list[Any] = []
+
+
+def register(member: Any) -> None:
+    """Call ``member``'s fork hooks (those it defines) at every fork of this
+    process, for as long as ``member`` lives."""
+    with _LOCK:
+        _MEMBERS.add(member)
+
+
+def forget(member: Any) -> None:
+    """No more fork hooks for ``member`` (a pool closed for good)."""
+    with _LOCK:
+        _MEMBERS.discard(member)
+
+
+def _call(hook: str) -> None:
+    for member in _FORKING:
+        method = getattr(member, hook, None)
+        if method is not None:
+            method()
+
+
+def _before_fork() -> None:
+    _LOCK.acquire()
+    _FORKING[:] = list(_MEMBERS)
+    _call("_before_fork")
+
+
+def _after_fork_in_parent() -> None:
+    try:
+        _call("_after_fork_in_parent")
+    finally:
+        _FORKING.clear()
+        _LOCK.release()
+
+
+def _after_fork_in_child() -> None:
+    try:
+        _call("_after_fork_in_child")
+    finally:
+        _FORKING.clear()
+        _LOCK.release()  # the forking thread took it, and the child is that thread
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)

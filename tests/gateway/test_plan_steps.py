@@ -1,0 +1,85 @@
+"""A layer above the gateway may add an effect of its own (``plan.Step``):
+each driver hands it a way to run plans on the same gateway, and sends its
+answer back into the plan that yielded it. The counter's combined writes
+are one; the storage layer knows nothing of what a step is for."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Awaitable, Callable
+
+import pytest
+
+from gds_counter.gateway import plan
+from gds_counter.gateway.keys import Key
+
+
+class Twice(plan.Step):
+    """Runs ``inner`` twice with whichever driver runs the plan, and answers
+    both results, marking which face ran it."""
+
+    def __init__(self, inner: Callable[[], plan.Plan[Any]]) -> None:
+        self.inner = inner
+
+    def run(self, drive: Callable[[plan.Plan[Any]], Any]) -> Any:
+        return ("blocking", drive(self.inner()), drive(self.inner()))
+
+    async def arun(self, adrive: Callable[[plan.Plan[Any]], Awaitable[Any]]) -> Any:
+        return ("async", await adrive(self.inner()), await adrive(self.inner()))
+
+
+def _lookups() -> plan.Plan[Any]:
+    found = yield from plan.lookup([Key.of("K", "a")])
+    return len(found)
+
+
+def _outer() -> plan.Plan[Any]:
+    answer = yield Twice(_lookups)
+    return answer
+
+
+class Blocking:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def lookup(self, keys: list[Key], *, transaction: bytes | None = None) -> list[None]:
+        self.calls.append("lookup")
+        return [None] * len(keys)
+
+
+class Awaited:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def lookup(self, keys: list[Key], *, transaction: bytes | None = None) -> list[None]:
+        self.calls.append("lookup")
+        return [None] * len(keys)
+
+
+def test_a_step_runs_its_plans_on_the_blocking_gateway_and_answers_the_plan():
+    gateway = Blocking()
+    assert plan.run(_outer(), gateway) == ("blocking", 1, 1)
+    assert gateway.calls == ["lookup", "lookup"]
+
+
+def test_the_same_step_runs_its_plans_awaited_on_an_async_gateway():
+    gateway = Awaited()
+    assert asyncio.run(plan.arun(_outer(), gateway)) == ("async", 1, 1)
+    assert gateway.calls == ["lookup", "lookup"]
+
+
+def test_a_step_that_raises_has_its_error_thrown_into_the_plan_where_it_was_yielded():
+    class Refuses(plan.Step):
+        def run(self, drive: Callable[[plan.Plan[Any]], Any]) -> Any:
+            raise LookupError("refused")
+
+    def caught() -> plan.Plan[str]:
+        try:
+            yield Refuses()
+        except LookupError as exc:
+            return f"caught {exc}"
+        return "not raised"
+
+    assert plan.run(caught(), Blocking()) == "caught refused"
+    with pytest.raises(NotImplementedError):
+        asyncio.run(plan.arun(caught(), Awaited()))  # a step that left arun undefined says so

@@ -32,7 +32,7 @@ import attrs
 
 from gds_counter import __version__, demo
 from gds_counter.counter import PHP_ARTICLE, STRATEGIES, CounterShardDS, Layout, make_target
-from gds_counter.counter.arguments import check_num_shards
+from gds_counter.counter._arguments import check_num_shards
 from gds_counter.errors import BadValueError, CommitUnknown, GDSError, Unavailable
 from gds_counter.gateway import Gateway, open_gateway
 from gds_counter.gateway.base import MAX_KEYS_PER_LOOKUP, run_query_all

@@ -266,7 +266,6 @@ def test_architecture_names_many_modules():
     assert len(module_names(ARCHITECTURE.read_text(encoding="utf-8"))) >= 20
 
 
-@pytest.mark.xfail(strict=True, reason="docs/architecture.md is being rewritten in issue 24")
 def test_every_module_docs_architecture_names_exists():
     names = module_names(ARCHITECTURE.read_text(encoding="utf-8"))
     missing = [name for name in names if not resolves(name)]

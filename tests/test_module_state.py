@@ -14,18 +14,18 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gds_counter"
 #: The product's module-level registries: at most two.
 REGISTRIES = {
     ("gateway/__init__.py", "_SHARED"): "URL -> the shared gateway of code that names none, both faces",
-    ("gateway/forks.py", "_MEMBERS"): "the objects whose fork hooks the one os.register_at_fork calls",
+    ("gateway/_forks.py", "_MEMBERS"): "the objects whose fork hooks the one os.register_at_fork calls",
 }
 
 #: Other module-level state, each with the reason it cannot go with a gateway.
 OTHER_STATE = {
-    ("gateway/forks.py", "_LOCK"): "the fork registry's lock, held across a fork",
-    ("gateway/forks.py", "_FORKING"): "the members of the fork in progress (empty between forks)",
+    ("gateway/_forks.py", "_LOCK"): "the fork registry's lock, held across a fork",
+    ("gateway/_forks.py", "_FORKING"): "the members of the fork in progress (empty between forks)",
     ("gateway/embedded/_connections.py", "_ABANDONED"): (
         "connections a forked child inherited: kept for ever, since closing one (even when its gateway is "
         "collected) would release the parent's SQLite locks"
     ),
-    ("gateway/deadlines.py", "_AT"): "the running call's deadline: per call (a context variable), not per gateway",
+    ("gateway/_deadlines.py", "_AT"): "the running call's deadline: per call (a context variable), not per gateway",
     ("gateway/embedded/_encoding.py", "_written"): (
         "the entity a writer just stored, handed to the decoding memo during one call (a context variable)"
     ),
@@ -34,6 +34,7 @@ OTHER_STATE = {
 #: Module-level tables that are never changed after import (names, rules).
 CONSTANT_TABLES = {
     ("cli.py", "COMMANDS"), ("counter/strategy.py", "STRATEGIES"), ("gateway/__init__.py", "_PARAMS"),
+    ("gateway/base.py", "_PLANS"),
     ("gateway/datastore/_codec.py", "_OPS"), ("gateway/embedded/_planner.py", "_RANGE_OPS"),
     ("gateway/embedded/_planner.py", "_SQL_OPS"), ("gds/_gql_lexer.py", "_STRING_ESCAPES"),
     ("gds/_gql_parser.py", "_MIRRORED"), ("gds/_gql_printer.py", "_PRINTED_OPS"), ("gds/schema.py", "_WRITERS"),

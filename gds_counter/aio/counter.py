@@ -2,7 +2,7 @@
 ``CounterShardDS``, ``GeneralCounter`` and ``get_counts``, with the blocking
 API's names, arguments and semantics, every call a coroutine.
 
-They run the blocking counters' own plans (``counter.engine.CounterCore``)
+They run the blocking counters' own plans (``counter._engine.CounterCore``)
 with the async driver (``gateway.plan.arun``): same layouts, strategies,
 shard affinity, cache, retries and errors; only the I/O differs. Safe to
 share between tasks (and threads, each with its own event loop on a
@@ -17,9 +17,9 @@ from typing_extensions import Unpack
 
 from gds_counter.aio._gateway import AsyncGateway, resolve_gateway
 from gds_counter.aio.store import Store
-from gds_counter.counter.arguments import check_counters, locate
+from gds_counter.counter._arguments import check_counters, locate
+from gds_counter.counter._engine import CounterCore, by_gateway, counts_plan
 from gds_counter.counter.article import article_counter_args
-from gds_counter.counter.engine import CounterCore, by_gateway, counts_plan
 from gds_counter.counter.layout import NDB_GENERAL, Layout
 from gds_counter.counter.options import CounterChanges, CounterOptions, options_of
 from gds_counter.counter.runtime import Runtime

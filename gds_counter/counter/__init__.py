@@ -1,7 +1,7 @@
 """Sharded counters: the PHP article's ``CounterShardDS`` and the Google
 article's named ``GeneralCounter``, one engine with two data layouts."""
 
-from gds_counter.counter.arguments import MAX_SHARDS
+from gds_counter.counter._arguments import MAX_SHARDS
 from gds_counter.counter.article import CounterShardDS, make_target
 from gds_counter.counter.cache import CountCache
 from gds_counter.counter.entity import CounterShardEntity

@@ -13,10 +13,11 @@ from typing import Any
 from typing_extensions import Unpack
 
 from gds_counter._checks import is_int
+from gds_counter.counter._arguments import check_num_shards
 from gds_counter.counter.entity import CounterShardEntity
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.options import CounterChanges, CounterOptions
-from gds_counter.counter.sharded import ShardedCounter, check_num_shards
+from gds_counter.counter.sharded import ShardedCounter
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.base import Gateway
 from gds_counter.gds.store import Store

@@ -43,9 +43,9 @@ from typing import Callable, Hashable, Iterator, Optional, Tuple
 import attrs
 
 from gds_counter.errors import BadValueError, Contention, TransformsIgnored, Unavailable
-from gds_counter.gateway import forks
+from gds_counter.gateway import _forks as forks
 
-__all__ = ["DEFAULT_TTL", "CountCache", "Ticket"]
+__all__ = ["DEFAULT_TTL", "CountCache"]
 
 DEFAULT_TTL = 60.0
 

@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 
 from gds_counter._checks import is_int
-from gds_counter.counter.arguments import MAX_SHARDS, check_num_shards
+from gds_counter.counter._arguments import MAX_SHARDS, check_num_shards
 from gds_counter.errors import BadValueError, CorruptDataError
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.values import RawEntity

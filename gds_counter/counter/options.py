@@ -12,14 +12,14 @@ from typing import Any, Mapping, TypedDict
 
 import attrs
 
-from gds_counter.counter.arguments import check_num_shards
+from gds_counter.counter._arguments import check_num_shards
 from gds_counter.counter.cache import CountCache
 from gds_counter.counter.shard_choice import ShardChooser
 from gds_counter.counter.strategy import Strategy
 from gds_counter.errors import BadValueError
 from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy
 
-__all__ = ["AutoGrow", "CounterChanges", "CounterOptions", "options_of"]
+__all__ = ["AutoGrow", "CounterOptions"]
 
 
 @attrs.frozen

@@ -85,12 +85,9 @@ from types import TracebackType
 from typing import Callable, Hashable, Mapping, Protocol, runtime_checkable
 
 from gds_counter.errors import Contention
-from gds_counter.gateway import forks
+from gds_counter.gateway import _forks as forks
 
-__all__ = [
-    "AVOID_SECONDS", "BUSY_SECONDS", "MAX_COUNTERS", "YIELD_PROBABILITY", "AffinityShards", "Holding",
-    "RandomShards", "ShardChooser",
-]
+__all__ = ["AVOID_SECONDS", "BUSY_SECONDS", "MAX_COUNTERS", "YIELD_PROBABILITY", "AffinityShards", "RandomShards", "ShardChooser"]
 
 log = logging.getLogger(__name__)
 

@@ -12,15 +12,15 @@ from typing import Iterable
 
 from typing_extensions import Unpack
 
-from gds_counter.counter.arguments import check_counters, check_num_shards, locate
-from gds_counter.counter.engine import CounterCore, by_gateway, counts_plan
+from gds_counter.counter._arguments import check_counters, locate
+from gds_counter.counter._engine import CounterCore, by_gateway, counts_plan
 from gds_counter.counter.layout import Layout
-from gds_counter.counter.options import AutoGrow, CounterChanges, CounterOptions, options_of
+from gds_counter.counter.options import CounterChanges, CounterOptions, options_of
 from gds_counter.gateway import plan, resolve_gateway
 from gds_counter.gateway.base import Gateway
 from gds_counter.gds.store import Store
 
-__all__ = ["AutoGrow", "ShardedCounter", "check_num_shards", "get_counts"]
+__all__ = ["ShardedCounter", "get_counts"]
 
 
 class ShardedCounter(CounterCore):

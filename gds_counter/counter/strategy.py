@@ -39,7 +39,7 @@ from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Increment, Mutation, Upsert
 from gds_counter.gateway.values import RawEntity
 
-__all__ = ["STRATEGIES", "Shard", "Strategy", "Wrote", "add_plan", "get_strategy"]
+__all__ = ["STRATEGIES", "Shard", "Strategy", "Wrote"]
 
 
 @attrs.frozen

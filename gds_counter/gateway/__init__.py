@@ -12,11 +12,11 @@ from typing import Any, Callable, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from gds_counter.errors import BadValueError, GatewayError
-from gds_counter.gateway import forks
+from gds_counter.gateway import _forks as forks
 from gds_counter.gateway.base import Gateway, is_gateway
 from gds_counter.gateway.stats import Stats
 
-__all__ = ["Gateway", "Stats", "open_gateway", "resolve_gateway", "shared_gateway", "shared_gateway_key", "shared_instance", "sqlite_path", "DEFAULT_URL"]
+__all__ = ["Gateway", "Stats", "open_gateway", "resolve_gateway", "shared_gateway", "DEFAULT_URL"]
 
 log = logging.getLogger(__name__)
 

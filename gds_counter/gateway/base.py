@@ -13,7 +13,7 @@ ones cannot write), what a transform result means, and the gateway's
 ``_run_query``, ``_begin``, ``_commit``, ``_rollback`` and ``_allocate_ids``
 hooks. Aggregation queries are checked once here too; their hook,
 ``_run_aggregation``, has a default that computes them through the
-backend's own ``run_query`` (``gateway.aggregation``), which a server with
+backend's own ``run_query`` (``gateway._aggregation``), which a server with
 native aggregations (Cloud Datastore) overrides.
 """
 
@@ -34,7 +34,7 @@ from typing_extensions import TypeIs
 from gds_counter._checks import check_int, check_text
 from gds_counter.errors import BadKeyError, BadValueError, GatewayError, Unavailable
 from gds_counter.gateway import plan
-from gds_counter.gateway.aggregation import aggregate_rows, billed_reads, check_aggregation
+from gds_counter.gateway._aggregation import aggregate_rows, billed_reads, check_aggregation
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import (
@@ -58,18 +58,7 @@ from gds_counter.gateway.query import (
 from gds_counter.gateway.stats import Stats
 from gds_counter.gateway.values import RawEntity, validate_entity
 
-__all__ = [
-    "MAX_KEYS_PER_LOOKUP",
-    "BaseGateway",
-    "Gateway",
-    "TransactionState",
-    "check_mutation",
-    "commit_in_transaction",
-    "is_gateway",
-    "iterate_batches",
-    "require_complete",
-    "run_query_all",
-]
+__all__ = ["MAX_KEYS_PER_LOOKUP", "BaseGateway", "Gateway", "is_gateway"]
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +98,7 @@ class Gateway(Protocol):
       continuation from ``end_cursor`` never needs the offset again.
     * ``run_aggregation`` runs an ``AggregationQuery`` (``COUNT``,
       ``COUNT_UP_TO``, ``SUM``, ``AVG``) and returns one value per alias,
-      with Datastore's rules (``gateway.aggregation``); in a transaction
+      with Datastore's rules (``gateway._aggregation``); in a transaction
       when given its token. A server without aggregations raises
       ``GatewayError`` (and its ``capabilities.aggregation`` is False).
     * ``capabilities`` says what the server can do, learned once.
@@ -216,6 +205,24 @@ class GatewayRules(Generic[T]):
                 "begin a new one"
             )
         return txn
+
+    def plan_of(self, op: plan.Op) -> "plan.Plan[Any] | None":
+        """The plan behind the public call ``op`` names (``lookup``,
+        ``commit``, ...), for a driver to run it inline, in the same loop as
+        the plan that asked (one ``run`` per call); None when this gateway
+        answers that call some other way (a subclass's own method, or one
+        set on the instance), which the driver then calls."""
+        name, face = op.name, self._face()
+        builder = _PLANS.get(name)
+        if builder is None or face is None or name in vars(self) or getattr(type(self), name) is not getattr(face, name):
+            return None
+        return builder(self, *op.args, **dict(op.kwargs))
+
+    @classmethod
+    def _face(cls) -> type | None:
+        """The class whose public methods just run the rule plans (a
+        subclass that overrides one answers that call itself)."""
+        return None
 
     def _plan_begin(self, read_only: bool) -> plan.Plan[bytes]:
         txn: T = yield from _hook("_begin", bool(read_only))
@@ -423,6 +430,10 @@ def _hook(name: str, *args: Any) -> plan.Plan[Any]:
 class BaseGateway(GatewayRules[T], abc.ABC):
     """The shared rules (``GatewayRules``) run on blocking backend hooks."""
 
+    @classmethod
+    def _face(cls) -> type | None:
+        return BaseGateway
+
     def __init__(self, namespace: str = "", *, capabilities: Capabilities | None = None) -> None:
         super().__init__(namespace, capabilities=capabilities)
         self._capabilities_lock = threading.RLock()  # the probe commits while holding it
@@ -457,7 +468,7 @@ class BaseGateway(GatewayRules[T], abc.ABC):
 
     def _run_aggregation(self, aggregation: AggregationQuery, txn: T | None) -> AggregationResult:
         """A checked aggregation. The default computes it from the rows of
-        the query (``gateway.aggregation.aggregate_rows``), read through this
+        the query (``gateway._aggregation.aggregate_rows``), read through this
         gateway's own ``run_query`` (and ``lookup``) in ``txn``. Those reads
         are not what Datastore would bill: they count as
         ``aggregation_batches``, and the aggregation as one
@@ -525,6 +536,18 @@ class BaseGateway(GatewayRules[T], abc.ABC):
             return self._learned(found)
 
 
+#: Each public call's rule plan, built from the call's own arguments (``plan_of``).
+_PLANS: dict[str, Callable[..., plan.Plan[Any]]] = {
+    "lookup": lambda gateway, keys, transaction=None: gateway._plan_lookup(keys, transaction),
+    "run_query": lambda gateway, query, transaction=None: gateway._plan_run_query(query, transaction),
+    "run_aggregation": lambda gw, aggregation, transaction=None: gw._plan_run_aggregation(aggregation, transaction),
+    "begin_transaction": lambda gateway, read_only=False: gateway._plan_begin(read_only),
+    "commit": lambda gateway, mutations, transaction=None: gateway._plan_commit(mutations, transaction),
+    "rollback": lambda gateway, transaction: gateway._plan_rollback(transaction),
+    "allocate_ids": lambda gateway, keys: gateway._plan_allocate_ids(keys),
+}
+
+
 # --- the checks every backend shares ----------------------------------------
 
 
@@ -575,11 +598,3 @@ def run_query_all(gateway: Gateway, query: Query, *, transaction: bytes | None =
     """Every result of a query, across all batches."""
     for batch in iterate_batches(gateway, query, transaction=transaction):
         yield from batch.entities
-
-
-def commit_in_transaction(gateway: Gateway, work: Callable[[bytes], Sequence[Mutation]]) -> None:
-    """One attempt at a read-write transaction (``plan.in_transaction``,
-    with a blocking ``work(token)`` that reads with the token and returns
-    what to write). Any error rolls back and is raised; ``Contention``
-    means it is safe to try again."""
-    plan.run(plan.in_transaction(lambda token: plan.call(lambda: work(token))), gateway)

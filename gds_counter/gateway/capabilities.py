@@ -31,7 +31,7 @@ class Capabilities:
         Aggregation queries (``COUNT``, ``COUNT_UP_TO``, ``SUM``, ``AVG``)
         run: natively on Cloud Datastore and the Firestore emulator (the
         probe sends one ``COUNT(*)``), and on the embedded engine, which
-        computes them from the query's index rows (``gateway.aggregation``).
+        computes them from the query's index rows (``gateway._aggregation``).
         The legacy Datastore emulator does not implement
         ``RunAggregationQuery``: there ``run_aggregation`` raises
         ``GatewayError``, sending nothing once this is known.

@@ -15,16 +15,7 @@ import attrs
 from gds_counter._checks import INT64_MAX, check_text, is_int, utf8_size
 from gds_counter.errors import BadKeyError
 
-__all__ = [
-    "MAX_KEY_NAME_BYTES",
-    "RESERVED_NAME",
-    "Key",
-    "PathElement",
-    "check_key_id",
-    "check_key_name",
-    "check_kind",
-    "namespace_name",
-]
+__all__ = ["MAX_KEY_NAME_BYTES", "RESERVED_NAME", "Key", "PathElement"]
 
 #: Datastore's limit on a key name (and kind), in UTF-8 bytes.
 MAX_KEY_NAME_BYTES = 1500

@@ -257,21 +257,53 @@ def perform(gateway: Any, op: Op) -> Any:
     return getattr(gateway, op.name)(*op.args, **dict(op.kwargs))
 
 
+def inline(gateway: Any, op: Op) -> "Plan[Any] | None":
+    """The gateway's own plan for the public call ``op``, when it has one
+    (``GatewayRules.plan_of``): the drivers run it in the same loop as the
+    plan that yielded ``op``, so that one call is one ``run`` however deep
+    the rules go. Looked up on the gateway's class, so that a wrapper that
+    passes other attributes through (a fault injector) is called, not
+    skipped."""
+    plan_of = getattr(type(gateway), "plan_of", None)
+    if plan_of is None or op.name.startswith("_"):
+        return None
+    inner: Plan[Any] | None = plan_of(gateway, op)
+    return inner
+
+
 def run(plan: Plan[T], gateway: Any, *, wait: Callable[[float], None] = time.sleep) -> T:
     """Drive ``plan`` against a blocking ``gateway``: each effect is carried
     out here, its result sent back (or its error thrown in), until the plan
-    returns. ``wait`` carries out ``Sleep`` (tests pass a fake clock's)."""
+    returns. A gateway call whose rules are a plan of the gateway's
+    (``inline``) runs here too, as if the plan had ``yield from`` it.
+    ``wait`` carries out ``Sleep`` (tests pass a fake clock's)."""
+    stack: list[Plan[Any]] = [plan]
     send: Any = None
     error: BaseException | None = None
     while True:
+        current = stack[-1]
         try:
-            effect = plan.send(send) if error is None else plan.throw(error)
+            effect = current.send(send) if error is None else current.throw(error)
         except StopIteration as stop:
-            result: T = stop.value
-            return result
+            stack.pop()
+            if not stack:
+                result: T = stop.value
+                return result
+            send, error = stop.value, None
+            continue
+        except BaseException as exc:
+            stack.pop()
+            if not stack:
+                raise
+            send, error = None, exc
+            continue
         send, error = None, None
         try:
             if isinstance(effect, Op):
+                inner = inline(gateway, effect)
+                if inner is not None:
+                    stack.append(inner)
+                    continue
                 send = perform(gateway, effect)
             elif isinstance(effect, Sleep):
                 wait(effect.seconds)
@@ -300,23 +332,40 @@ async def aperform(gateway: Any, op: Op) -> Any:
 
 async def arun(plan: Plan[T], gateway: Any) -> T:
     """Drive ``plan`` against the async ``gateway`` until it returns: the
-    same plan ``run`` drives, each effect awaited. A ``Sleep`` is
+    same plan ``run`` drives, each effect awaited (and the gateway's own
+    rule plans run inline, as ``run`` does). A ``Sleep`` is
     ``asyncio.sleep`` (other tasks run meanwhile), a ``Call`` (a blocking
     function, such as a user's own strategy with only ``add``) runs in a
     worker thread so the event loop never blocks. Errors, cancellation
     included, are thrown into the plan where its effect was yielded, so its
     cleanup (a rollback) still runs."""
+    stack: list[Plan[Any]] = [plan]
     send: Any = None
     error: BaseException | None = None
     while True:
+        current = stack[-1]
         try:
-            effect = plan.send(send) if error is None else plan.throw(error)
+            effect = current.send(send) if error is None else current.throw(error)
         except StopIteration as stop:
-            result: T = stop.value
-            return result
+            stack.pop()
+            if not stack:
+                result: T = stop.value
+                return result
+            send, error = stop.value, None
+            continue
+        except BaseException as exc:
+            stack.pop()
+            if not stack:
+                raise
+            send, error = None, exc
+            continue
         send, error = None, None
         try:
             if isinstance(effect, Op):
+                inner = inline(gateway, effect)
+                if inner is not None:
+                    stack.append(inner)
+                    continue
                 send = await aperform(gateway, effect)
             elif isinstance(effect, Sleep):
                 await asyncio.sleep(effect.seconds)

@@ -85,7 +85,7 @@ Decisions where the reference leaves room, or where we differ from it:
 
 Aggregations, as Cloud Datastore's GQL has them (checked against the
 Firestore emulator in Datastore mode, which also runs the results' rules:
-see ``gds_counter.gateway.aggregation``):
+see ``gds_counter.gateway._aggregation``):
 
 * ``parse`` returns ``Query`` and refuses an aggregation (pointing at
   ``parse_aggregation``); ``parse_aggregation`` returns ``AggregationQuery``

@@ -23,13 +23,13 @@ from gds_counter.gateway.base import Gateway, iterate_batches
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Mutation
 from gds_counter.gateway.query import AggregationQuery, Query
-from gds_counter.gds._store_core import StoreCore, decode_cursor, encode_cursor
+from gds_counter.gds._store_core import StoreCore
 from gds_counter.gds.entity import Entity
 from gds_counter.gds.mapper import from_raw
 from gds_counter.gds.schema import Schema
 from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy, retry_plan
 
-__all__ = ["Store", "decode_cursor", "encode_cursor"]
+__all__ = ["Store"]
 
 T = TypeVar("T")
 

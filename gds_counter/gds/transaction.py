@@ -16,7 +16,8 @@ import attrs
 from google.api_core.retry import exponential_sleep_generator
 
 from gds_counter.errors import BadValueError, Contention
-from gds_counter.gateway import deadlines, plan
+from gds_counter.gateway import _deadlines as deadlines
+from gds_counter.gateway import plan
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ def retry_plan(
     started = time.monotonic()
     for number in range(1, policy.attempts + 1):
         # Storage waits inside the attempt (another process's lock) end at
-        # the deadline too, not at their own bound (``gateway.deadlines``).
+        # the deadline too, not at their own bound (``gateway._deadlines``).
         bounded = deadlines.limit(started + policy.deadline) if policy.deadline is not None else None
         try:
             result: T = yield from attempt()

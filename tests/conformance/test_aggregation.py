@@ -15,7 +15,7 @@ first batch, run on the same gateway. The legacy Datastore emulator does
 not implement RunAggregationQuery: every aggregation there is a
 ``GatewayError`` saying so, and its capabilities say so too.
 
-The rules the cases pin down are listed in ``gds_counter.gateway.aggregation``
+The rules the cases pin down are listed in ``gds_counter.gateway._aggregation``
 (aggregations read index rows: a list is one row per element; SUM/AVG add
 their property to the sort order, so LIMIT and OFFSET count those rows; only
 numbers count, timestamps as integer microseconds; integer sums are exact,

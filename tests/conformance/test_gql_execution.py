@@ -80,8 +80,8 @@ import pytest
 
 from gds_counter import BadValueError, Entity, GatewayError, Geopoint, GQLError, Key, Schema, Store
 from gds_counter.gateway import open_gateway
+from gds_counter.gds._store_core import decode_cursor
 from gds_counter.gds.gql import Cursor
-from gds_counter.gds.store import decode_cursor
 from gds_counter.testing import GATEWAY_NAMES
 
 UTC = dt.timezone.utc

@@ -177,7 +177,7 @@ def test_a_leader_lets_ready_callers_join_before_it_writes(monkeypatch, bringing
     while each wait brought a caller (up to SETTLE_WAITS), and writes their
     amounts with its own."""
     from gds_counter.counter import _combined as module
-    from gds_counter.gateway import rounds
+    from gds_counter.gateway import _rounds as rounds
 
     combined, write, out = CombinedWrites(), Writes(), {}
     release_all(write)
@@ -202,7 +202,7 @@ def test_a_leader_lets_ready_callers_join_before_it_writes(monkeypatch, bringing
 
 def test_a_thread_alone_in_its_process_writes_without_waiting(monkeypatch):
     from gds_counter.counter import _combined as module
-    from gds_counter.gateway import rounds
+    from gds_counter.gateway import _rounds as rounds
 
     combined, write = CombinedWrites(), Writes()
     release_all(write)

@@ -27,7 +27,7 @@ import pytest
 from gds_counter import aio
 from gds_counter.cli import main
 from gds_counter.counter import NDB_GENERAL, PHP_ARTICLE, CounterShardDS, GeneralCounter, ShardedCounter
-from gds_counter.counter.arguments import MAX_SHARDS
+from gds_counter.counter._arguments import MAX_SHARDS
 from gds_counter.errors import BadValueError
 from gds_counter.gateway import open_gateway
 from gds_counter.gateway.keys import Key

@@ -2,7 +2,7 @@
 including every increment that was acknowledged before the call began.
 
 Writers that finish together share one query of the shards
-(``gateway/shared_reads.py``). Sharing may
+(``gateway/_shared_reads.py``). Sharing may
 only ever hand a caller a read that began after it asked; a read that began
 earlier could miss an increment acknowledged in between, which is what
 this test looks for, with many writer threads at once, on the embedded

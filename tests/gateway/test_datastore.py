@@ -19,7 +19,8 @@ from google.api_core import exceptions as gexc
 from gds_counter.errors import BadKeyError, BadValueError, CommitUnknown, Contention, GatewayError, Unavailable
 from gds_counter.gateway.base import PROBE_KIND, Gateway, run_query_all
 from gds_counter.gateway.capabilities import Capabilities
-from gds_counter.gateway.datastore import DatastoreGateway, should_retry, translate_error
+from gds_counter.gateway.datastore import DatastoreGateway
+from gds_counter.gateway.datastore._retry import should_retry, translate_error
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Increment, Upsert
 from gds_counter.gateway.query import CompositeFilter, Cursor, GqlSource, Order, PropertyFilter, Query

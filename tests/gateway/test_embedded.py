@@ -19,8 +19,9 @@ import pytest
 from gds_counter.errors import BadKeyError, BadValueError, Contention, GatewayError
 from gds_counter.gateway import open_gateway
 from gds_counter.gateway.base import Gateway, run_query_all
-from gds_counter.gateway.embedded import BATCH_SIZE, EmbeddedGateway
+from gds_counter.gateway.embedded import EmbeddedGateway
 from gds_counter.gateway.embedded._connections import POOL_SIZE
+from gds_counter.gateway.embedded._engine import BATCH_SIZE
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Increment, MutationResult, Upsert
 from gds_counter.gateway.query import CompositeFilter, Order, PropertyFilter, Query

@@ -35,9 +35,9 @@ import pytest
 from gds_counter.counter import _combined as combined_module
 from gds_counter.counter._combined import AsyncCombinedWrites, CombinedWrites
 from gds_counter.errors import CommitUnknown, GDSError
-from gds_counter.gateway import rounds
-from gds_counter.gateway import shared_reads as shared_module
-from gds_counter.gateway.shared_reads import AsyncSharedReads, SharedReads
+from gds_counter.gateway import _rounds as rounds
+from gds_counter.gateway import _shared_reads as shared_module
+from gds_counter.gateway._shared_reads import AsyncSharedReads, SharedReads
 
 BOUND = 10  # seconds: a caller still waiting after this hangs
 

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from gds_counter.gateway.shared_reads import AsyncSharedReads, SharedReads, own_copy
+from gds_counter.gateway._shared_reads import AsyncSharedReads, SharedReads, own_copy
 
 
 class Reads:
@@ -116,7 +116,7 @@ def test_a_leader_waits_again_while_each_wait_brings_another_caller_to_join(monk
     another: the leader waits once, then again for as long as the last wait
     brought a caller, up to SETTLE_WAITS; everyone who came shares its one
     read."""
-    from gds_counter.gateway import rounds
+    from gds_counter.gateway import _rounds as rounds
 
     shared: SharedReads[int] = SharedReads()
     read = Reads()

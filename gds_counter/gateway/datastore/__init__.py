@@ -18,6 +18,6 @@ Split by idea, each module explaining its own part:
 """
 
 from gds_counter.gateway.datastore._gateway import DatastoreGateway
-from gds_counter.gateway.datastore._retry import DEFAULT_RETRY, should_retry, translate_error
+from gds_counter.gateway.datastore._retry import DEFAULT_RETRY
 
-__all__ = ["DatastoreGateway", "should_retry", "translate_error", "DEFAULT_RETRY"]
+__all__ = ["DatastoreGateway", "DEFAULT_RETRY"]

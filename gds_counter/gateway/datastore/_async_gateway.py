@@ -27,6 +27,7 @@ from google.api_core import exceptions as gexc
 from google.api_core.retry import AsyncRetry
 
 from gds_counter.gateway import plan
+from gds_counter.gateway._shared_reads import AsyncSharedReads
 from gds_counter.gateway.base import TransactionState
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.datastore._requests import DatastoreRequests, final_error, retry_logger
@@ -34,7 +35,6 @@ from gds_counter.gateway.datastore._retry import DEFAULT_ASYNC_RETRY
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import CommitResult, Mutation
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
-from gds_counter.gateway.shared_reads import AsyncSharedReads
 from gds_counter.gateway.values import RawEntity
 
 __all__ = ["AsyncDatastoreGateway"]
@@ -134,7 +134,7 @@ class AsyncDatastoreGateway(DatastoreRequests):
         if txn is not None:
             return await plan.arun(self._run_query_plan(query, txn), self)
         # Identical queries that overlap share one RPC that began after each
-        # of them arrived (see gds_counter.gateway.shared_reads).
+        # of them arrived (see gds_counter.gateway._shared_reads).
         result, shared = await self._shared_reads.run(repr(query), lambda: plan.arun(self._run_query_plan(query, None), self))
         return self._shared_result(result, shared)
 
@@ -156,6 +156,10 @@ class AsyncDatastoreGateway(DatastoreRequests):
         return await plan.arun(self._allocate_ids_plan(keys), self)
 
     # --- the public calls: GatewayRules' plans, awaited ---------------------------------
+
+    @classmethod
+    def _face(cls) -> type | None:
+        return AsyncDatastoreGateway
 
     async def lookup(self, keys: Sequence[Key], *, transaction: bytes | None = None) -> list[RawEntity | None]:
         return await plan.arun(self._plan_lookup(keys, transaction), self)

@@ -20,13 +20,13 @@ from google.api_core import exceptions as gexc
 from google.api_core.retry import Retry
 
 from gds_counter.gateway import plan
+from gds_counter.gateway._shared_reads import SharedReads
 from gds_counter.gateway.base import BaseGateway, TransactionState
 from gds_counter.gateway.datastore._requests import DatastoreRequests, final_error, retry_logger
 from gds_counter.gateway.datastore._retry import DEFAULT_RETRY
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Mutation
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
-from gds_counter.gateway.shared_reads import SharedReads
 from gds_counter.gateway.values import RawEntity
 
 # Logged under the package's name, as before the package was split by idea,
@@ -129,7 +129,7 @@ class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState]):
         if txn is not None:
             return plan.run(self._run_query_plan(query, txn), self)
         # Identical queries that overlap share one RPC that began after each
-        # of them arrived (see gds_counter.gateway.shared_reads).
+        # of them arrived (see gds_counter.gateway._shared_reads).
         result, shared = self._shared_reads.run(repr(query), lambda: plan.run(self._run_query_plan(query, None), self))
         return self._shared_result(result, shared)
 

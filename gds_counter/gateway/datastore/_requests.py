@@ -24,14 +24,14 @@ from google.cloud.datastore_v1.types import query as _qry
 
 from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError, Unavailable
 from gds_counter.gateway import plan
-from gds_counter.gateway.aggregation import billed_reads
+from gds_counter.gateway._aggregation import billed_reads
+from gds_counter.gateway._shared_reads import own_result
 from gds_counter.gateway.base import GatewayRules, TransactionState
 from gds_counter.gateway.datastore._codec import Codec
 from gds_counter.gateway.datastore._retry import error_message, should_retry, translate_error
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Mutation, Upsert
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
-from gds_counter.gateway.shared_reads import own_result
 from gds_counter.gateway.values import RawEntity
 
 __all__ = ["DatastoreRequests", "final_error", "retry_logger", "strip_scheme"]

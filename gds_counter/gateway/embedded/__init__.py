@@ -20,6 +20,6 @@ The engine is split by idea, each module explaining its own part:
   commits.
 """
 
-from gds_counter.gateway.embedded._engine import BATCH_SIZE, BUSY_TIMEOUT_S, CAPABILITIES, EmbeddedGateway
+from gds_counter.gateway.embedded._engine import CAPABILITIES, EmbeddedGateway
 
-__all__ = ["BATCH_SIZE", "BUSY_TIMEOUT_S", "CAPABILITIES", "EmbeddedGateway"]
+__all__ = ["CAPABILITIES", "EmbeddedGateway"]

@@ -15,7 +15,7 @@ Reliability section):
   its connections, old or new, hold no lock the parent can see: a parent
   that then closes its gateway (or exits) believes it is the last user,
   checkpoints and deletes the ``-wal`` file while the child still commits
-  into it. So, through ``gateway.forks``, every pool waits for the
+  into it. So, through ``gateway._forks``, every pool waits for the
   calls in progress and closes its connections in the parent just before
   ``fork()`` (never in the child, where closing one could release the
   parent's locks); parent and child each open new ones on first use. A child
@@ -53,10 +53,10 @@ from pathlib import Path
 from types import TracebackType
 
 from gds_counter.errors import Contention, GatewayError, GDSError
-from gds_counter.gateway import forks
+from gds_counter.gateway import _forks as forks
+from gds_counter.gateway._interrupts import locked, surely
 from gds_counter.gateway.embedded._files import Connection, FileId, file_id, translate, why_unopenable
 from gds_counter.gateway.embedded._storage import create_schema, is_busy, schema_ready
-from gds_counter.gateway.interrupts import locked, surely
 
 log = logging.getLogger("gds_counter.gateway.embedded")
 

@@ -21,7 +21,8 @@ from typing import Any, Callable, Generator, Hashable, Iterator
 import attrs
 
 from gds_counter.errors import BadValueError, CommitUnknown, Contention, GDSError, Unavailable
-from gds_counter.gateway import deadlines
+from gds_counter.gateway import _deadlines as deadlines
+from gds_counter.gateway._shared_reads import SharedReads, own_copy
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
@@ -40,7 +41,6 @@ from gds_counter.gateway.embedded._storage import (
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Mutation, Upsert
 from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, PropertyFilter, Query, QueryResult
-from gds_counter.gateway.shared_reads import SharedReads, own_copy
 from gds_counter.gateway.values import RawEntity
 
 # Logged under the package's name, as before the package was split by idea,
@@ -213,7 +213,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     def _run_query(self, query: Query, txn: Transaction | None) -> QueryResult:
         if txn is None:
             # Outside a transaction, identical queries that arrive together
-            # share one read that began after each of them (gateway.shared_reads).
+            # share one read that began after each of them (gateway._shared_reads).
             (batch, last, more), shared = self._shared_reads.run(repr(query), lambda: self._read_batch(query))
             self._record("run_query", reads=len(batch))
             if shared:

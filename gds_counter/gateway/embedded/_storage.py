@@ -47,7 +47,7 @@ import attrs
 
 from gds_counter._checks import INT64_MAX, INT64_MIN, is_int
 from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError
-from gds_counter.gateway import deadlines
+from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway.base import TransactionState
 from gds_counter.gateway.embedded._encoding import (
     dump_entity,
@@ -159,7 +159,7 @@ def write_transaction(conn: sqlite3.Connection, timeout: float) -> Iterator[None
     pool's write lock first."""
     conn.execute("PRAGMA busy_timeout = 0")
     try:
-        # The caller's deadline may come sooner (``gateway.deadlines``): a
+        # The caller's deadline may come sooner (``gateway._deadlines``): a
         # writer behind a frozen lock holder gives up then, not 30 s later.
         deadline = time.monotonic() + deadlines.remaining(timeout)
         while True:

@@ -15,10 +15,10 @@ from failure_points.tracer import Point
 __all__ = ["FAULTS", "MECHANISMS", "POINTS", "points_of"]
 
 CW = "gds_counter.counter._combined"
-RD = "gds_counter.gateway.rounds"
+RD = "gds_counter.gateway._rounds"
 GC = "gds_counter.gateway.embedded._group_commit"
 EN = "gds_counter.gateway.embedded._engine"
-SR = "gds_counter.gateway.shared_reads"
+SR = "gds_counter.gateway._shared_reads"
 CA = "gds_counter.counter.cache"
 AF = "gds_counter.counter.shard_choice"
 CP = "gds_counter.gateway.embedded._connections"

@@ -22,15 +22,15 @@ it (they read their transaction's own snapshot).
 
 ``SharedReads`` is for threads (the blocking gateways), ``AsyncSharedReads``
 for tasks of one event loop (the async Datastore gateway); the rounds'
-bookkeeping is ``gds_counter.gateway.rounds``, shared with combined writes.
+bookkeeping is ``gds_counter.gateway._rounds``, shared with combined writes.
 """
 
 from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
 
+from gds_counter.gateway._rounds import LoopLines, Seat, ThreadLines
 from gds_counter.gateway.query import QueryResult
-from gds_counter.gateway.rounds import LoopLines, Seat, ThreadLines
 from gds_counter.gateway.values import RawEntity
 
 R = TypeVar("R")

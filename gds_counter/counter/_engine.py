@@ -53,8 +53,8 @@ from typing import Any, Callable, Hashable, Iterator, Sequence
 import attrs
 
 from gds_counter._checks import INT64_MAX, check_int
+from gds_counter.counter._arguments import check_name, check_num_shards
 from gds_counter.counter._combined import Combine
-from gds_counter.counter.arguments import check_name, check_num_shards
 from gds_counter.counter.cache import CountCache, Ticket
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.options import AutoGrow, CounterOptions

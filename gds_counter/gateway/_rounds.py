@@ -31,7 +31,7 @@ import time
 import weakref
 from typing import Any, Callable, Generic, Hashable, Iterator, TypeVar, Union
 
-from gds_counter.gateway.interrupts import surely
+from gds_counter.gateway._interrupts import surely
 
 R = TypeVar("R")
 

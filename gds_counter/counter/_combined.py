@@ -45,7 +45,7 @@ from typing import Any, Awaitable, Callable, Hashable
 from gds_counter._checks import INT64_MAX, INT64_MIN
 from gds_counter.errors import CommitUnknown, GDSError
 from gds_counter.gateway import plan
-from gds_counter.gateway._rounds import LoopLines, Round, Seat, ThreadLines
+from gds_counter.gateway._rounds import LoopLines, Round, Seat, ThreadLines, yield_thread
 
 __all__ = ["IN_FLIGHT", "AsyncCombinedWrites", "Combine", "CombinedWrites"]
 
@@ -82,11 +82,22 @@ def _joiners_error(error: BaseException) -> BaseException:
 IN_FLIGHT = 2
 
 
-class CombinedWrites:
-    """See the module docstring: for threads (safe across ``fork()``)."""
+def _other_threads() -> bool:
+    return threading.active_count() > 1
 
-    def __init__(self, in_flight: int = IN_FLIGHT) -> None:
+
+class CombinedWrites:
+    """See the module docstring: for threads (safe across ``fork()``).
+    ``others()`` says whether other threads may be about to add (alone in
+    its process, a leader writes at once), and ``pause`` is how a leader
+    lets the threads that are ready run before it starts."""
+
+    def __init__(
+        self, in_flight: int = IN_FLIGHT, *, others: Callable[[], bool] = _other_threads,
+        pause: Callable[[], None] = yield_thread,
+    ) -> None:
         self._lines: ThreadLines[None] = ThreadLines(in_flight)
+        self._others, self._pause = others, pause
 
     def run(self, key: Hashable, amount: int, write: Write) -> None:
         """Commit ``amount`` once, with the amounts of the callers of the
@@ -107,7 +118,7 @@ class CombinedWrites:
                 return _joined(mine, lambda: write(amount, 1))
             # Let the threads about to add to the same counter (those one write
             # just released) join this write first; alone, write at once.
-            ThreadLines.lead(lines, lock, seat, settle=not seat.wait and threading.active_count() > 1)
+            ThreadLines.lead(lines, lock, seat, settle=not seat.wait and self._others(), pause=self._pause)
             shares = mine.shares  # started: nobody joins or leaves it any more
             total = sum(shares)
             if not INT64_MIN <= total <= INT64_MAX:  # only a sum of several amounts can pass 64 bits

@@ -37,7 +37,7 @@ R = TypeVar("R")
 
 __all__ = [
     "SETTLE_WAITS", "SLICE", "Line", "Lines", "LoopLines", "Round", "Seat", "ThreadLines", "as_async",
-    "settling",
+    "settling", "yield_thread",
 ]
 
 Event = Union[threading.Event, asyncio.Event]
@@ -258,10 +258,13 @@ class ThreadLines(Generic[R]):
         return self._lines, self._lock
 
     @staticmethod
-    def lead(lines: Lines[R], lock: threading.Lock, seat: Seat, *, settle: bool) -> None:
+    def lead(
+        lines: Lines[R], lock: threading.Lock, seat: Seat, *, settle: bool, pause: Callable[[], None] | None = None,
+    ) -> None:
         """A leader's way into its round (in the ``lines`` and under the
         ``lock`` that ``get`` gave it): wait for its turn, let the threads
-        that are ready join first (``settle``), then start. The caller
+        that are ready join first (``settle``: a ``pause()`` each time, by
+        default ``yield_thread``), then start. The caller
         wraps this and its work in one ``try`` whose handler is
         ``Lines.leave``: an interrupt anywhere here abandons the round."""
         mine = seat.round
@@ -272,8 +275,9 @@ class ThreadLines(Generic[R]):
                     break
             threading_event(mine.turn).wait(SLICE)
         if settle:
+            pause = pause or yield_thread
             for _ in settling(mine):
-                time.sleep(0)
+                pause()
         with lock:
             lines.start(seat)
 
@@ -343,6 +347,11 @@ class LoopLines(Generic[R]):
     def leave(lines: Lines[R], seat: Seat, error: BaseException) -> None:
         """``Lines.leave``, carried to its end (``surely``)."""
         surely(lambda: lines.leave(seat, error))
+
+
+def yield_thread() -> None:
+    """Let the threads that are ready run before this one goes on."""
+    time.sleep(0)
 
 
 def settling(mine: Round[Any]) -> Iterator[None]:

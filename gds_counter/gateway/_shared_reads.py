@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
 
-from gds_counter.gateway._rounds import LoopLines, Seat, ThreadLines
+from gds_counter.gateway._rounds import LoopLines, Seat, ThreadLines, yield_thread
 from gds_counter.gateway.query import QueryResult
 from gds_counter.gateway.values import RawEntity
 
@@ -40,10 +40,12 @@ __all__ = ["AsyncSharedReads", "SharedReads", "own_copy", "own_result"]
 
 class SharedReads(Generic[R]):
     """See the module docstring: for threads (safe across ``fork()``: a
-    child starts with no reads in flight)."""
+    child starts with no reads in flight). ``pause`` is how a leader lets
+    the threads that are ready run before it starts (``yield_thread``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, pause: Callable[[], None] = yield_thread) -> None:
         self._lines: ThreadLines[R] = ThreadLines()
+        self._pause = pause
 
     def run(self, key: Hashable, read: Callable[[], R]) -> tuple[R, bool]:
         """``read()``'s answer for ``key``, or the answer of a read of the
@@ -66,7 +68,7 @@ class SharedReads(Generic[R]):
                 return mine.result, True  # type: ignore[return-value]  # set with ended
             # Let the threads that are about to ask for the same read (the
             # writers one group commit just released) join it first.
-            ThreadLines.lead(lines, lock, seat, settle=True)
+            ThreadLines.lead(lines, lock, seat, settle=True, pause=self._pause)
             result = read()
             with lock:
                 lines.finish(seat, result)

@@ -171,46 +171,39 @@ def test_amounts_whose_sum_passes_64_bits_are_written_one_by_one():
 
 
 @pytest.mark.parametrize("bringing", [0, 2, 10])
-def test_a_leader_lets_ready_callers_join_before_it_writes(monkeypatch, bringing):
+def test_a_leader_lets_ready_callers_join_before_it_writes(bringing):
     """The threads one write released come back together: a leader that did
-    not wait for a running write waits (``time.sleep(0)``) once, then again
-    while each wait brought a caller (up to SETTLE_WAITS), and writes their
-    amounts with its own."""
-    from gds_counter.counter import _combined as module
+    not wait for a running write pauses (lets ready threads run) once, then
+    again while each pause brought a caller (up to SETTLE_WAITS), and writes
+    their amounts with its own."""
     from gds_counter.gateway import _rounds as rounds
 
-    combined, write, out = CombinedWrites(), Writes(), {}
-    release_all(write)
     threads: list[threading.Thread] = []
-    waits: list[float] = []
+    pauses: list[int] = []
+    write, out = Writes(), {}
 
-    def wait_for_joiner(seconds: float) -> None:
-        waits.append(seconds)
-        if len(waits) <= bringing:
-            threads.append(add(combined, write, 1, out, len(waits)))
-            joined(combined, len(waits))
+    def pause_for_joiner() -> None:
+        pauses.append(0)
+        if len(pauses) <= bringing:
+            threads.append(add(combined, write, 1, out, len(pauses)))
+            joined(combined, len(pauses))
 
-    monkeypatch.setattr(rounds.time, "sleep", wait_for_joiner)
-    monkeypatch.setattr(module.threading, "active_count", lambda: 2)  # another thread might add
+    combined = CombinedWrites(others=lambda: True, pause=pause_for_joiner)  # another thread might add
+    release_all(write)
     combined.run("counter", 100, write)
     for thread in threads:
         thread.join(10)
     joiners = min(bringing, rounds.SETTLE_WAITS)
-    assert waits == [0] * min(bringing + 1, rounds.SETTLE_WAITS)
+    assert len(pauses) == min(bringing + 1, rounds.SETTLE_WAITS)
     assert write.calls[0] == (100 + joiners, 1 + joiners)
 
 
-def test_a_thread_alone_in_its_process_writes_without_waiting(monkeypatch):
-    from gds_counter.counter import _combined as module
-    from gds_counter.gateway import _rounds as rounds
-
-    combined, write = CombinedWrites(), Writes()
+def test_a_thread_alone_in_its_process_writes_without_waiting():
+    pauses: list[int] = []
+    combined, write = CombinedWrites(others=lambda: False, pause=lambda: pauses.append(0)), Writes()
     release_all(write)
-    waits: list[float] = []
-    monkeypatch.setattr(rounds.time, "sleep", waits.append)
-    monkeypatch.setattr(module.threading, "active_count", lambda: 1)
     combined.run("counter", 3, write)
-    assert waits == [] and write.calls == [(3, 1)]
+    assert pauses == [] and write.calls == [(3, 1)]
 
 
 def test_keys_are_combined_separately():

@@ -111,22 +111,21 @@ def test_alone_a_caller_reads_at_once_and_nothing_is_kept():
 
 
 @pytest.mark.parametrize("bringing", [0, 2, 10])
-def test_a_leader_waits_again_while_each_wait_brings_another_caller_to_join(monkeypatch, bringing):
+def test_a_leader_waits_again_while_each_wait_brings_another_caller_to_join(bringing):
     """The callers one group commit releases reach the read one after
     another: the leader waits once, then again for as long as the last wait
     brought a caller, up to SETTLE_WAITS; everyone who came shares its one
     read."""
     from gds_counter.gateway import _rounds as rounds
 
-    shared: SharedReads[int] = SharedReads()
     read = Reads()
     read.release[0].set()
     out: dict[str, object] = {}
     threads: list[threading.Thread] = []
     waits: list[float] = []
 
-    def wait_for_joiner(seconds: float) -> None:
-        waits.append(seconds)
+    def wait_for_joiner() -> None:
+        waits.append(0)
         if len(waits) <= bringing:
             threads.append(call(shared, read, out, f"joiner {len(waits)}"))
             for _ in range(2000):
@@ -136,7 +135,7 @@ def test_a_leader_waits_again_while_each_wait_brings_another_caller_to_join(monk
                 threading.Event().wait(0.005)
             raise AssertionError("the caller did not join")
 
-    monkeypatch.setattr(rounds.time, "sleep", wait_for_joiner)
+    shared: SharedReads[int] = SharedReads(pause=wait_for_joiner)
     assert shared.run("q", read) == (0, False)
     for thread in threads:
         thread.join(10)

@@ -54,7 +54,7 @@ POINTS: tuple[Point, ...] = (
     # -- rounds: a leader's way into its round ---------------------------------------
     Point("rounds.turn_wait", RD, "ThreadLines.lead", r"line:mine\.turn\)?\.wait\(",
           "a leader waits for a running round to end", crowd=8),
-    Point("rounds.settle", RD, "ThreadLines.lead", r"line:time\.sleep\(0\)",
+    Point("rounds.settle", RD, "ThreadLines.lead", r"line:^\s+pause\(\)$",
           "a leader lets ready threads join before it starts"),
     Point("rounds.start", RD, "ThreadLines.lead", r"line:lines\.start\((line|seat)\)",
           "the leader starts: later callers open the next round"),

@@ -94,3 +94,30 @@ def test_mapper_overhead_on_the_datastore_emulator(tmp_path):
     rpcs = {row["step"]: row["rpcs"] for row in record["rows"]}
     assert rpcs == {"upsert single": 20, "upsert batch": 2, "fetch single": 20, "fetch batch": 2}
     assert all(row["ours_s"] > 0 and row["google_s"] > 0 for row in record["rows"])
+
+
+def test_shard_choice_on_sqlite(tmp_path):
+    done = _run("shard_choice.py", "--backend", "sqlite", "--quick", "--duration", "0.3", "--threads", "4",
+                "--processes", "2", "--json", str(tmp_path / "shard_choice.json"))
+    record = json.loads((tmp_path / "shard_choice.json").read_text())
+    assert record["command"].startswith("python benchmarks/shard_choice.py")
+    assert {"python", "platform", "cpu_count", "packages", "git_commit"} <= set(record["environment"])
+    runs = record["runs"]
+    # both choosers, both loads (1 x 4 and 2 x 2), both rounds, the chooser order alternating
+    assert {(r["chooser"], r["load"], r["repeat"]) for r in runs} == {
+        (c, load, repeat) for c in ("random", "affinity") for load in ("1x4", "2x2") for repeat in (0, 1)}
+    assert [r["chooser"] for r in runs if r["repeat"] == 0][:2] == ["random", "affinity"]
+    assert [r["chooser"] for r in runs if r["repeat"] == 1][:2] == ["affinity", "random"]
+    assert len({r["counter"] for r in runs}) == len(runs)  # a fresh counter per run
+    for run in runs:
+        assert run["ok"] > 0 and run["failed"] == 0
+        assert run["warmup_calls"] == run["processes"]  # one increment per process before the clock
+        assert run["stored"] == run["acked"] == run["ok"] + run["warmup_calls"]
+        assert run["stats"]["rpcs"] > 0
+    rows = {(r["load"], r["chooser"]): r for r in record["rows"]}
+    assert set(rows) == {(load, c) for load in ("1x4", "2x2") for c in ("random", "affinity")}
+    assert all(r["exact"] == "yes" and r["rpcs_per_inc"] > 0 for r in rows.values())
+    ratios = {r["load"]: r for r in record["ratios"]}
+    assert set(ratios) == {"1x4", "2x2"} and all(r["ratio"] > 0 and len(r["round_ratios"]) == 2
+                                                  for r in ratios.values())
+    assert "affinity/random" in done.stdout and "Exact:" in done.stdout

@@ -59,7 +59,7 @@ from gds_counter.counter.cache import CountCache, Ticket
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.options import AutoGrow, CounterOptions
 from gds_counter.counter.runtime import Runtime
-from gds_counter.counter.shard_choice import Holding, ShardChooser
+from gds_counter.counter.shard_choice import Holding, ShardChooser, told
 from gds_counter.counter.strategy import Shard, Wrote, add_plan, get_strategy
 from gds_counter.errors import BadValueError, Contention, GDSError, TotalUnavailable, Unavailable
 from gds_counter.gateway import plan
@@ -299,7 +299,7 @@ class CounterCore:
             number = self._number_of(key)
             if number is not None:
                 counts[number] = count
-        self._chooser.seen(self._identity(), counts, every=True)
+        told(self._chooser, "seen", self._identity(), counts, every=True)
         return shards
 
     def _number_of(self, key: Key) -> int | None:
@@ -476,7 +476,7 @@ class CounterCore:
                 wrote = yield from add_plan(self._strategy, self._shard(number), amount)
                 # What the shard held tells the chooser whether another
                 # process writes it too (then this process moves elsewhere).
-                if isinstance(wrote, Wrote) and self._chooser.wrote(self._identity(), number, *wrote):
+                if isinstance(wrote, Wrote) and told(self._chooser, "wrote", self._identity(), number, *wrote):
                     moved()
 
         grow = self._auto_grow
@@ -591,6 +591,6 @@ def _read_shards_plan(counters: Sequence[CounterCore]) -> plan.Plan[list[dict[in
         for (i, number, _), raw in zip(extra, more):
             results[i][number] = counters[i].layout.count_of(raw)
     for counter, counts in zip(counters, results):  # for this process's next shard choice
-        counter._chooser.seen(counter._identity(), counts, every=False)
+        told(counter._chooser, "seen", counter._identity(), counts, every=False)
     return results
 

@@ -82,9 +82,9 @@ import socket
 import threading
 import zlib
 from types import TracebackType
-from typing import Callable, Hashable, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Hashable, Mapping, Protocol, runtime_checkable
 
-from gds_counter.errors import Contention
+from gds_counter.errors import BadValueError, Contention
 from gds_counter.gateway import _forks as forks
 
 __all__ = ["AVOID_SECONDS", "BUSY_SECONDS", "MAX_COUNTERS", "YIELD_PROBABILITY", "AffinityShards", "RandomShards", "ShardChooser"]
@@ -135,7 +135,14 @@ class Holding:
     """A shard of ``shards`` for one attempt on ``counter``, taken from
     ``chooser`` and given back however the attempt ends (``with
     Holding(...) as number``); ``moved()`` is called when the chooser moves
-    off the shard. A class, not a generator: every attempt enters one."""
+    off the shard. A class, not a generator: every attempt enters one.
+
+    A chooser may be the user's own, so what it does is checked here: a
+    shard outside ``shards``, or an error of the chooser's, is refused
+    before anything is sent (``BadValueError``: a shard outside the
+    counter's range would be missed by the readers that look shards up); an
+    error of the chooser's once the attempt ended is logged, never raised,
+    since the attempt's outcome is already decided."""
 
     __slots__ = ("_chooser", "_counter", "_shards", "_moved", "_number")
 
@@ -143,12 +150,48 @@ class Holding:
         self._chooser, self._counter, self._shards, self._moved = chooser, counter, shards, moved
 
     def __enter__(self) -> int:
-        self._number = self._chooser.take(self._counter, self._shards)
-        return self._number
+        try:
+            number = self._chooser.take(self._counter, self._shards)
+        except Exception as exc:
+            raise BadValueError(
+                f"shard chooser {self._chooser!r} failed to choose a shard of {self._shards} for {self._counter!r}: "
+                f"{type(exc).__name__}: {exc}; nothing was written"
+            ) from exc
+        if isinstance(number, bool) or not isinstance(number, int) or number not in self._shards:
+            self._release(number)
+            raise BadValueError(
+                f"shard chooser {self._chooser!r} chose shard {number!r} for {self._counter!r}, which is not one "
+                f"of its shards {self._shards}; nothing was written"
+            )
+        self._number = number
+        return number
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        if self._chooser.give_back(self._counter, self._number, exc):
+        try:
+            moved = self._chooser.give_back(self._counter, self._number, exc)
+        except Exception:
+            log.warning("shard chooser %r failed to take back shard %d", self._chooser, self._number, exc_info=True)
+            return
+        if moved:
             self._moved()
+
+    def _release(self, number: object) -> None:
+        """Give a refused choice back (a chooser may count what it handed out)."""
+        try:
+            self._chooser.give_back(self._counter, number, None)  # type: ignore[arg-type]
+        except Exception:
+            log.warning("shard chooser %r failed to take back %r", self._chooser, number, exc_info=True)
+
+
+def told(chooser: ShardChooser, what: str, *args: Any, **kwargs: Any) -> bool:
+    """``chooser.wrote(...)`` or ``chooser.seen(...)`` (``what``), where an
+    error of the chooser's is logged, not raised: what it is told about
+    has happened already (a commit, a read), and its outcome stands."""
+    try:
+        return bool(getattr(chooser, what)(*args, **kwargs))
+    except Exception:
+        log.warning("shard chooser %r failed in %s()", chooser, what, exc_info=True)
+        return False
 
 
 class RandomShards:

@@ -215,3 +215,60 @@ def test_the_asyncio_face_takes_the_same_options():
 
 def test_affinity_is_the_default_chooser(gateway):
     assert isinstance(Runtime.of(gateway).shards, AffinityShards)
+
+
+class Broken(Recording):
+    """A chooser of the user's own that misbehaves in one of its methods."""
+
+    def __init__(self, where: str, shard: object = None) -> None:
+        super().__init__()
+        self.where, self.shard = where, shard
+
+    def take(self, counter: Hashable, shards: range) -> int:
+        if self.where == "take":
+            raise RuntimeError("no shard for you")
+        if self.where == "range":
+            return self.shard  # type: ignore[return-value]
+        return super().take(counter, shards)
+
+    def give_back(self, counter: Hashable, shard: int, error: BaseException | None) -> bool:
+        if self.where == "give_back":
+            raise RuntimeError("cannot take it back")
+        return super().give_back(counter, shard, error)
+
+    def wrote(self, counter: Hashable, shard: int, found: int, stored: int) -> bool:
+        if self.where == "wrote":
+            raise RuntimeError("cannot learn")
+        return super().wrote(counter, shard, found, stored)
+
+    def seen(self, counter: Hashable, counts: Mapping[int, int], *, every: bool) -> None:
+        if self.where == "seen":
+            raise RuntimeError("cannot see")
+        super().seen(counter, counts, every=every)
+
+
+@pytest.mark.parametrize(
+    "chooser, named",
+    [
+        (Broken("take"), "failed to choose a shard"),
+        (Broken("range", shard=21), "chose shard 21"),
+        (Broken("range", shard=0), "chose shard 0"),
+        (Broken("range", shard=True), "chose shard True"),
+        (Broken("range", shard="1"), "chose shard '1'"),
+    ],
+)
+def test_a_chooser_that_fails_or_picks_outside_the_counter_writes_nothing(gateway, chooser, named):
+    counter = CounterShardDS("refused", 1, gateway=gateway, shards=chooser, strategy="transactional")
+    with pytest.raises(BadValueError, match=named):
+        counter.add()
+    assert gateway.stats.snapshot().get("entity_writes", 0) == 0
+    assert CounterShardDS("refused", 1, gateway=gateway).get_count() == 0
+
+
+@pytest.mark.parametrize("where", ["give_back", "wrote", "seen"])
+def test_a_chooser_that_fails_after_the_commit_changes_no_outcome(gateway, where, caplog):
+    counter = CounterShardDS("kept", 1, gateway=gateway, shards=Broken(where), strategy="transactional")
+    assert counter.increment() == 1
+    assert counter.increment(2) == 3
+    assert CounterShardDS("kept", 1, gateway=gateway).get_count() == 3
+    assert "shard chooser" in caplog.text

@@ -13,8 +13,8 @@ gateway's part with the plain path it short-cuts:
 
   combined-writes  each caller commits its own amount
                    (``Runtime(combine_writes=False)``)
-  shared-reads     each caller runs its own query of the shards (the
-                   gateway's shared reads replaced)
+  shared-reads     each caller runs its own read of a total
+                   (``Runtime(share_reads=False)``)
   affinity         each attempt takes a uniformly random shard, as the
                    articles do (``Runtime(shards=RandomShards())``)
   group-commit     each embedded commit is its own SQLite transaction and
@@ -80,13 +80,6 @@ WRITER_PAUSE_S = 0.01
 # --- switching one mechanism off, in this process only ------------------------------------
 
 
-class _Unshared:
-    """Stands in for a gateway's shared reads: every caller reads alone."""
-
-    def run(self, key: Any, read: Callable[[], Any]) -> tuple[Any, bool]:
-        return read(), False
-
-
 @contextlib.contextmanager
 def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
     saved = getattr(owner, name)
@@ -115,15 +108,14 @@ def _solo_group_commit() -> contextlib.AbstractContextManager[None]:
 
 def switched_off(mechanism: str, gateway: Any) -> contextlib.AbstractContextManager[None]:
     """``mechanism`` off for the counters built on ``gateway`` from now on:
-    through the gateway's runtime where it is a runtime's part, else by
-    replacing the gateway's own part (shared reads) or the engine's
-    method (the group commit), for the run's duration."""
+    through the gateway's runtime where it is a runtime's part, else (the
+    group commit) by replacing the engine's method for the run's duration."""
     if mechanism == "combined-writes":
         Runtime(combine_writes=False).install(gateway)
     elif mechanism == "affinity":
         Runtime(shards=RandomShards()).install(gateway)
     elif mechanism == "shared-reads":
-        return _patched(gateway, "_shared_reads", _Unshared())
+        Runtime(share_reads=False).install(gateway)
     elif mechanism == "group-commit":
         return _solo_group_commit()
     return contextlib.nullcontext()  # count-cache: off is the counter built without one

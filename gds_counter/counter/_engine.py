@@ -5,27 +5,17 @@
 need. ``ShardedCounter`` (``sharded.py``) runs them on a blocking gateway,
 ``gds_counter.aio`` on an async one; neither holds a rule of its own.
 
-Why shards: Datastore and Firestore sustain only a few writes per second on
-one entity. A counter spread over N shard entities takes about N times the
-write rate; its total is the sum of the shards.
-
 What this engine adds to the articles it ports:
 
-* **Counted once or raised.** Each attempt commits the amount to one random
-  shard or raises. ``Contention`` is retried with backoff on a *fresh*
-  random shard; when retries run out, ``Contention`` names the counter and
-  the attempts. ``Unavailable`` (storage not reached, nothing applied) is
-  retried the same way, within the same attempts; when they run out the last
-  ``Unavailable`` is raised. (On the Datastore gateway each attempt has
-  already retried for up to the gateway's ``timeout``, so a server that stays
-  down makes an increment raise after at most ``attempts`` x ``timeout``.)
-  Outcomes that cannot be known (``CommitUnknown``) are raised,
-  never retried, because a blind retry could count twice.
-* **Overlapping writes are combined.** At most two writes of a counter run
-  at once in a process; amounts added meanwhile go into the next write as
-  their sum, and every caller gets that write's outcome
-  (``counter._combined``), which keeps counted-once-or-raised per
-  caller while sixteen threads pay for a few commits.
+* **Counted once or raised.** Each attempt commits the amount to one shard
+  (the chooser's: ``counter.shard_choice``) or raises. ``Contention`` and
+  ``Unavailable`` (nothing applied) are retried with backoff on a fresh
+  shard; when retries run out the last error is raised, ``Contention``
+  naming the counter and the attempts. ``CommitUnknown`` is raised, never
+  retried: a blind retry could count twice.
+* **Overlapping writes are combined** (``counter._combined``), and so are
+  the reads of the new total (``counter._shared_reads``): sixteen threads
+  pay for a few commits and reads, and each still gets its own outcome.
 * **Reads are one RPC per batch.** For a layout that stores its target (the
   PHP article's), ``get_count()`` is the article's query by ``target``, as
   PHP's ``getCount()`` is, so it sees every shard any writer wrote; for the
@@ -55,6 +45,7 @@ import attrs
 from gds_counter._checks import INT64_MAX, check_int
 from gds_counter.counter._arguments import check_name, check_num_shards
 from gds_counter.counter._combined import Combine
+from gds_counter.counter._shared_reads import SharedRead
 from gds_counter.counter.cache import CountCache, Ticket
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.options import AutoGrow, CounterOptions
@@ -278,7 +269,17 @@ class CounterCore:
             shards = yield from self._query_shards()
             return sum(count for _, count in shards)
 
-        result: int = yield from _through_cache(self, read, use_cache=use_cache)
+        def shared_read() -> plan.Plan[int]:  # begun after each sharer asked: strongly consistent
+            runtime = self._runtime
+            if not runtime.share_reads:
+                return (yield from read())
+            key = ("total", self.layout, self._identity())
+            total: int = yield SharedRead(
+                runtime.shared, runtime.async_shared, key, read, lambda: self._gateway.stats.bump("shared_reads")
+            )
+            return total
+
+        result: int = yield from _through_cache(self, shared_read, use_cache=use_cache)
         return result
 
     def _query_shards(self) -> plan.Plan[list[tuple[Key, int]]]:

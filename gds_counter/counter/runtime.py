@@ -10,6 +10,8 @@ one per request):
 * ``shards``: the shard chooser (``counter.shard_choice``);
 * ``combined`` and ``async_combined``: the combined writes of threads and
   of the tasks of each event loop (``counter._combined``);
+* ``shared`` and ``async_shared``: the shared reads of a counter's total,
+  likewise (``counter._shared_reads``);
 * the asyncio face's in-flight slots, per event loop (``in_flight_slot``);
 * the clock and the dice they all use, so that a test gives them here
   instead of patching modules.
@@ -32,6 +34,7 @@ import weakref
 from typing import Any, Callable
 
 from gds_counter.counter._combined import AsyncCombinedWrites, CombinedWrites
+from gds_counter.counter._shared_reads import AsyncSharedReads, SharedReads
 from gds_counter.counter.cache import CountCache
 from gds_counter.counter.shard_choice import AffinityShards, ShardChooser
 from gds_counter.errors import BadValueError
@@ -61,7 +64,8 @@ class Runtime:
     gateway's writers stand for (None: this process; the workshop demo
     models several in one process); ``shards`` replaces the default
     ``AffinityShards``; ``combine_writes=False`` makes every caller commit
-    its own amount (a benchmark's switch)."""
+    its own amount, ``share_reads=False`` every caller read its own total
+    (a benchmark's switches)."""
 
     def __init__(
         self,
@@ -71,6 +75,7 @@ class Runtime:
         instance: int | None = None,
         shards: ShardChooser | None = None,
         combine_writes: bool = True,
+        share_reads: bool = True,
     ) -> None:
         if shards is not None and not isinstance(shards, ShardChooser):
             raise BadValueError(f"shards must be a ShardChooser, got {type(shards).__name__} {shards!r}")
@@ -82,6 +87,9 @@ class Runtime:
         self.combine_writes = combine_writes
         self.combined = CombinedWrites()
         self.async_combined = AsyncCombinedWrites()
+        self.share_reads = share_reads
+        self.shared: SharedReads[int] = SharedReads()
+        self.async_shared: AsyncSharedReads[int] = AsyncSharedReads()
         self._after_fork_in_child()
         forks.register(self)
 

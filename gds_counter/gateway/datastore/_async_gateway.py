@@ -27,7 +27,6 @@ from google.api_core import exceptions as gexc
 from google.api_core.retry import AsyncRetry
 
 from gds_counter.gateway import plan
-from gds_counter.gateway._shared_reads import AsyncSharedReads
 from gds_counter.gateway.base import TransactionState
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.datastore._requests import DatastoreRequests, final_error, retry_logger
@@ -71,7 +70,6 @@ class AsyncDatastoreGateway(DatastoreRequests):
         self._probe_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
-        self._shared_reads: AsyncSharedReads[QueryResult] = AsyncSharedReads()
 
     # --- the transport ------------------------------------------------------------
 
@@ -131,12 +129,7 @@ class AsyncDatastoreGateway(DatastoreRequests):
         return await plan.arun(self._lookup_plan(keys, txn), self)
 
     async def _run_query(self, query: Query, txn: TransactionState | None) -> QueryResult:
-        if txn is not None:
-            return await plan.arun(self._run_query_plan(query, txn), self)
-        # Identical queries that overlap share one RPC that began after each
-        # of them arrived (see gds_counter.gateway._shared_reads).
-        result, shared = await self._shared_reads.run(repr(query), lambda: plan.arun(self._run_query_plan(query, None), self))
-        return self._shared_result(result, shared)
+        return await plan.arun(self._run_query_plan(query, txn), self)
 
     async def _run_aggregation(self, aggregation: AggregationQuery, txn: TransactionState | None) -> AggregationResult:
         return await plan.arun(self._run_aggregation_plan(aggregation, txn), self)

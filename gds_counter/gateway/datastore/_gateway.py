@@ -20,7 +20,6 @@ from google.api_core import exceptions as gexc
 from google.api_core.retry import Retry
 
 from gds_counter.gateway import plan
-from gds_counter.gateway._shared_reads import SharedReads
 from gds_counter.gateway.base import BaseGateway, TransactionState
 from gds_counter.gateway.datastore._requests import DatastoreRequests, final_error, retry_logger
 from gds_counter.gateway.datastore._retry import DEFAULT_RETRY
@@ -65,7 +64,6 @@ class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState]):
         from google.cloud.datastore_v1.services.datastore.transports import DatastoreGrpcTransport
 
         super().__init__(namespace)
-        self._shared_reads: SharedReads[QueryResult] = SharedReads()
         if self.emulator_host:
             import grpc
 
@@ -126,12 +124,7 @@ class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState]):
         return plan.run(self._lookup_plan(keys, txn), self)
 
     def _run_query(self, query: Query, txn: TransactionState | None) -> QueryResult:
-        if txn is not None:
-            return plan.run(self._run_query_plan(query, txn), self)
-        # Identical queries that overlap share one RPC that began after each
-        # of them arrived (see gds_counter.gateway._shared_reads).
-        result, shared = self._shared_reads.run(repr(query), lambda: plan.run(self._run_query_plan(query, None), self))
-        return self._shared_result(result, shared)
+        return plan.run(self._run_query_plan(query, txn), self)
 
     def _run_aggregation(self, aggregation: AggregationQuery, txn: TransactionState | None) -> AggregationResult:
         return plan.run(self._run_aggregation_plan(aggregation, txn), self)

@@ -25,7 +25,6 @@ from google.cloud.datastore_v1.types import query as _qry
 from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError, Unavailable
 from gds_counter.gateway import plan
 from gds_counter.gateway._aggregation import billed_reads
-from gds_counter.gateway._shared_reads import own_result
 from gds_counter.gateway.base import GatewayRules, TransactionState
 from gds_counter.gateway.datastore._codec import Codec
 from gds_counter.gateway.datastore._retry import error_message, should_retry, translate_error
@@ -181,16 +180,6 @@ class DatastoreRequests(GatewayRules[TransactionState]):
         if txn is not None:
             options.transaction = txn.token
         return options
-
-    def _shared_result(self, result: QueryResult, shared: bool) -> QueryResult:
-        """A query batch for one caller: another caller's answer (a shared
-        read) is handed out as copies, so neither sees the other's changes.
-        Only the read that ran is an RPC and billed reads; a shared answer
-        counts in ``stats`` as ``shared_reads``."""
-        if not shared:
-            return result
-        self.stats.bump("shared_reads")
-        return own_result(result)
 
     def _lookup_plan(self, keys: list[Key], txn: TransactionState | None) -> plan.Plan[list[RawEntity | None]]:
         found: dict[Key, RawEntity] = {}

@@ -22,7 +22,6 @@ import attrs
 
 from gds_counter.errors import BadValueError, CommitUnknown, Contention, GDSError, Unavailable
 from gds_counter.gateway import _deadlines as deadlines
-from gds_counter.gateway._shared_reads import SharedReads, own_copy
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
@@ -118,7 +117,6 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         self._pinned: weakref.WeakValueDictionary[bytes, Transaction] = weakref.WeakValueDictionary()
         self._memory_seq = 0  # in memory: the last commit's number, known without asking (one connection)
         self._compiled_queries: dict[str, _Compiled] = {}
-        self._shared_reads: SharedReads[_Batch] = SharedReads()
         self._group = GroupCommit()
 
     # -- connections -------------------------------------------------------
@@ -212,13 +210,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
 
     def _run_query(self, query: Query, txn: Transaction | None) -> QueryResult:
         if txn is None:
-            # Outside a transaction, identical queries that arrive together
-            # share one read that began after each of them (gateway._shared_reads).
-            (batch, last, more), shared = self._shared_reads.run(repr(query), lambda: self._read_batch(query))
+            batch, last, more = self._read_batch(query)
             self._record("run_query", reads=len(batch))
-            if shared:
-                self.stats.bump("shared_reads")
-                return QueryResult(tuple(own_copy(r.entity) for r in batch), encode_cursor(last) if last is not None else None, more)
             return QueryResult(tuple(r.entity for r in batch), encode_cursor(last) if last is not None else None, more)
         with self._snapshot(txn) as conn:
             batch, last, more = self._batch(conn, query)

@@ -18,7 +18,7 @@ CW = "gds_counter.counter._combined"
 RD = "gds_counter.gateway._rounds"
 GC = "gds_counter.gateway.embedded._group_commit"
 EN = "gds_counter.gateway.embedded._engine"
-SR = "gds_counter.gateway._shared_reads"
+SR = "gds_counter.counter._shared_reads"
 CA = "gds_counter.counter.cache"
 AF = "gds_counter.counter.shard_choice"
 CP = "gds_counter.gateway.embedded._connections"
@@ -90,11 +90,10 @@ POINTS: tuple[Point, ...] = (
           "the leader reads for every caller"),
     Point("shared_reads.answers", SR, "SharedReads.run", r"line:lines\.finish\((key, line, mine|seat), result",
           "the read returned; its callers are not answered yet"),
-    # (The tasks' shared reads, AsyncSharedReads, serve only the async Datastore
-    # gateway now that counters share no read of their own; the harness runs
-    # in memory and on SQLite, whose async face shares reads in the blocking
-    # engine's threads. tests/gateway/test_round_interrupts.py cancels a task
-    # at every line AsyncSharedReads runs.)
+    Point("shared_reads.async_follower_waits", SR, "AsyncSharedReads.run", r"line:await as_async\(mine\.done\)\.wait\(\)|await LoopLines\.await_end\(mine\)",
+          "a task waits for the read it joined", AIO, crowd=8),
+    Point("shared_reads.async_reads", SR, "AsyncSharedReads.run", r"line:result = await read\(\)",
+          "the leading task reads for every caller", AIO),
     # -- the count cache ------------------------------------------------------------------
     Point("cache.write_begins", CA, "CountCache.writing", r"line:state\.writing \+= 1",
           "a write is marked in flight (reads go to storage)", BOTH),

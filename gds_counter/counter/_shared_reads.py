@@ -1,41 +1,41 @@
-"""Identical reads that arrive together, answered by one read.
+"""A counter's total, read once for the callers that ask for it together.
 
 Sixteen writers of one counter each read its total right after their own
 commit: sixteen runs of the same query over the same shards, each paying
 the server for the query (and, on Datastore, for its entity reads) and the
-client for decoding the same twenty entities. Here they share instead: a
-read's leader first lets the threads (or tasks) that are ready to run do
-so, and every caller that asks for the same query before the read begins
-joins it; while it runs, callers join the *next* read, which starts when
-the running one ends. Callers released together (the writers of one group
-commit, the answers of one batch of RPCs) so share one read.
+client for decoding, copying and summing the same twenty entities. Here
+they share instead: a read's leader first lets the threads (or tasks) that
+are ready to run do so, and every caller that asks for the same total
+before the read begins joins it; while it runs, callers join the *next*
+read, which starts when the running one ends. Callers released together
+(the writers of one group commit, the answers of one batch of RPCs) so
+share one read, and get one integer, which needs no copy.
 
 That keeps reads strongly consistent: a caller is only ever answered by a
 read that began after the caller arrived, so it sees every commit that was
 acknowledged before its call (its own included), exactly as if it had run
 the query itself at that moment. A read that fails answers only its own
-caller; the callers that joined it run the query themselves.
+caller; the callers that joined it read for themselves.
 
-Alone, a caller reads at once, as before: sharing only changes anything
-when reads of one query overlap. Reads in a transaction never go through
-it (they read their transaction's own snapshot).
-
-``SharedReads`` is for threads (the blocking gateways), ``AsyncSharedReads``
-for tasks of one event loop (the async Datastore gateway); the rounds'
-bookkeeping is ``gds_counter.gateway._rounds``, shared with combined writes.
+Alone, a caller reads at once: sharing only changes anything when reads of
+one total overlap. This is the one layer that shares reads; the gateways
+do not (a Store's queries are each their own). ``SharedReads`` is for
+threads, ``AsyncSharedReads`` for the tasks of one event loop; a gateway's
+``counter.runtime.Runtime`` holds one of each, and a counter's plan asks
+for a shared read by yielding ``SharedRead``. The rounds' bookkeeping is
+``gds_counter.gateway._rounds``, shared with combined writes.
 """
 
 from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
 
+from gds_counter.gateway import plan
 from gds_counter.gateway._rounds import LoopLines, Seat, ThreadLines, yield_thread
-from gds_counter.gateway.query import QueryResult
-from gds_counter.gateway.values import RawEntity
 
 R = TypeVar("R")
 
-__all__ = ["AsyncSharedReads", "SharedReads", "own_copy", "own_result"]
+__all__ = ["AsyncSharedReads", "SharedRead", "SharedReads"]
 
 
 class SharedReads(Generic[R]):
@@ -50,8 +50,7 @@ class SharedReads(Generic[R]):
     def run(self, key: Hashable, read: Callable[[], R]) -> tuple[R, bool]:
         """``read()``'s answer for ``key``, or the answer of a read of the
         same key that began after this call did; and whether it was another
-        caller's (then the caller must not hand out the same mutable objects
-        twice: ``own_result``).
+        caller's (then it must be immutable: every sharer gets the object).
 
         From joining to answering it is one ``try`` whose handler is
         ``Lines.leave``: a leader interrupted anywhere abandons its round or
@@ -110,24 +109,31 @@ class AsyncSharedReads(Generic[R]):
             raise
 
 
-def own_result(result: QueryResult) -> QueryResult:
-    """A query batch another caller holds too, with entities of its own."""
-    return QueryResult(tuple(own_copy(entity) for entity in result.entities), result.end_cursor, result.more_results)
+class SharedRead(plan.Step):
+    """A plan's request for ``read()``'s answer (an immutable value: a
+    counter's total), shared with the callers asking for the same ``key`` at
+    the same time in ``threads`` (blocking driver) or ``tasks`` (async
+    driver). ``shared()`` is called for each answer that was another
+    caller's read (a counter counts it as ``shared_reads``)."""
 
+    __slots__ = ("threads", "tasks", "key", "read", "shared")
 
-def own_copy(entity: RawEntity) -> RawEntity:
-    """A copy of a result another caller holds too: its own dicts and lists
-    (every other value is immutable)."""
-    properties = dict(entity.properties)
-    for name, value in properties.items():
-        if isinstance(value, (list, RawEntity)):
-            properties[name] = _own_value(value)  # an existing key: the dict does not change size
-    return RawEntity(entity.key, properties, entity.unindexed)
+    def __init__(
+        self, threads: "SharedReads[Any]", tasks: "AsyncSharedReads[Any]", key: Hashable,
+        read: Callable[[], "plan.Plan[Any]"], shared: Callable[[], None],
+    ) -> None:
+        self.threads, self.tasks, self.key, self.read, self.shared = threads, tasks, key, read, shared
 
+    def run(self, drive: Callable[["plan.Plan[Any]"], Any]) -> Any:
+        read = self.read
+        result, shared = self.threads.run(self.key, lambda: drive(read()))
+        if shared:
+            self.shared()
+        return result
 
-def _own_value(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_own_value(item) for item in value]
-    if isinstance(value, RawEntity):
-        return own_copy(value)
-    return value
+    async def arun(self, adrive: Callable[["plan.Plan[Any]"], Awaitable[Any]]) -> Any:
+        read = self.read
+        result, shared = await self.tasks.run(self.key, lambda: adrive(read()))
+        if shared:
+            self.shared()
+        return result

@@ -1,19 +1,19 @@
 """``SharedReads`` (threads) and ``AsyncSharedReads`` (tasks): callers of
-one query that arrive together share a read, and never one that began
-before they arrived (that is what keeps an increment's total strongly
-consistent). Both gateways kinds use them: the embedded engine and the
-Datastore gateways, blocking and async."""
+one read that arrive together share it, and never one that began before
+they arrived (that is what keeps an increment's total strongly
+consistent). A counter's plan asks for one with the ``SharedRead`` step,
+which both drivers run."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
-import uuid
 
 import pytest
 
-from gds_counter.gateway._shared_reads import AsyncSharedReads, SharedReads, own_copy
+from gds_counter.counter._shared_reads import AsyncSharedReads, SharedRead, SharedReads
+from gds_counter.gateway import plan
 
 
 class Reads:
@@ -144,22 +144,6 @@ def test_a_leader_waits_again_while_each_wait_brings_another_caller_to_join(brin
     assert read.runs == 1
 
 
-def test_a_shared_answer_is_handed_out_as_each_callers_own_copy():
-    from gds_counter.gateway.keys import Key
-    from gds_counter.gateway.values import RawEntity
-
-    inner = RawEntity(None, {"tags": ["a"]})
-    original = RawEntity(Key.of("K", "k"), {"n": 1, "tags": ["x", inner], "inner": inner}, frozenset({"n"}))
-    copy = own_copy(original)
-    assert copy == original
-    copy.properties["n"] = 2
-    copy.properties["tags"][0] = "y"
-    copy.properties["tags"][1].properties["tags"].append("b")
-    copy.properties["inner"].properties["tags"].append("c")
-    assert original == RawEntity(Key.of("K", "k"), {"n": 1, "tags": ["x", inner], "inner": inner}, frozenset({"n"}))
-    assert inner.properties == {"tags": ["a"]}
-
-
 # --- the same rules for the tasks of one event loop ---------------------------------
 
 
@@ -281,42 +265,67 @@ def test_each_event_loop_has_lines_of_its_own():
 
 
 @pytest.mark.emulator
-def test_the_async_datastore_gateway_sends_one_rpc_for_overlapping_identical_queries(firestore_emulator):
-    """Ten identical queries awaited together on the Firestore emulator: the
-    first one's leader lets the other nine join before it sends the query
-    (one RPC, nine shared answers), and every caller gets the same rows, as
-    its own objects. A query asked while that RPC is out waits for the next."""
-    from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
-    from gds_counter.gateway.keys import Key
-    from gds_counter.gateway.mutations import Upsert
-    from gds_counter.gateway.query import PropertyFilter, Query
-    from gds_counter.gateway.values import RawEntity
+# --- SharedRead: the step a counter's plan yields, on both drivers ---------------------
 
-    blocking = firestore_emulator.gateway(namespace=f"shared-{uuid.uuid4().hex}")
-    try:
-        blocking.commit([Upsert(RawEntity(Key.of("Shard", f"s{n}", namespace=blocking.namespace), {"name": "c", "count": n}))
-                         for n in range(5)])
-        query = Query("Shard", namespace=blocking.namespace, filter=PropertyFilter("name", "=", "c"))
-        expected = blocking.run_query(query).entities
 
-        async def main() -> list:
-            gateway = AsyncDatastoreGateway(blocking.project, blocking.namespace, emulator_host=blocking.emulator_host)
-            try:
-                await gateway.learn_capabilities()
-                gateway.stats.reset()
-                first = [asyncio.create_task(gateway.run_query(query)) for _ in range(10)]
-                await asyncio.sleep(0.001)  # the first RPC is out by now ...
-                late = asyncio.create_task(gateway.run_query(query))  # ... so this one may not share it
-                results = await asyncio.gather(*first, late)
-                assert gateway.stats.snapshot().get("rpc.run_query") == 2
-                assert gateway.stats.snapshot().get("shared_reads") == 9
-                return [r.entities for r in results]
-            finally:
-                await gateway.close()
+class AGateway:
+    """Any gateway: the step runs its read plan on whatever the driver holds."""
 
-        answers = asyncio.run(main())
-        assert all(entities == expected for entities in answers)
-        first = answers[0][0]
-        assert all(entities[0] is not first and entities[0].properties is not first.properties for entities in answers[1:])
-    finally:
-        blocking.close()
+
+def test_plans_that_read_one_total_during_a_read_share_the_next_one_on_the_blocking_driver():
+    shared: SharedReads[int] = SharedReads()
+    tasks: AsyncSharedReads[int] = AsyncSharedReads()
+    read, out, sharers = Reads(), {}, []
+
+    def ask(name: str, key: str = "total") -> threading.Thread:
+        def total() -> plan.Plan[int]:
+            answer: int = yield SharedRead(shared, tasks, key, lambda: plan.call(read), lambda: sharers.append(name))
+            return answer
+
+        def run() -> None:
+            out[name] = plan.run(total(), AGateway())
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    first = ask("first")
+    assert read.started[0].wait(10)
+    later = [ask("second"), ask("third")]  # arrive while read 0 runs: not answered by it
+    lines, _ = shared._lines.get()
+    for _ in range(1000):  # white box: both joined the next round
+        line = lines.lines.get("total")
+        if line is not None and line.next is not None and line.next.waiting >= 1:
+            break
+        time.sleep(0.005)
+    read.release[0].set()
+    first.join(10)
+    assert read.started[1].wait(10)
+    read.release[1].set()
+    for thread in later:
+        thread.join(10)
+    assert out == {"first": 0, "second": 1, "third": 1}
+    assert read.runs == 2 and len(sharers) == 1  # one of the two answers was the other's read
+    read.release[2].set()
+    ask("other total", "another total").join(10)  # another key is another line: it reads for itself
+    assert out["other total"] == 2
+
+
+def test_tasks_ready_together_run_a_shared_total_read_once_on_the_async_driver():
+    async def main() -> None:
+        shared: SharedReads[int] = SharedReads()
+        tasks: AsyncSharedReads[int] = AsyncSharedReads()
+        read, sharers = AsyncReads(), []
+
+        def total() -> plan.Plan[int]:
+            answer: int = yield SharedRead(shared, tasks, "total", lambda: plan.awaiting(read), lambda: sharers.append(1))
+            return answer
+
+        together = [asyncio.create_task(plan.arun(total(), AGateway())) for _ in range(5)]
+        await settle()
+        assert read.runs == 1
+        read.release[0].set()
+        assert await asyncio.gather(*together) == [0] * 5
+        assert len(sharers) == 4
+
+    asyncio.run(main())

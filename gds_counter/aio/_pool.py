@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import concurrent.futures.thread  # now, not on first use: a fork then would find its import lock held
 import os
 import threading
 from typing import Any, Callable, TypeVar

@@ -91,6 +91,8 @@ def check_store_kind(store_kind: str, layout: ShardKinds, name: str) -> None:
 
 def check_counters(counters: Iterable[Any], kind: type[C]) -> list[C]:
     """``get_counts``'s argument: counters of the face that asks."""
+    if isinstance(counters, (str, bytes)) or not hasattr(counters, "__iter__"):
+        raise BadValueError(f"get_counts takes an iterable of counters, got {type(counters).__name__} {counters!r}")
     listed = list(counters)
     for counter in listed:
         if not isinstance(counter, kind):

@@ -58,7 +58,7 @@ from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Mutation, Upsert
 from gds_counter.gateway.query import PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
-from gds_counter.gds.transaction import RetryPolicy, retry_plan
+from gds_counter.gds.transaction import retry_plan
 
 __all__ = ["CounterCore", "by_gateway", "counts_plan"]
 
@@ -87,8 +87,6 @@ class CounterCore:
     ) -> None:
         check_name(name)
         strategy, retry, cache, auto_grow = options.strategy, options.retry, options.cache, options.auto_grow
-        if not isinstance(retry, RetryPolicy):
-            raise BadValueError(f"retry must be a RetryPolicy, got {type(retry).__name__} {retry!r}")
         self.layout = layout
         self.name = name
         #: num_shards None: write into as many shards as the config entity
@@ -110,8 +108,6 @@ class CounterCore:
         #: counter with ``cache=True`` sees the writes of every counter object.
         self._shared_cache = runtime.cache
         #: Where each attempt writes: this counter's own chooser, else the runtime's.
-        if options.shards is not None and not isinstance(options.shards, ShardChooser):
-            raise BadValueError(f"shards must be a ShardChooser, got {type(options.shards).__name__} {options.shards!r}")
         self._chooser: ShardChooser = options.shards if options.shards is not None else runtime.shards
         self.options = options
         self._cache: CountCache | None = self._shared_cache if cache is True else (cache or None)

@@ -12,10 +12,11 @@ from typing import Any, Mapping, TypedDict
 
 import attrs
 
+from gds_counter._checks import check_int
 from gds_counter.counter._arguments import check_num_shards
 from gds_counter.counter.cache import CountCache
 from gds_counter.counter.shard_choice import ShardChooser
-from gds_counter.counter.strategy import Strategy
+from gds_counter.counter.strategy import Strategy, get_strategy
 from gds_counter.errors import BadValueError
 from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy
 
@@ -32,8 +33,9 @@ class AutoGrow:
     increment is tried again on the larger set. Growth is never undone.
     """
 
-    after_attempts: int = attrs.field(default=3, validator=attrs.validators.ge(1))
-    factor: int = attrs.field(default=2, validator=attrs.validators.ge(2))
+    after_attempts: int = attrs.field(default=3, validator=lambda _, __, value: check_int(value, "AutoGrow.after_attempts", low=1, high=None))
+    #: An int: a shard count is always a whole number (a float would be stored as one).
+    factor: int = attrs.field(default=2, validator=lambda _, __, value: check_int(value, "AutoGrow.factor", low=2, high=None))
     #: At most ``MAX_SHARDS`` (refused with BadValueError when built).
     max_shards: int = attrs.field(default=320, validator=lambda _, __, value: check_num_shards(value, "AutoGrow.max_shards"))
 
@@ -58,14 +60,34 @@ class CounterOptions:
       a chooser learns from every write it places, so give one instance to
       all the counter objects of one counter).
 
-    The values are checked when a counter is built, before anything is read
-    or written."""
+    Each value is checked when the options are built (``BadValueError``
+    naming it), so before anything is read or written."""
 
-    strategy: str | Strategy = "auto"
-    retry: RetryPolicy = DEFAULT_RETRY
-    cache: CountCache | bool | None = None
-    auto_grow: AutoGrow | bool | None = None
-    shards: ShardChooser | None = None
+    strategy: str | Strategy = attrs.field(default="auto", validator=lambda _, __, value: get_strategy(value))
+    retry: RetryPolicy = attrs.field(default=DEFAULT_RETRY, validator=lambda _, __, value: _check_retry(value))
+    cache: CountCache | bool | None = attrs.field(default=None, validator=lambda _, __, value: _check_cache(value))
+    auto_grow: AutoGrow | bool | None = attrs.field(default=None, validator=lambda _, __, value: _check_grow(value))
+    shards: ShardChooser | None = attrs.field(default=None, validator=lambda _, __, value: _check_chooser(value))
+
+
+def _check_retry(value: object) -> None:
+    if not isinstance(value, RetryPolicy):
+        raise BadValueError(f"retry must be a RetryPolicy, got {type(value).__name__} {value!r}")
+
+
+def _check_cache(value: object) -> None:
+    if not (value is None or isinstance(value, (bool, CountCache))):
+        raise BadValueError(f"cache must be True, False, None or a CountCache, got {type(value).__name__} {value!r}")
+
+
+def _check_grow(value: object) -> None:
+    if not (value is None or isinstance(value, (bool, AutoGrow))):
+        raise BadValueError(f"auto_grow must be True, False, None or an AutoGrow, got {type(value).__name__} {value!r}")
+
+
+def _check_chooser(value: object) -> None:
+    if value is not None and (isinstance(value, type) or not isinstance(value, ShardChooser)):
+        raise BadValueError(f"shards must be a ShardChooser instance, got {value!r}")
 
 
 class CounterChanges(TypedDict, total=False):

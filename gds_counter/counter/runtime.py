@@ -33,6 +33,7 @@ import time
 import weakref
 from typing import Any, Callable
 
+from gds_counter._checks import check_int
 from gds_counter.counter._combined import AsyncCombinedWrites, CombinedWrites
 from gds_counter.counter._shared_reads import AsyncSharedReads, SharedReads
 from gds_counter.counter.cache import CountCache
@@ -77,8 +78,14 @@ class Runtime:
         combine_writes: bool = True,
         share_reads: bool = True,
     ) -> None:
-        if shards is not None and not isinstance(shards, ShardChooser):
-            raise BadValueError(f"shards must be a ShardChooser, got {type(shards).__name__} {shards!r}")
+        if shards is not None and (isinstance(shards, type) or not isinstance(shards, ShardChooser)):
+            raise BadValueError(f"shards must be a ShardChooser instance, got {shards!r}")
+        if not callable(clock):
+            raise BadValueError(f"clock must be a function returning seconds, got {type(clock).__name__} {clock!r}")
+        if dice is not None and not isinstance(dice, random.Random):
+            raise BadValueError(f"dice must be a random.Random, got {type(dice).__name__} {dice!r}")
+        if instance is not None:
+            check_int(instance, "instance", low=None, high=None)
         self.clock = clock
         self.dice = dice if dice is not None else random.Random()
         self.instance = instance
@@ -118,7 +125,10 @@ class Runtime:
         """Make this ``gateway``'s runtime (its blocking one's, for an async
         gateway over one). Counters built on the gateway before keep the
         runtime they were built with."""
-        vars(getattr(gateway, "blocking", gateway))[_ATTRIBUTE] = self
+        owner = getattr(gateway, "blocking", gateway)
+        if isinstance(owner, (str, bytes, int, float, type(None))) or not hasattr(owner, "__dict__"):
+            raise BadValueError(f"a runtime is installed on a gateway, got {type(gateway).__name__} {gateway!r}")
+        vars(owner)[_ATTRIBUTE] = self
         return self
 
     def in_flight_slot(self, gateway: Any) -> asyncio.Semaphore:

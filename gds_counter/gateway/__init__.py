@@ -14,6 +14,11 @@ from urllib.parse import parse_qsl, urlsplit
 from gds_counter.errors import BadValueError, GatewayError
 from gds_counter.gateway import _forks as forks
 from gds_counter.gateway.base import Gateway, is_gateway
+
+# Imported now, not on first use: a process that forks while another thread
+# imports it would leave its child waiting for that import's lock for ever.
+# (The Datastore gateway's import, several times heavier, stays deferred.)
+from gds_counter.gateway.embedded import EmbeddedGateway
 from gds_counter.gateway.stats import Stats
 
 __all__ = ["Gateway", "Stats", "open_gateway", "resolve_gateway", "shared_gateway", "DEFAULT_URL"]
@@ -100,8 +105,6 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
             raise BadValueError(f"GDS URL {chosen!r} is malformed: an in-memory database is memory:// "
                                 "(optionally memory://?namespace=NS), with no host or path")
         params = _params(chosen, parts.query, scheme)
-        from gds_counter.gateway.embedded import EmbeddedGateway
-
         _ignored_timeout(timeout, chosen)
         log.info("storage: an in-memory SQLite database, gone when the process exits (from %s)", source)
         return EmbeddedGateway(None, namespace=params.get("namespace", ""))
@@ -166,8 +169,6 @@ def sqlite_path(url: str) -> str:
 
 
 def _open_sqlite(path: str, namespace: str) -> Gateway:
-    from gds_counter.gateway.embedded import EmbeddedGateway
-
     try:
         return EmbeddedGateway(path, namespace=namespace)
     except (OSError, sqlite3.Error) as exc:

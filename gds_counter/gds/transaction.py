@@ -9,12 +9,14 @@ writers that collided once do not collide again in lockstep.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Callable, TypeVar
 
 import attrs
 from google.api_core.retry import exponential_sleep_generator
 
+from gds_counter._checks import check_int
 from gds_counter.errors import BadValueError, Contention
 from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway import plan
@@ -34,15 +36,31 @@ class RetryPolicy:
     even while another writer holds a lock for minutes.
     """
 
-    attempts: int = attrs.field(default=6, validator=attrs.validators.ge(1))
+    attempts: int = 6
     initial: float = 0.02
     maximum: float = 1.0
     multiplier: float = 2.0
     deadline: float | None = 30.0
 
     def __attrs_post_init__(self) -> None:
-        if self.deadline is not None and not self.deadline > 0:
-            raise BadValueError(f"deadline must be a positive number of seconds or None, got {self.deadline!r}")
+        """Every field checked when the policy is built (``BadValueError``
+        naming it), not when a retry first needs it."""
+        check_int(self.attempts, "RetryPolicy.attempts", low=1, high=None)
+        for name in ("initial", "maximum", "multiplier", "deadline"):
+            value = getattr(self, name)
+            if name == "deadline" and value is None:
+                continue
+            if not _positive_number(value) or (name == "multiplier" and value < 1):
+                least = "at least 1" if name == "multiplier" else "a positive number"
+                raise BadValueError(f"RetryPolicy.{name} must be {least} (seconds), got {value!r}")
+        if self.maximum < self.initial:
+            raise BadValueError(f"RetryPolicy.maximum ({self.maximum!r}) must not be below initial ({self.initial!r})")
+
+
+def _positive_number(value: object) -> bool:
+    return (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    )
 
 
 DEFAULT_RETRY = RetryPolicy()

@@ -13,7 +13,17 @@ from typing import Hashable, Mapping
 
 import pytest
 
-from gds_counter import BadValueError, CounterOptions, CounterShardDS, GeneralCounter, aio, open_gateway
+from gds_counter import (
+    AutoGrow,
+    BadValueError,
+    CounterOptions,
+    CounterShardDS,
+    GeneralCounter,
+    RetryPolicy,
+    aio,
+    get_counts,
+    open_gateway,
+)
 from gds_counter.counter import AffinityShards, RandomShards, Runtime, ShardChooser
 
 
@@ -272,3 +282,34 @@ def test_a_chooser_that_fails_after_the_commit_changes_no_outcome(gateway, where
     assert counter.increment(2) == 3
     assert CounterShardDS("kept", 1, gateway=gateway).get_count() == 3
     assert "shard chooser" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "build, named",
+    [
+        (lambda: CounterOptions(cache="yes"), "cache must be"),
+        (lambda: CounterOptions(cache=1), "cache must be"),
+        (lambda: CounterOptions(auto_grow=5), "auto_grow must be"),
+        (lambda: CounterOptions(retry=5), "retry must be a RetryPolicy"),
+        (lambda: CounterOptions(strategy="AUTO"), "unknown counter strategy 'AUTO'"),
+        (lambda: CounterOptions(shards=RandomShards), "shards must be a ShardChooser instance"),
+        (lambda: AutoGrow(factor=2.5), "AutoGrow.factor must be an int"),
+        (lambda: AutoGrow(factor=1), "AutoGrow.factor must be at least 2"),
+        (lambda: AutoGrow(after_attempts=1.5), "AutoGrow.after_attempts must be an int"),
+        (lambda: RetryPolicy(attempts=1.5), "RetryPolicy.attempts must be an int"),
+        (lambda: RetryPolicy(attempts=True), "RetryPolicy.attempts must be an int"),
+        (lambda: RetryPolicy(deadline="5"), "RetryPolicy.deadline must be"),
+        (lambda: RetryPolicy(initial=-1), "RetryPolicy.initial must be"),
+        (lambda: RetryPolicy(initial=float("nan")), "RetryPolicy.initial must be"),
+        (lambda: RetryPolicy(maximum=0.001, initial=0.01), "must not be below initial"),
+        (lambda: RetryPolicy(multiplier=0.5), "RetryPolicy.multiplier must be at least 1"),
+        (lambda: Runtime(clock=5), "clock must be"),
+        (lambda: Runtime(dice=5), "dice must be a random.Random"),
+        (lambda: Runtime(instance="a"), "instance must be an int"),
+        (lambda: Runtime().install(5), "a runtime is installed on a gateway"),
+        (lambda: get_counts(5), "get_counts takes an iterable"),
+    ],
+)
+def test_each_option_is_checked_when_it_is_built_and_named_in_the_error(build, named):
+    with pytest.raises(BadValueError, match=named):
+        build()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from types import TracebackType
-from typing import Any, Callable
+from typing import Callable
 
 __all__ = ["TRIES", "locked", "release_if_held", "surely"]
 
@@ -42,11 +42,16 @@ def surely(step: Callable[[], None], tries: int = TRIES) -> BaseException | None
 class locked:
     """``with locked(lock):`` takes ``lock`` even when an interrupt arrives
     while waiting for it (a plain ``with lock`` would then skip the block),
-    and raises that interrupt once the block ran and the lock is released."""
+    and raises that interrupt once the block ran and the lock is released.
+
+    ``lock`` is an ``RLock``: a signal's handler runs right after a call
+    returns, so an interrupt may land after ``acquire()`` took the lock as
+    well as while it waited, and only an ``RLock`` can tell which (taking a
+    plain lock again would wait for ever on this very thread)."""
 
     __slots__ = ("_lock", "_pending")
 
-    def __init__(self, lock: Any) -> None:
+    def __init__(self, lock: "threading.RLock") -> None:
         self._lock = lock
         self._pending: BaseException | None = None
 
@@ -55,8 +60,10 @@ class locked:
             try:
                 self._lock.acquire()
                 return
-            except BaseException as exc:  # noqa: B902  (interrupted while waiting: not taken yet)
+            except BaseException as exc:  # noqa: B902  (interrupted: taken already, or not yet)
                 self._pending = self._pending or exc
+                if self._lock._is_owned():  # type: ignore[attr-defined]
+                    return
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._lock.release()

@@ -91,7 +91,9 @@ class ConnectionPool:
         self.read_only = read_only
         self.where = path or "memory"
         self._size = 1 if path is None else size
-        self._lock = threading.Lock()  # taken directly on the hot path; waits go through _cond
+        # Taken directly on the hot path; waits go through _cond. An RLock:
+        # it knows its owner, which ``_interrupts.locked`` asks after an interrupt.
+        self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self.write_lock = threading.RLock()  # an RLock knows its owner (interrupts.release_if_held); this process's write transactions, one at a time (EmbeddedGateway._apply)
         self._idle: list[Connection] = []
@@ -201,7 +203,7 @@ class ConnectionPool:
         with SQLite errors turned into ours."""
         return Lease(self)
 
-    def _acquire(self, owner: object | None = None) -> Connection:
+    def _acquire(self, owner: object | None = None, into: "Lease | None" = None) -> Connection:
         """A connection lent to this thread (or held for ``owner``). An
         interrupt at any line gives back what was taken (a connection, or
         the place reserved to open one): a place lost shrinks the pool for
@@ -214,8 +216,13 @@ class ConnectionPool:
                 if owner is None and self._idle and self._pid == os.getpid() and not (
                     self._forking or self._closed or self._refused
                 ):
-                    conn = self._idle.pop()  # the usual case, checked by the loop below otherwise
+                    # No call between taking it and lending it: an interrupt (a
+                    # signal's handler runs after a call returns) cannot lose it.
+                    conn = self._idle[-1]  # the usual case, checked by the loop below otherwise
+                    del self._idle[-1]
                     self._lent[conn] = me
+                    if into is not None:
+                        into._conn = conn  # before returning: see Lease.__enter__
                     return conn
                 deadline: float | None = None
                 while True:
@@ -227,7 +234,8 @@ class ConnectionPool:
                         if time.monotonic() < deadline or not self._evict_oldest():
                             self._wait(max(deadline - time.monotonic(), 0.01))
                     elif self._idle:
-                        conn = self._idle.pop()
+                        conn = self._idle[-1]  # no call in between: see above
+                        del self._idle[-1]
                         break
                     elif self._count < self._size:
                         # A fork waits for ``_opening`` too: opening runs inside SQLite.
@@ -237,11 +245,15 @@ class ConnectionPool:
                         self._wait()
                 if conn is not None:
                     self._take(conn, owner, me)
+                    if into is not None:
+                        into._conn = conn
                     return conn
             conn, opened = self._connect(create=False), True
             with self._lock:
                 self._opening, reserved = self._opening - 1, False
                 self._take(conn, owner, me)
+                if into is not None:
+                    into._conn = conn
                 self._cond.notify_all()
             return conn
         except BaseException:
@@ -261,7 +273,7 @@ class ConnectionPool:
                 if opened and (self._closed or self._pid != os.getpid()):
                     self._count -= 1
                     _close(conn)
-                else:
+                elif conn not in self._idle:  # (interrupted before it was taken out of the idle list)
                     self._idle.append(conn)
                 reserved = False
             if reserved:
@@ -461,7 +473,7 @@ class ConnectionPool:
     def _after_fork_in_child(self) -> None:
         trouble, lent = self._fork_trouble, list(self._lent)
         # The parent's other threads do not exist here: a fresh lock, nothing lent.
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self.write_lock = threading.RLock()
         self._lent = {}
@@ -529,11 +541,21 @@ class Lease:
         self._pool = pool
 
     def __enter__(self) -> Connection:
-        self._conn = self._pool._acquire()
-        return self._conn
+        # ``_acquire`` records the connection here before it returns: an
+        # interrupt as it returns (where a signal's handler runs) would
+        # otherwise leave the connection lent to no one, for good.
+        self._conn: Connection | None = None
+        try:
+            conn = self._pool._acquire(into=self)
+        except BaseException:
+            if self._conn is not None:
+                _surely_release(self._pool, self._conn)
+            raise
+        return conn
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        _surely_release(self._pool, self._conn)
+        if self._conn is not None:
+            _surely_release(self._pool, self._conn)
         if isinstance(exc, sqlite3.Error):
             raise translate(exc, self._pool.where) from exc
 

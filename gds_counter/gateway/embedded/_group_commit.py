@@ -154,12 +154,16 @@ class GroupCommit:
         if self._pid != os.getpid():
             self._reset()
         request = Request(mutations)
-        with self._lock:
-            self._queue.append(request)
-            if not self._writing:
-                self._writing = True
-                request.state = WRITE
         try:
+            # Inside the ``try``: an interrupt as the ``with`` exits (a
+            # signal's handler runs after the lock's release returns) would
+            # otherwise leave this request queued, perhaps as the writer,
+            # with nobody to write it or hand the writing on.
+            with self._lock:
+                self._queue.append(request)
+                if not self._writing:
+                    self._writing = True
+                    request.state = WRITE
             if request.state != WRITE and not request.woken.acquire(timeout=wait_s):
                 self._give_up(request, wait_s)
             if request.state == WRITE:
@@ -248,7 +252,11 @@ class GroupCommit:
         # the callers.
         # An interrupt as the ``with`` exits can skip the release (the
         # write lock is an RLock, which knows it is still this thread's).
-        pending = surely(lambda: release_if_held(write_lock))
+        pending: BaseException | None = None
+        try:
+            pending = surely(lambda: release_if_held(write_lock))
+        except BaseException as exc:  # noqa: B902  (an interrupt as it returned: finish first, raise it after)
+            pending = exc
         while not batch.finished:
             try:
                 self._finish(request, batch, failure, failed)

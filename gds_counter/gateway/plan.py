@@ -271,52 +271,74 @@ def inline(gateway: Any, op: Op) -> "Plan[Any] | None":
     return inner
 
 
+class _Frames:
+    """The plans one driver runs, the innermost last: the plan it was given
+    and the gateway rule plans running inline for it (``inline``). ``next``
+    resumes the innermost with what its last effect gave (``send``) or
+    raised (``error``) and returns its next effect; a plan that returns or
+    raises hands that to the one below, as ``yield from`` would."""
+
+    __slots__ = ("stack", "send", "error", "result")
+
+    def __init__(self, plan: Plan[Any]) -> None:
+        self.stack: list[Plan[Any]] = [plan]
+        self.send: Any = None
+        self.error: BaseException | None = None
+        self.result: Any = None
+
+    def next(self) -> "Effect | None":
+        """The next effect, or None once the outermost plan returned (its
+        value in ``result``); an error it did not handle is raised."""
+        while True:
+            current = self.stack[-1]
+            try:
+                effect: Effect = current.send(self.send) if self.error is None else current.throw(self.error)
+            except StopIteration as stop:
+                self.stack.pop()
+                self.send, self.error = stop.value, None
+                if not self.stack:
+                    self.result = stop.value
+                    return None
+                continue
+            except BaseException as exc:
+                self.stack.pop()
+                if not self.stack:
+                    raise
+                self.send, self.error = None, exc
+                continue
+            self.send, self.error = None, None
+            return effect
+
+
 def run(plan: Plan[T], gateway: Any, *, wait: Callable[[float], None] = time.sleep) -> T:
     """Drive ``plan`` against a blocking ``gateway``: each effect is carried
     out here, its result sent back (or its error thrown in), until the plan
     returns. A gateway call whose rules are a plan of the gateway's
     (``inline``) runs here too, as if the plan had ``yield from`` it.
     ``wait`` carries out ``Sleep`` (tests pass a fake clock's)."""
-    stack: list[Plan[Any]] = [plan]
-    send: Any = None
-    error: BaseException | None = None
-    while True:
-        current = stack[-1]
-        try:
-            effect = current.send(send) if error is None else current.throw(error)
-        except StopIteration as stop:
-            stack.pop()
-            if not stack:
-                result: T = stop.value
-                return result
-            send, error = stop.value, None
-            continue
-        except BaseException as exc:
-            stack.pop()
-            if not stack:
-                raise
-            send, error = None, exc
-            continue
-        send, error = None, None
+    frames = _Frames(plan)
+    while (effect := frames.next()) is not None:
         try:
             if isinstance(effect, Op):
                 inner = inline(gateway, effect)
                 if inner is not None:
-                    stack.append(inner)
+                    frames.stack.append(inner)
                     continue
-                send = perform(gateway, effect)
+                frames.send = perform(gateway, effect)
             elif isinstance(effect, Sleep):
                 wait(effect.seconds)
             elif isinstance(effect, Call):
-                send = effect.function()
+                frames.send = effect.function()
             elif isinstance(effect, Step):
-                send = effect.run(lambda planned: run(planned, gateway, wait=wait))
+                frames.send = effect.run(lambda planned: run(planned, gateway, wait=wait))
             elif isinstance(effect, Await):
                 raise TypeError("a blocking driver cannot await; use gds_counter.aio for coroutines")
             else:  # pragma: no cover  (a plan's own bug)
                 raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
         except BaseException as exc:  # thrown into the plan, which may handle it
-            error = exc
+            frames.error = exc
+    result: T = frames.result
+    return result
 
 
 # --- the async driver ---------------------------------------------------------------
@@ -339,43 +361,26 @@ async def arun(plan: Plan[T], gateway: Any) -> T:
     worker thread so the event loop never blocks. Errors, cancellation
     included, are thrown into the plan where its effect was yielded, so its
     cleanup (a rollback) still runs."""
-    stack: list[Plan[Any]] = [plan]
-    send: Any = None
-    error: BaseException | None = None
-    while True:
-        current = stack[-1]
-        try:
-            effect = current.send(send) if error is None else current.throw(error)
-        except StopIteration as stop:
-            stack.pop()
-            if not stack:
-                result: T = stop.value
-                return result
-            send, error = stop.value, None
-            continue
-        except BaseException as exc:
-            stack.pop()
-            if not stack:
-                raise
-            send, error = None, exc
-            continue
-        send, error = None, None
+    frames = _Frames(plan)
+    while (effect := frames.next()) is not None:
         try:
             if isinstance(effect, Op):
                 inner = inline(gateway, effect)
                 if inner is not None:
-                    stack.append(inner)
+                    frames.stack.append(inner)
                     continue
-                send = await aperform(gateway, effect)
+                frames.send = await aperform(gateway, effect)
             elif isinstance(effect, Sleep):
                 await asyncio.sleep(effect.seconds)
             elif isinstance(effect, Call):
-                send = await asyncio.to_thread(effect.function)
+                frames.send = await asyncio.to_thread(effect.function)
             elif isinstance(effect, Await):
-                send = await effect.factory()
+                frames.send = await effect.factory()
             elif isinstance(effect, Step):
-                send = await effect.arun(lambda planned: arun(planned, gateway))
+                frames.send = await effect.arun(lambda planned: arun(planned, gateway))
             else:  # pragma: no cover  (a plan's own bug)
                 raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
         except BaseException as exc:  # thrown into the plan, which may handle it
-            error = exc
+            frames.error = exc
+    result: T = frames.result
+    return result

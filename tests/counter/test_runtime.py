@@ -140,39 +140,32 @@ def test_random_shards_spread_the_writes_and_every_one_is_counted(gateway):
     assert all(written[n] > 0 for n in range(1, 5)) and sum(written.values()) == 40
 
 
-def test_without_combined_writes_each_thread_commits_its_own_amount(gateway):
-    Runtime(combine_writes=False).install(gateway)
-    counter = CounterShardDS("alone", 1, gateway=gateway)
-    start = threading.Barrier(8)
+def _add_from_threads(counter: CounterShardDS, threads: int, each: int) -> None:
+    start = threading.Barrier(threads)
 
     def add() -> None:
         start.wait()
-        for _ in range(20):
+        for _ in range(each):
             counter.add()
 
-    threads = [threading.Thread(target=add) for _ in range(8)]
-    for thread in threads:
+    running = [threading.Thread(target=add) for _ in range(threads)]
+    for thread in running:
         thread.start()
-    for thread in threads:
+    for thread in running:
         thread.join(30)
+
+
+def test_without_combined_writes_each_thread_commits_its_own_amount(gateway):
+    Runtime(combine_writes=False).install(gateway)
+    counter = CounterShardDS("alone", 1, gateway=gateway)
+    _add_from_threads(counter, 8, 20)
     assert counter.get_count() == 160
     assert gateway.stats.snapshot().get("counter.combined", 0) == 0
 
 
 def test_with_combined_writes_threads_share_commits_and_nothing_is_lost(gateway):
     counter = CounterShardDS("together", 1, gateway=gateway, strategy="transactional")
-    start = threading.Barrier(16)
-
-    def add() -> None:
-        start.wait()
-        for _ in range(20):
-            counter.add()
-
-    threads = [threading.Thread(target=add) for _ in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    _add_from_threads(counter, 16, 20)
     assert counter.get_count() == 320
     assert gateway.stats.snapshot().get("counter.combined", 0) > 0
 

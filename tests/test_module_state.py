@@ -26,9 +26,6 @@ OTHER_STATE = {
         "collected) would release the parent's SQLite locks"
     ),
     ("gateway/_deadlines.py", "_AT"): "the running call's deadline: per call (a context variable), not per gateway",
-    ("gateway/embedded/_encoding.py", "_written"): (
-        "the entity a writer just stored, handed to the decoding memo during one call (a context variable)"
-    ),
 }
 
 #: Module-level tables that are never changed after import (names, rules).

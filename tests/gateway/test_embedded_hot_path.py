@@ -10,23 +10,17 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-import json
 import sqlite3
 import threading
 
 import pytest
-from hypothesis import given
 from hypothesis import strategies as st
 
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.base import run_query_all
-from gds_counter.gateway.embedded import EmbeddedGateway, _encoding
+from gds_counter.gateway.embedded import EmbeddedGateway
 from gds_counter.gateway.embedded._encoding import (
-    dump_entity,
-    index_entries,
     key_bytes,
-    load_indexed,
-    remember_written,
     sortable,
 )
 from gds_counter.gateway.keys import Key
@@ -106,22 +100,6 @@ _values = st.one_of(
     st.builds(Key.of, st.just("Ref"), st.text(min_size=1, max_size=8).filter(lambda n: not n.startswith("__"))),
     st.lists(st.integers(min_value=0, max_value=9), max_size=3),
 )
-
-
-@given(st.dictionaries(st.sampled_from(["a", "b", "count", "target"]), _values, max_size=4), st.sets(st.sampled_from(["a", "count"])))
-def test_what_a_writer_remembers_for_a_text_is_what_reading_that_text_gives(properties, unindexed):
-    """A write remembers the entity it stored as its text's decoding, so
-    the next read does not parse it: that must be exactly what parsing gives,
-    value types included."""
-    entity = RawEntity(Key.of("Shard", "s"), properties, frozenset(unindexed & set(properties)))
-    text = dump_entity(entity)
-    remember_written(text, entity, list(index_entries(entity)))
-    read, index = load_indexed(text)
-    parsed = _encoding._entity_from_json(json.loads(text))
-    assert read.key == parsed.key and read.unindexed == parsed.unindexed
-    assert [(n, type(v), v) for n, v in read.properties.items()] == [(n, type(v), v) for n, v in parsed.properties.items()]
-    if index is not None:
-        assert [(n, e) for n, e, _ in index_entries(parsed)] == [(n, e) for n, pairs in index.items() for e, _ in pairs]
 
 
 def test_an_increment_keeps_the_shard_in_its_target_query_and_out_of_counts_index(gw):

@@ -32,7 +32,6 @@ sort orders and cursors compare with plain byte comparison.
 from __future__ import annotations
 
 import base64
-import contextvars
 import datetime as _dt
 import functools
 import json
@@ -236,13 +235,6 @@ _SHAREABLE = (bool, int, float, str, bytes, _dt.datetime, Key, Geopoint)
 
 _Decoded = tuple[Key | None, dict[str, Any], frozenset[str], Index]
 
-#: Values whose stored text decodes to an equal value of the very same type,
-#: so that an entity holding only these is its own text's decoding.
-_EXACT = frozenset({type(None), bool, int, str, Key})
-
-#: The text a writer just stored and the entity it stored (``remember_written``).
-_written: contextvars.ContextVar[tuple[str, _Decoded] | None] = contextvars.ContextVar("gds_counter_written", default=None)
-
 
 @functools.lru_cache(maxsize=8192)
 def _decoded(text: str) -> _Decoded | None:
@@ -251,9 +243,6 @@ def _decoded(text: str) -> _Decoded | None:
     often than it changes, and decoding it (JSON, then a validated Key) was
     most of a query's time. None for entities holding a mutable value (a
     list, an embedded entity), which are decoded afresh on every read."""
-    written = _written.get()
-    if written is not None and written[0] is text:
-        return written[1]  # remember_written: the entity this text was made from
     entity = _entity_from_json(json.loads(text))
     if not all(value is None or isinstance(value, _SHAREABLE) for value in entity.properties.values()):
         return None
@@ -270,22 +259,6 @@ def _index(entries: Iterable[tuple[str, bytes, Any]]) -> Index:
     for name, enc, value in entries:
         index.setdefault(name, []).append((enc, value))
     return index
-
-
-def remember_written(text: str, entity: RawEntity, entries: list[tuple[str, bytes, Any]]) -> None:
-    """Remember ``entity`` (with its ``index_entries``) as the decoding of
-    ``text``, the ``dump_entity`` of it a writer just stored, so that the
-    next read or write of that row does not parse it back: every write of a
-    hot shard was otherwise decoded once more, as the next write compares
-    its index rows and the next total reads it. Only for entities whose
-    values all decode to themselves (``_EXACT``)."""
-    if len(text) > _REMEMBERED_TEXT or not all(type(value) in _EXACT for value in entity.properties.values()):
-        return
-    token = _written.set((text, (entity.key, entity.properties, entity.unindexed, _index(entries))))
-    try:
-        _decoded(text)
-    finally:
-        _written.reset(token)
 
 
 def load_indexed(text: str, key: Key | None = None) -> tuple[RawEntity, Index | None]:

@@ -55,7 +55,6 @@ from gds_counter.gateway.embedded._encoding import (
     key_bytes,
     load_entity,
     load_indexed,
-    remember_written,
 )
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Upsert
@@ -285,7 +284,6 @@ def upsert(
     indexed = list(index_entries(written))
     entries = {(name, enc) for name, enc, _ in indexed}
     text = dump_entity(written)
-    remember_written(text, written, indexed)
     if row is None:
         conn.execute(
             "INSERT INTO entities (key_bytes, ns, kind, version, written_at, data) VALUES (?, ?, ?, ?, ?, ?)",

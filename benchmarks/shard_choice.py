@@ -97,7 +97,7 @@ from gds_counter.counter.shard_choice import RandomShards  # noqa: E402
 from gds_counter.demo import new_figure  # noqa: E402
 from gds_counter.errors import GDSError  # noqa: E402
 from gds_counter.gds.store import Store  # noqa: E402
-from gds_counter.load import run_load  # noqa: E402
+from gds_counter.load import percentile, run_load  # noqa: E402
 
 CHOOSERS = ("random", "affinity")
 STRATEGIES = ("auto", "transactional")
@@ -255,9 +255,9 @@ def run_once(pool: WorkerPool, backend: Backend, load: Load, strategy: str, choo
 
 
 def _ms(ordered: list[float], q: float) -> float | None:
-    if not ordered:
-        return None
-    return round(ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.999999) - 1))] * 1000, 2)
+    """The ``q`` quantile of sorted latencies (``load.percentile``), in milliseconds."""
+    value = percentile(ordered, q)
+    return None if value is None else round(value * 1000, 2)
 
 
 # --- the plan and the summary -----------------------------------------------------------------

@@ -114,7 +114,7 @@ class CombinedWrites:
             with lock:
                 mine = lines.join(seat)
             if not seat.leads:
-                ThreadLines.await_end(mine)
+                ThreadLines.await_end(mine, lines, lock, seat)
                 return _joined(mine, lambda: write(amount, 1))
             # Let the threads about to add to the same counter (those one write
             # just released) join this write first; alone, write at once.

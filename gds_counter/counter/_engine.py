@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from typing import Any, Callable, Hashable, Iterator, Sequence
 
 import attrs
@@ -53,6 +54,7 @@ from gds_counter.counter.runtime import Runtime
 from gds_counter.counter.shard_choice import Holding, ShardChooser, told
 from gds_counter.counter.strategy import Shard, Wrote, add_plan, get_strategy
 from gds_counter.errors import BadValueError, Contention, GDSError, TotalUnavailable, Unavailable
+from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Mutation, Upsert
@@ -333,10 +335,20 @@ class CounterCore:
         amount = check_int(amount, "amount", low=-INT64_MAX)
         if amount == 0:
             return
-        yield from self._writable()
-        yield from self._ensure_recorded()
-        with self._seen_by_caches(amount):
-            yield from self._commit(amount)
+        # The retry policy's deadline bounds the whole call, from here: the
+        # waits for a combined write ahead of it, each attempt, and the
+        # retries on more shards after auto-grow. (Counted from the first
+        # attempt alone, a call behind a stalled write took twice it.)
+        deadline = self._retry.deadline
+        bounded = deadlines.limit(time.monotonic() + deadline) if deadline is not None else None
+        try:
+            yield from self._writable()
+            yield from self._ensure_recorded()
+            with self._seen_by_caches(amount):
+                yield from self._commit(amount)
+        finally:
+            if bounded is not None:
+                deadlines.restore(bounded)
 
     @contextlib.contextmanager
     def _seen_by_caches(self, amount: int | None) -> Iterator[None]:

@@ -61,7 +61,7 @@ class SharedReads(Generic[R]):
             with lock:
                 mine = lines.join(seat)
             if not seat.leads:
-                ThreadLines.await_end(mine)
+                ThreadLines.await_end(mine, lines, lock, seat)
                 if mine.failed:
                     return read(), False  # its failure was its own: try once more alone
                 return mine.result, True  # type: ignore[return-value]  # set with ended

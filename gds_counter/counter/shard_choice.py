@@ -354,7 +354,9 @@ class AffinityShards:
         forks.register(self)
 
     def _reset(self) -> None:
-        self._lock = threading.Lock()
+        # Re-entrant: a plan the garbage collector finalizes in this thread
+        # (one an interrupt dropped) gives its shard back from inside a take.
+        self._lock = threading.RLock()
         #: counter -> what this process knows of its shards (most recent last)
         self._known: collections.OrderedDict[Hashable, _CounterShards] = collections.OrderedDict()
 

@@ -16,7 +16,7 @@ import threading
 from types import TracebackType
 from typing import Callable
 
-__all__ = ["TRIES", "locked", "release_if_held", "surely"]
+__all__ = ["TRIES", "locked", "own_again", "release_if_held", "surely"]
 
 #: How many times a step is run again after interrupts cut it short.
 TRIES = 3
@@ -78,3 +78,20 @@ def release_if_held(lock: "threading.RLock") -> None:
     owner, which is why the locks this guards are ``RLock``s."""
     while lock._is_owned():  # type: ignore[attr-defined]
         lock.release()
+
+
+def own_again(lock: "threading.RLock") -> None:
+    """Take ``lock`` back if an interrupt left this thread without it
+    where it must hold it: ``Condition.wait`` takes its lock back in a
+    ``finally`` that a second interrupt can cut short, and the ``with``
+    around the wait then released a lock it did not hold ("cannot release
+    un-acquired lock", in place of the interrupt). Raises the first
+    interrupt that landed while taking it, once it is held."""
+    pending: BaseException | None = None
+    while not lock._is_owned():  # type: ignore[attr-defined]
+        try:
+            lock.acquire()
+        except BaseException as exc:  # noqa: B902  (taken already, or not yet: the loop asks)
+            pending = pending or exc
+    if pending is not None:
+        raise pending

@@ -18,7 +18,7 @@ after it arrived, which is what keeps a shared read strongly consistent and
 a combined write's callers' amounts each in exactly one commit.
 
 The rounds' bookkeeping is the same for threads and for the tasks of one
-event loop; only the waiting (``threading.Event`` or ``asyncio.Event``)
+event loop; only the waiting (a ``Gate`` or an ``asyncio.Event``)
 and the locking (a real lock; one event loop needs none) differ.
 """
 
@@ -31,16 +31,69 @@ import time
 import weakref
 from typing import Any, Callable, Generic, Hashable, Iterator, TypeVar, Union
 
+from gds_counter.errors import Contention
+from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway._interrupts import surely
 
 R = TypeVar("R")
 
 __all__ = [
-    "SETTLE_WAITS", "SLICE", "Line", "Lines", "LoopLines", "Round", "Seat", "ThreadLines", "as_async",
+    "SETTLE_WAITS", "SLICE", "Gate", "Line", "Lines", "LoopLines", "Round", "Seat", "ThreadLines", "as_async",
     "settling", "yield_thread",
 ]
 
-Event = Union[threading.Event, asyncio.Event]
+
+class Gate:
+    """What a thread waits on for its round: ``set``, ``clear`` and
+    ``wait(timeout)`` as a ``threading.Event``'s, but safe wherever an
+    interrupt lands.
+
+    A ``threading.Event`` keeps its flag under a Condition's plain lock. A
+    KeyboardInterrupt that lands as that lock is taken or released leaves
+    it held (bpo-29988), and the round's next ``set()`` then waits for ever
+    on it: a Ctrl-C every millisecond or so hung the memory gateway within
+    a few hundred calls that way. Here the flag is a plain attribute, and
+    the wake-up a lock that is held while the gate is shut: ``set`` releases
+    it and never waits; ``wait`` takes it (with a timeout) and lets it go
+    only if the flag is up. An interrupt between those leaves the gate shut
+    with its flag up, which costs the other waiters at most one timeout:
+    every waiter here waits in slices (``SLICE``) and looks at the flag."""
+
+    __slots__ = ("_flag", "_shut")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._shut = threading.Lock()
+        self._shut.acquire()
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        self._flag = True
+        _open(self._shut)
+
+    def clear(self) -> None:
+        self._flag = False
+        self._shut.acquire(blocking=False)
+
+    def wait(self, timeout: float) -> bool:
+        """Whether the gate was opened within ``timeout`` seconds."""
+        if self._flag:
+            return True
+        if self._shut.acquire(timeout=timeout) and self._flag:
+            _open(self._shut)  # (left shut when the flag is down: opened by a clear() that raced a waiter)
+        return self._flag
+
+
+def _open(lock: threading.Lock) -> None:
+    try:
+        lock.release()
+    except RuntimeError:  # open already (set twice, or set as a waiter let it go)
+        pass
+
+
+Event = Union[Gate, asyncio.Event]
 
 #: The most times a round's leader lets ready callers join before it starts.
 SETTLE_WAITS = 4
@@ -250,7 +303,7 @@ class ThreadLines(Generic[R]):
     def _reset(self) -> None:
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self._lines: Lines[R] = Lines(threading.Event, self._running)
+        self._lines: Lines[R] = Lines(Gate, self._running)
 
     def get(self) -> tuple[Lines[R], threading.Lock]:
         if self._pid != os.getpid():
@@ -273,6 +326,8 @@ class ThreadLines(Generic[R]):
             with lock:
                 if lines.may_start(seat):
                     break
+            if deadlines.remaining(SLICE) <= 0:
+                raise _out_of_time("the writes of this key ahead of it")
             threading_event(mine.turn).wait(SLICE)
         if settle:
             pause = pause or yield_thread
@@ -282,10 +337,18 @@ class ThreadLines(Generic[R]):
             lines.start(seat)
 
     @staticmethod
-    def await_end(mine: Round[Any]) -> None:
+    def await_end(mine: Round[Any], lines: Lines[R], lock: threading.Lock, seat: Seat) -> None:
         """A joiner's wait for its round's outcome, in slices (``SLICE``)
-        so that an exception sent to the thread reaches it."""
+        so that an exception sent to the thread reaches it. Until the round
+        starts, the wait ends at the caller's deadline (``_deadlines``): it
+        leaves the round, nothing of it sent. Once started, the round's
+        work is bounded by its leader's deadline, which came first."""
         while not mine.ended:
+            if not mine.started and deadlines.remaining(SLICE) <= 0:
+                with lock:
+                    if not mine.started:
+                        lines.leave(seat, TimeoutError())
+                        raise _out_of_time("the round it joined")
             threading_event(mine.done).wait(SLICE)
 
     @staticmethod
@@ -349,6 +412,13 @@ class LoopLines(Generic[R]):
         surely(lambda: lines.leave(seat, error))
 
 
+def _out_of_time(behind: str) -> Contention:
+    return Contention(
+        f"the call's deadline passed while it waited for {behind} in this process; nothing of it was sent",
+        attempts=0,
+    )
+
+
 def yield_thread() -> None:
     """Let the threads that are ready run before this one goes on."""
     time.sleep(0)
@@ -371,9 +441,9 @@ def settling(mine: Round[Any]) -> Iterator[None]:
         yield
 
 
-def threading_event(event: Event) -> threading.Event:
-    """An event of lines made for threads (``Lines(threading.Event)``)."""
-    assert isinstance(event, threading.Event)
+def threading_event(event: Event) -> Gate:
+    """An event of lines made for threads (``Lines(Gate)``)."""
+    assert isinstance(event, Gate)
     return event
 
 

@@ -25,6 +25,7 @@ may make, named and typed like the ``Gateway`` protocol's methods:
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any, Awaitable, Callable, Generator, Sequence, TypeVar, Union
 
@@ -36,6 +37,8 @@ from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import CommitResult, Mutation
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
 from gds_counter.gateway.values import RawEntity
+
+log = logging.getLogger("gds_counter.gateway")
 
 __all__ = [
     "Await",
@@ -309,6 +312,25 @@ class _Frames:
             self.send, self.error = None, None
             return effect
 
+    def __enter__(self) -> "_Frames":
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        """An error that leaves the driver with plans still suspended (an
+        interrupt that landed in the driver itself, between two effects)
+        closes them here, innermost first, so that their ``finally`` and
+        ``with`` blocks run now, in this thread, in order. Left to the
+        garbage collector, they ran at a random later moment, in whatever
+        thread collected them and under whatever lock it held: a shard
+        chooser's ``give_back`` waited there for ever on the lock of the
+        ``take`` it had interrupted."""
+        while exc is not None and self.stack:
+            plan = self.stack.pop()
+            try:
+                plan.close()
+            except BaseException:  # noqa: B902  (another interrupt: the others are still closed, ``exc`` still raised)
+                log.warning("closing an interrupted plan failed", exc_info=True)
+
 
 def run(plan: Plan[T], gateway: Any, *, wait: Callable[[float], None] = time.sleep) -> T:
     """Drive ``plan`` against a blocking ``gateway``: each effect is carried
@@ -316,29 +338,29 @@ def run(plan: Plan[T], gateway: Any, *, wait: Callable[[float], None] = time.sle
     returns. A gateway call whose rules are a plan of the gateway's
     (``inline``) runs here too, as if the plan had ``yield from`` it.
     ``wait`` carries out ``Sleep`` (tests pass a fake clock's)."""
-    frames = _Frames(plan)
-    while (effect := frames.next()) is not None:
-        try:
-            if isinstance(effect, Op):
-                inner = inline(gateway, effect)
-                if inner is not None:
-                    frames.stack.append(inner)
-                    continue
-                frames.send = perform(gateway, effect)
-            elif isinstance(effect, Sleep):
-                wait(effect.seconds)
-            elif isinstance(effect, Call):
-                frames.send = effect.function()
-            elif isinstance(effect, Step):
-                frames.send = effect.run(lambda planned: run(planned, gateway, wait=wait))
-            elif isinstance(effect, Await):
-                raise TypeError("a blocking driver cannot await; use gds_counter.aio for coroutines")
-            else:  # pragma: no cover  (a plan's own bug)
-                raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
-        except BaseException as exc:  # thrown into the plan, which may handle it
-            frames.error = exc
-    result: T = frames.result
-    return result
+    with _Frames(plan) as frames:
+        while (effect := frames.next()) is not None:
+            try:
+                if isinstance(effect, Op):
+                    inner = inline(gateway, effect)
+                    if inner is not None:
+                        frames.stack.append(inner)
+                        continue
+                    frames.send = perform(gateway, effect)
+                elif isinstance(effect, Sleep):
+                    wait(effect.seconds)
+                elif isinstance(effect, Call):
+                    frames.send = effect.function()
+                elif isinstance(effect, Step):
+                    frames.send = effect.run(lambda planned: run(planned, gateway, wait=wait))
+                elif isinstance(effect, Await):
+                    raise TypeError("a blocking driver cannot await; use gds_counter.aio for coroutines")
+                else:  # pragma: no cover  (a plan's own bug)
+                    raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
+            except BaseException as exc:  # thrown into the plan, which may handle it
+                frames.error = exc
+        result: T = frames.result
+        return result
 
 
 # --- the async driver ---------------------------------------------------------------
@@ -361,26 +383,26 @@ async def arun(plan: Plan[T], gateway: Any) -> T:
     worker thread so the event loop never blocks. Errors, cancellation
     included, are thrown into the plan where its effect was yielded, so its
     cleanup (a rollback) still runs."""
-    frames = _Frames(plan)
-    while (effect := frames.next()) is not None:
-        try:
-            if isinstance(effect, Op):
-                inner = inline(gateway, effect)
-                if inner is not None:
-                    frames.stack.append(inner)
-                    continue
-                frames.send = await aperform(gateway, effect)
-            elif isinstance(effect, Sleep):
-                await asyncio.sleep(effect.seconds)
-            elif isinstance(effect, Call):
-                frames.send = await asyncio.to_thread(effect.function)
-            elif isinstance(effect, Await):
-                frames.send = await effect.factory()
-            elif isinstance(effect, Step):
-                frames.send = await effect.arun(lambda planned: arun(planned, gateway))
-            else:  # pragma: no cover  (a plan's own bug)
-                raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
-        except BaseException as exc:  # thrown into the plan, which may handle it
-            frames.error = exc
-    result: T = frames.result
-    return result
+    with _Frames(plan) as frames:
+        while (effect := frames.next()) is not None:
+            try:
+                if isinstance(effect, Op):
+                    inner = inline(gateway, effect)
+                    if inner is not None:
+                        frames.stack.append(inner)
+                        continue
+                    frames.send = await aperform(gateway, effect)
+                elif isinstance(effect, Sleep):
+                    await asyncio.sleep(effect.seconds)
+                elif isinstance(effect, Call):
+                    frames.send = await asyncio.to_thread(effect.function)
+                elif isinstance(effect, Await):
+                    frames.send = await effect.factory()
+                elif isinstance(effect, Step):
+                    frames.send = await effect.arun(lambda planned: arun(planned, gateway))
+                else:  # pragma: no cover  (a plan's own bug)
+                    raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
+            except BaseException as exc:  # thrown into the plan, which may handle it
+                frames.error = exc
+        result: T = frames.result
+        return result

@@ -114,7 +114,9 @@ def retry_plan(
             return result
         except retried as exc:
             delay = next(delays)
-            out_of_time = policy.deadline is not None and time.monotonic() - started + delay > policy.deadline
+            out_of_time = (
+                policy.deadline is not None and time.monotonic() - started + delay > policy.deadline
+            ) or deadlines.remaining(delay) < delay  # (the whole call's deadline, set by its caller, comes first)
             if number < policy.attempts and not out_of_time:
                 if on_retry is not None:
                     on_retry(number)

@@ -19,6 +19,7 @@ import pytest
 
 from gds_counter.counter._combined import AsyncCombinedWrites, CombinedWrites
 from gds_counter.errors import BadValueError, CommitUnknown, Contention, CountSaturated
+from gds_counter.gateway import _deadlines as deadlines
 
 INT64_MAX = 2**63 - 1
 
@@ -325,3 +326,60 @@ def test_a_task_whose_combined_write_failed_raises_its_own_copy():
     errors = asyncio.run(main())
     assert all(isinstance(e, Contention) and e.attempts == 3 for e in errors)
     assert len({id(e) for e in errors}) == 3
+
+
+def add_within(
+    combined: CombinedWrites, write: Writes, amount: int, out: dict[Any, object], name: Any, seconds: float,
+) -> threading.Thread:
+    """``add`` in a call whose deadline is ``seconds`` away (as a counter's
+    retry policy sets it for the whole call), recording how long it took."""
+
+    def run() -> None:
+        token = deadlines.limit(time.monotonic() + seconds)
+        started = time.monotonic()
+        try:
+            combined.run("counter", amount, write)
+            out[name] = "counted"
+        except BaseException as exc:  # noqa: B902  (recorded for the test to check)
+            out[name] = exc
+        finally:
+            out[(name, "seconds")] = time.monotonic() - started
+            deadlines.restore(token)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_a_leader_waiting_behind_a_stalled_write_gives_up_at_its_deadline_having_sent_nothing():
+    """The write ahead stalls (its storage frozen): the next round's leader
+    waits for its turn only until its own deadline, then raises
+    ``Contention`` saying nothing was sent, and its amount is never written.
+    (It waited without end, then ran a whole deadline of its own: twice.)"""
+    combined, write, out = CombinedWrites(in_flight=1), Writes(), {}
+    stalled = add(combined, write, 1, out, "stalled")
+    assert write.started[0].wait(10)
+    waiting = add_within(combined, write, 7, out, "waiting", 0.3)
+    waiting.join(10)
+    assert isinstance(out["waiting"], Contention) and "nothing of it was sent" in str(out["waiting"])
+    assert out[("waiting", "seconds")] < 5  # its deadline, not the stalled write's
+    release_all(write)
+    stalled.join(10)
+    assert write.calls == [(1, 1)]
+    assert combined._lines.get()[0].lines == {}
+
+
+def test_a_joiner_leaves_a_round_that_has_not_begun_at_its_deadline_and_the_round_goes_on_without_it():
+    combined, write, out = CombinedWrites(in_flight=1), Writes(), {}
+    stalled = add(combined, write, 1, out, "stalled")
+    assert write.started[0].wait(10)
+    leader = add_within(combined, write, 10, out, "leader", 30)
+    joined(combined, 0)
+    joiner = add_within(combined, write, 5, out, "joiner", 0.3)
+    joiner.join(10)
+    assert isinstance(out["joiner"], Contention) and "nothing of it was sent" in str(out["joiner"])
+    release_all(write)
+    for thread in (stalled, leader):
+        thread.join(10)
+    assert out["leader"] == "counted"
+    assert write.calls == [(1, 1), (10, 1)]  # the joiner's 5 is in no write

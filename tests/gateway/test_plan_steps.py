@@ -83,3 +83,46 @@ def test_a_step_that_raises_has_its_error_thrown_into_the_plan_where_it_was_yiel
     assert plan.run(caught(), Blocking()) == "caught refused"
     with pytest.raises(NotImplementedError):
         asyncio.run(plan.arun(caught(), Awaited()))  # a step that left arun undefined says so
+
+
+class Interrupt(BaseException):
+    """Stands for a KeyboardInterrupt that lands in the driver itself."""
+
+
+def test_an_interrupt_between_two_effects_closes_the_suspended_plans_at_once_innermost_first(monkeypatch):
+    """An interrupt that lands in the driver, not in an effect, is not
+    thrown into the plan: the plans still suspended are closed before it
+    leaves the driver, so their ``finally`` blocks run now and in order
+    (left to the garbage collector, they ran later, in any thread, under
+    any lock that thread held)."""
+    cleaned: list[str] = []
+
+    def inner() -> plan.Plan[Any]:
+        try:
+            yield from plan.lookup([Key.of("K", "a")])
+            yield from plan.lookup([Key.of("K", "b")])
+        finally:
+            cleaned.append("inner")
+
+    def outer() -> plan.Plan[Any]:
+        try:
+            yield from inner()
+        finally:
+            cleaned.append("outer")
+
+    real_next = plan._Frames.next
+    effects: list[object] = []
+
+    def next_then_interrupted(frames: Any) -> Any:
+        effect = real_next(frames)
+        effects.append(effect)
+        if len(effects) == 2:
+            raise Interrupt  # after the plan yielded its second effect, before it was carried out
+        return effect
+
+    monkeypatch.setattr(plan._Frames, "next", next_then_interrupted)
+    suspended = outer()  # still referenced here, as a cycle would keep it: only the driver can close it now
+    with pytest.raises(Interrupt):
+        plan.run(suspended, Blocking())
+    assert cleaned == ["inner", "outer"]
+    assert suspended.gi_frame is None

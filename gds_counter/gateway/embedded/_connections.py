@@ -53,8 +53,9 @@ from pathlib import Path
 from types import TracebackType
 
 from gds_counter.errors import Contention, GatewayError, GDSError
+from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway import _forks as forks
-from gds_counter.gateway._interrupts import locked, surely
+from gds_counter.gateway._interrupts import locked, own_again, release_if_held, surely
 from gds_counter.gateway.embedded._files import Connection, FileId, file_id, translate, why_unopenable
 from gds_counter.gateway.embedded._storage import create_schema, is_busy, schema_ready
 
@@ -73,6 +74,17 @@ RESERVED_FOR_CALLS = 4
 #: How long a transaction waits for a connection to hold when as many
 #: transactions as allowed hold one, before it takes the oldest one's.
 HOLD_WAIT_S = 2.0
+
+#: How long a call waits at most for a connection when every one is lent
+#: (less when its deadline comes sooner: ``gateway._deadlines``); each
+#: lender is bounded by the busy timeout, a memory database's lone
+#: connection by the calls queued before it.
+LEND_WAIT_S = 2 * BUSY_TIMEOUT_S + 15
+
+#: A call waiting for a connection looks this often for one lost by a
+#: lease that no longer exists (``_reclaim_lost``): nothing wakes it when
+#: the garbage collector takes such a lease.
+RECLAIM_SLICE_S = 0.5
 
 #: How long ``fork()`` waits for calls in progress to finish (each is bounded
 #: by the busy timeout) before it gives the child a gateway that refuses work.
@@ -97,7 +109,9 @@ class ConnectionPool:
         self._cond = threading.Condition(self._lock)
         self.write_lock = threading.RLock()  # an RLock knows its owner (interrupts.release_if_held); this process's write transactions, one at a time (EmbeddedGateway._apply)
         self._idle: list[Connection] = []
-        self._lent: dict[Connection, int] = {}  # connection -> the thread using it
+        #: connection -> the thread using it, and the lease it is lent through
+        #: (a lease that died without giving it back: ``_reclaim_lost``)
+        self._lent: dict[Connection, tuple[int, weakref.ref[object]]] = {}
         # connection -> the transaction holding it (see ``hold``), oldest first
         self._held: dict[Connection, weakref.ref[object]] = {}
         #: Connections closed or abandoned on their way back (``_put_back``):
@@ -220,11 +234,12 @@ class ConnectionPool:
                     # signal's handler runs after a call returns) cannot lose it.
                     conn = self._idle[-1]  # the usual case, checked by the loop below otherwise
                     del self._idle[-1]
-                    self._lent[conn] = me
+                    self._lent[conn] = (me, weakref.ref(into))
                     if into is not None:
                         into._conn = conn  # before returning: see Lease.__enter__
                     return conn
                 deadline: float | None = None
+                until: float | None = None
                 while True:
                     self._check_usable()
                     if self._forking:
@@ -241,17 +256,23 @@ class ConnectionPool:
                         # A fork waits for ``_opening`` too: opening runs inside SQLite.
                         self._count, self._opening, reserved = self._count + 1, self._opening + 1, True
                         break
-                    else:
-                        self._wait()
+                    elif not self._reclaim_lost():
+                        until = until or time.monotonic() + deadlines.remaining(LEND_WAIT_S)
+                        if (left := until - time.monotonic()) <= 0:
+                            raise Contention(
+                                f"every connection to {self.where} ({self._size}) stayed in use by other calls "
+                                "until this call's deadline; nothing was written", attempts=1,
+                            )
+                        self._wait(min(left, RECLAIM_SLICE_S))
                 if conn is not None:
-                    self._take(conn, owner, me)
+                    self._take(conn, owner, me, into)
                     if into is not None:
                         into._conn = conn
                     return conn
             conn, opened = self._connect(create=False), True
             with self._lock:
                 self._opening, reserved = self._opening - 1, False
-                self._take(conn, owner, me)
+                self._take(conn, owner, me, into)
                 if into is not None:
                     into._conn = conn
                 self._cond.notify_all()
@@ -280,9 +301,9 @@ class ConnectionPool:
                 self._count -= 1
             self._cond.notify_all()
 
-    def _take(self, conn: Connection, owner: object | None, me: int) -> None:
+    def _take(self, conn: Connection, owner: object | None, me: int, into: object) -> None:
         if owner is None:
-            self._lent[conn] = me
+            self._lent[conn] = (me, weakref.ref(into))
         else:
             self._held[conn] = weakref.ref(owner)
 
@@ -292,6 +313,7 @@ class ConnectionPool:
         try:
             self._cond.wait(timeout)
         finally:
+            own_again(self._lock)
             self._waiting -= 1
 
     def hold(self, owner: object) -> Connection:
@@ -308,6 +330,30 @@ class ConnectionPool:
                 return  # taken already (evicted, closed at a fork): not counted any more
             self._lent.pop(conn, None)
         _surely_release(self, conn)
+
+    def _reclaim_lost(self) -> bool:
+        """Take back the connections lent through a lease that no longer
+        exists (under the lock); whether one was. A lease gives its
+        connection back as its ``with`` block exits, but an interrupt that
+        lands as the block is entered (bpo-29988) skips the exit, and one
+        that lands on each try of the release gives up: the connection then
+        stayed lent to no one, and a memory pool, which has one, waited for
+        it for ever. Once the lease is gone nobody can use the connection
+        any more, so it goes back, its unfinished transaction rolled back
+        (nothing of it was acknowledged: ``COMMIT`` had not returned)."""
+        lost = [conn for conn, (_, lease) in self._lent.items() if lease() is None]
+        for conn in lost:
+            log.warning("a call on %s ended without giving its connection back (interrupted); taken back", self.where)
+            # Out of ``_lent`` only once it is somewhere else: an interrupt
+            # on the way leaves it lent to no one, to be taken back again.
+            if conn not in self._held:  # (else its transaction still holds it)
+                if conn.pid == os.getpid() and not self._closed and (self._rolled_back(conn) or self.path is None):
+                    if conn not in self._idle:  # (a memory database lives in its connection: never dropped)
+                        self._idle.append(conn)
+                elif conn.dropped is None:
+                    self._drop(conn, "a call lost it to an interrupt")
+            del self._lent[conn]
+        return bool(lost)
 
     def _reclaim_forgotten(self) -> bool:
         """Give back the connections of transactions no one references any
@@ -442,7 +488,8 @@ class ConnectionPool:
         if self._closed:
             return
         self._notice_hookless_fork()
-        if threading.get_ident() in self._lent.values():
+        self._reclaim_lost()
+        if threading.get_ident() in (thread for thread, _ in self._lent.values()):
             self._fork_trouble = "the process forked in the middle of a call on it"
         else:
             self._forking = True
@@ -504,30 +551,40 @@ class HeldLease:
     """One call on a transaction's connection (``ConnectionPool.hold``), lent
     like any other (a fork waits for it); Contention if it was taken away."""
 
-    __slots__ = ("_pool", "_conn")
+    __slots__ = ("_pool", "_conn", "__weakref__")
 
     def __init__(self, pool: ConnectionPool, conn: Connection) -> None:
         self._pool, self._conn = pool, conn
 
     def __enter__(self) -> Connection:
         pool, conn = self._pool, self._conn
+        try:
+            return self._lend(pool, conn)
+        except BaseException:
+            release_if_held(pool._lock)  # (as in Lease.__enter__)
+            raise
+
+    def _lend(self, pool: ConnectionPool, conn: Connection) -> Connection:
         with pool._lock:
             while True:
                 pool._check_usable()
                 if conn.dropped is not None:
                     raise Contention(f"this transaction lost its snapshot: {conn.dropped}", attempts=1)
-                if pool._forking or conn in pool._lent:
+                if pool._forking or (conn in pool._lent and not pool._reclaim_lost()):
                     pool._wait()
                     continue
-                pool._lent[conn] = threading.get_ident()
+                pool._lent[conn] = (threading.get_ident(), weakref.ref(self))
                 return conn
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         pool = self._pool
-        with pool._lock:
-            pool._lent.pop(self._conn, None)
-            if pool._waiting:
-                pool._cond.notify_all()
+        try:
+            with locked(pool._lock):
+                pool._lent.pop(self._conn, None)
+                if pool._waiting:
+                    pool._cond.notify_all()
+        finally:
+            release_if_held(pool._lock)  # (as in Lease.__enter__)
         if isinstance(exc, sqlite3.Error):
             raise translate(exc, pool.where) from exc
 
@@ -535,7 +592,7 @@ class HeldLease:
 class Lease:
     """One call's use of a pooled connection (not ``contextlib``: every read pays for it)."""
 
-    __slots__ = ("_pool", "_conn")
+    __slots__ = ("_pool", "_conn", "__weakref__")
 
     def __init__(self, pool: ConnectionPool) -> None:
         self._pool = pool
@@ -548,6 +605,9 @@ class Lease:
         try:
             conn = self._pool._acquire(into=self)
         except BaseException:
+            # An interrupt that lands as a ``with pool._lock`` is entered can
+            # leave the lock held (bpo-29988); nothing outside the pool holds it.
+            release_if_held(self._pool._lock)
             if self._conn is not None:
                 _surely_release(self._pool, self._conn)
             raise
@@ -566,6 +626,7 @@ def _surely_release(pool: ConnectionPool, conn: Connection) -> None:
     left lent shrinks the pool until every call waits; a memory pool has
     one); then the first interrupt is raised."""
     pending = surely(lambda: pool._release(conn))
+    release_if_held(pool._lock)  # (kept by an interrupt as a ``with`` took it: nothing outside the pool holds it)
     if pending is not None:
         raise pending
 

@@ -128,7 +128,7 @@ class GroupCommit:
 
     def _reset(self) -> None:
         self._pid = os.getpid()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # an RLock knows its owner: release_if_held
         self._queue: list[Request] = []
         self._writing = False
 
@@ -169,6 +169,9 @@ class GroupCommit:
             if request.state == WRITE:
                 self._write(request, write_lock, write, failed)
         except BaseException as exc:
+            # An interrupt that lands as a ``with self._lock`` is entered can
+            # leave the lock held (bpo-29988): ``_leave`` would wait on it for ever.
+            release_if_held(self._lock)
             self._leave(request, exc)
             raise
         if request.error is not None:

@@ -33,7 +33,7 @@ POINTS: tuple[Point, ...] = (
     # -- combined writes: callers of one counter share the next write ------------------
     Point("combined_writes.join", CW, "CombinedWrites.run", r"line:lines\.join\((key|seat)\)",
           "a caller joins the open round under the lines' lock"),
-    Point("combined_writes.follower_waits", CW, "CombinedWrites.run", r"line:^\s+mine\.done\.wait\(\)|ThreadLines\.await_end\(mine\)",
+    Point("combined_writes.follower_waits", CW, "CombinedWrites.run", r"line:^\s+mine\.done\.wait\(\)|ThreadLines\.await_end\(mine, lines, lock, seat\)",
           "a caller whose amount rides in another's write waits for its outcome"),
     Point("combined_writes.follower_woken", CW, "CombinedWrites.run", r"line:if mine\.failed:|return _joined\(mine",
           "the follower was answered and reads the round's outcome"),
@@ -82,7 +82,7 @@ POINTS: tuple[Point, ...] = (
     Point("group_commit.committed_alone", EN, "EmbeddedGateway._write_within", r"line:if self\.path is None:",
           "a commit written alone returned from COMMIT; its caller is not answered yet"),
     # -- shared reads -------------------------------------------------------------------
-    Point("shared_reads.follower_waits", SR, "SharedReads.run", r"line:^\s+mine\.done\.wait\(\)|ThreadLines\.await_end\(mine\)",
+    Point("shared_reads.follower_waits", SR, "SharedReads.run", r"line:^\s+mine\.done\.wait\(\)|ThreadLines\.await_end\(mine, lines, lock, seat\)",
           "a reader waits for the read it joined", crowd=8),
     Point("shared_reads.leads", SR, "SharedReads.run", r"line:ThreadLines\.lead\(",
           "a reader leads a shared read"),

@@ -20,9 +20,8 @@ What this engine adds to the articles it ports:
   PHP article's), ``get_count()`` is the article's query by ``target``, as
   PHP's ``getCount()`` is, so it sees every shard any writer wrote; for the
   ndb layout, one batch lookup of every shard key plus the config entity
-  (1,000 keys per lookup). Both are strongly consistent, and both take one
-  integer per shard straight from the stored values, without mapping
-  shards to entities.
+  (1,000 keys per lookup). Both are strongly consistent, and take one
+  integer per shard from the stored values, mapping no entity.
 * **Shards only grow, and readers always see them.** How many shards a
   counter has is recorded in its config entity (kind ``layout.config_kind``,
   key name = counter name, ``num_shards``), which every read fetches in the
@@ -329,18 +328,14 @@ class CounterCore:
     # --- writes -------------------------------------------------------------------
 
     def _add(self, amount: int = 1) -> plan.Plan[None]:
-        """Add ``amount`` without reading anything back: the hot path.
-        Returns once the amount is committed exactly once; raises otherwise
-        (``Contention`` after retries, with the attempts in its message)."""
+        """Add ``amount`` without reading anything back: the hot path. Returns
+        once it is committed exactly once; raises otherwise. The policy's
+        deadline bounds the whole call, waits behind a combined write and
+        retries after auto-grow included (counted per attempt: twice it)."""
         amount = check_int(amount, "amount", low=-INT64_MAX)
         if amount == 0:
             return
-        # The retry policy's deadline bounds the whole call, from here: the
-        # waits for a combined write ahead of it, each attempt, and the
-        # retries on more shards after auto-grow. (Counted from the first
-        # attempt alone, a call behind a stalled write took twice it.)
-        deadline = self._retry.deadline
-        bounded = deadlines.limit(time.monotonic() + deadline) if deadline is not None else None
+        bounded = deadlines.limit(time.monotonic() + self._retry.deadline) if self._retry.deadline is not None else None
         try:
             yield from self._writable()
             yield from self._ensure_recorded()

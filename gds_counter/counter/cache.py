@@ -45,7 +45,7 @@ import attrs
 from gds_counter.errors import BadValueError, Contention, TransformsIgnored, Unavailable
 from gds_counter.gateway import _forks as forks
 
-__all__ = ["DEFAULT_TTL", "CountCache"]
+__all__ = ["DEFAULT_TTL", "CountCache", "monotonic"]
 
 DEFAULT_TTL = 60.0
 
@@ -76,8 +76,10 @@ class _Key:
 #: when the read began (None: a write was in flight, the read is not kept).
 Ticket = Optional[Tuple[_Key, int]]
 
-def _monotonic() -> float:
-    return time.monotonic()  # looked up at call time, so that freezegun can move it
+def monotonic() -> float:
+    """``time.monotonic()``, looked up at each call so that freezegun can
+    move it: the default clock of caches and runtimes."""
+    return time.monotonic()
 
 
 class CountCache:
@@ -90,7 +92,7 @@ class CountCache:
     clock (a test's frozen time) and counts as expired.
     """
 
-    def __init__(self, ttl: float = DEFAULT_TTL, *, clock: Callable[[], float] = _monotonic) -> None:
+    def __init__(self, ttl: float = DEFAULT_TTL, *, clock: Callable[[], float] = monotonic) -> None:
         if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:
             raise BadValueError(f"cache ttl must be a positive number of seconds, got {ttl!r}")
         self.ttl = float(ttl)

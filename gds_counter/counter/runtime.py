@@ -29,14 +29,13 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-import time
 import weakref
 from typing import Any, Callable
 
 from gds_counter._checks import check_int
 from gds_counter.counter._combined import AsyncCombinedWrites, CombinedWrites
 from gds_counter.counter._shared_reads import AsyncSharedReads, SharedReads
-from gds_counter.counter.cache import CountCache
+from gds_counter.counter.cache import CountCache, monotonic
 from gds_counter.counter.shard_choice import AffinityShards, ShardChooser
 from gds_counter.errors import BadValueError
 from gds_counter.gateway import _forks as forks
@@ -49,10 +48,6 @@ DEFAULT_IN_FLIGHT = 64
 
 #: The attribute of a gateway its runtime hangs on.
 _ATTRIBUTE = "_gds_counter_runtime"
-
-
-def _monotonic() -> float:
-    return time.monotonic()  # looked up at each call, so that freezegun can move it
 
 
 class Runtime:
@@ -71,7 +66,7 @@ class Runtime:
     def __init__(
         self,
         *,
-        clock: Callable[[], float] = _monotonic,
+        clock: Callable[[], float] = monotonic,
         dice: random.Random | None = None,
         instance: int | None = None,
         shards: ShardChooser | None = None,

@@ -49,15 +49,13 @@ import sqlite3
 import threading
 import time
 import weakref
-from pathlib import Path
 from types import TracebackType
 
-from gds_counter.errors import Contention, GatewayError, GDSError
+from gds_counter.errors import Contention, GatewayError
 from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway import _forks as forks
 from gds_counter.gateway._interrupts import locked, own_again, release_if_held, surely
-from gds_counter.gateway.embedded._files import Connection, FileId, file_id, translate, why_unopenable
-from gds_counter.gateway.embedded._storage import create_schema, is_busy, schema_ready
+from gds_counter.gateway.embedded._files import Connection, FileId, file_gone, file_id, open_connection, translate
 
 log = logging.getLogger("gds_counter.gateway.embedded")
 
@@ -148,67 +146,13 @@ class ConnectionPool:
     # -- opening -----------------------------------------------------------
 
     def _connect(self, *, create: bool) -> Connection:
-        """A new connection, ready to use, or a GDSError naming the path."""
-        if self.path is None:
-            target, uri = ":memory:", False
-        else:
-            mode = "ro" if self.read_only else ("rwc" if create else "rw")
-            target, uri = f"{Path(self.path).as_uri()}?mode={mode}", True
-        try:
-            conn = sqlite3.connect(
-                target, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False,
-                uri=uri, factory=Connection,
-            )
-        except sqlite3.Error as exc:
-            raise self._open_error(exc) from exc
-        assert isinstance(conn, Connection)
-        conn.pid, conn.wal, conn.dropped, conn.busy_timeout = os.getpid(), None, None, BUSY_TIMEOUT_S
-        try:
-            self._prepare(conn)
-        except BaseException as exc:
-            conn.close()  # our own, just opened in this process
-            if isinstance(exc, sqlite3.Error):
-                raise self._open_error(exc) from exc
-            raise
-        return conn
-
-    def _prepare(self, conn: Connection) -> None:
-        conn.execute(f"PRAGMA busy_timeout = {int(conn.busy_timeout * 1000)}")
-        wal = False
-        if self.path is not None:
-            wal = conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-            if not wal and not self.read_only:
-                wal = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal"
-            conn.execute("PRAGMA synchronous = FULL")  # a commit that returned survives a power cut
-        if not schema_ready(conn):
-            if self.read_only:
-                raise GatewayError(f"{self.where} has no gds_counter tables, and it is opened read-only")
-            create_schema(conn)
-        if self.path is None:
-            return
-        found = file_id(self.path)
+        """A new connection, ready to use, to the very file first opened."""
+        conn, found = open_connection(
+            self.path, read_only=self.read_only, create=create, known=self._file, busy_timeout=BUSY_TIMEOUT_S,
+        )
         if self._file is None:
             self._file = found
-        elif found != self._file:
-            raise GatewayError(self._file_gone(found, "no connection was opened to it"))
-        if wal:
-            conn.wal = file_id(self.path + "-wal")  # open now: the reads above started it
-
-    def _open_error(self, exc: sqlite3.Error) -> GDSError:
-        text = str(exc)
-        if is_busy(exc):
-            return Contention(f"database {self.where!r} stayed locked by other writers while opening it: {exc}")
-        if self.path is None:
-            return GatewayError(f"cannot open an in-memory SQLite database: {exc}")
-        if "not a database" in text or "malformed" in text:
-            return GatewayError(f"{self.path} is not a usable SQLite database ({exc}); is it the right file?")
-        why = why_unopenable(self.path, self._file)
-        return GatewayError(f"cannot open the SQLite database {self.path}{': ' + why if why else ''} ({exc})")
-
-    def _file_gone(self, found: FileId | None, what: str) -> str:
-        if found is None:
-            return f"{self.path} was deleted while the gateway had it open; {what}"
-        return f"{self.path} was replaced by another file while the gateway had it open; {what}"
+        return conn
 
     # -- lending -----------------------------------------------------------
 
@@ -452,7 +396,7 @@ class ConnectionPool:
             return
         found = file_id(self.path)
         if found != self._file:
-            raise GatewayError(self._file_gone(found, "this commit was not written, as no one could ever read it"))
+            raise GatewayError(file_gone(self.path, found, "this commit was not written, as no one could ever read it"))
         if conn.wal is not None and file_id(self.path + "-wal") != conn.wal:
             raise GatewayError(
                 f"{self.path}-wal, the write-ahead log this connection commits into, was deleted or replaced by "

@@ -1,17 +1,19 @@
 """One SQLite file as the embedded engine sees it: the connection class
-that remembers who opened it, how a file is identified (to notice it was
-deleted or replaced), and how SQLite's failures become gds_counter errors
-that name the file and, where it can be told, why."""
+that remembers who opened it, how a connection to it is opened and
+prepared, how a file is identified (to notice it was deleted or replaced),
+and how SQLite's failures become gds_counter errors that name the file
+and, where it can be told, why."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
+from pathlib import Path
 
 from gds_counter.errors import Contention, GatewayError, GDSError
-from gds_counter.gateway.embedded._storage import is_busy
+from gds_counter.gateway.embedded._storage import create_schema, is_busy, schema_ready
 
-__all__ = ["Connection", "FileId", "file_id", "translate", "why_unopenable"]
+__all__ = ["Connection", "FileId", "file_gone", "file_id", "open_connection", "translate", "why_unopenable"]
 
 FileId = tuple[int, int]
 
@@ -26,6 +28,72 @@ class Connection(sqlite3.Connection):
     #: Why this connection was taken from the transaction that held it
     #: (closed at a fork, or given to another transaction); None while usable.
     dropped: str | None
+
+
+def open_connection(
+    path: str | None, *, read_only: bool, create: bool, known: FileId | None, busy_timeout: float,
+) -> tuple[Connection, FileId | None]:
+    """A new connection to ``path`` (None: a database in memory), in WAL
+    mode with full sync, its tables made, and the file's id; a GDSError
+    naming the path when it cannot be opened, or when the file is no longer
+    the one ``known`` (deleted or replaced since the first connection)."""
+    where = path or "memory"
+    if path is None:
+        target, uri = ":memory:", False
+    else:
+        mode = "ro" if read_only else ("rwc" if create else "rw")
+        target, uri = f"{Path(path).as_uri()}?mode={mode}", True
+    try:
+        conn = sqlite3.connect(
+            target, timeout=busy_timeout, isolation_level=None, check_same_thread=False, uri=uri, factory=Connection,
+        )
+    except sqlite3.Error as exc:
+        raise _open_error(exc, path, known) from exc
+    assert isinstance(conn, Connection)
+    conn.pid, conn.wal, conn.dropped, conn.busy_timeout = os.getpid(), None, None, busy_timeout
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+        wal = False
+        if path is not None:
+            wal = conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            if not wal and not read_only:
+                wal = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal"
+            conn.execute("PRAGMA synchronous = FULL")  # a commit that returned survives a power cut
+        if not schema_ready(conn):
+            if read_only:
+                raise GatewayError(f"{where} has no gds_counter tables, and it is opened read-only")
+            create_schema(conn)
+        if path is None:
+            return conn, None
+        found = file_id(path)
+        if known is not None and found != known:
+            raise GatewayError(file_gone(path, found, "no connection was opened to it"))
+        if wal:
+            conn.wal = file_id(path + "-wal")  # open now: the reads above started it
+        return conn, found
+    except BaseException as exc:
+        conn.close()  # our own, just opened in this process
+        if isinstance(exc, sqlite3.Error):
+            raise _open_error(exc, path, known) from exc
+        raise
+
+
+def _open_error(exc: sqlite3.Error, path: str | None, known: FileId | None) -> GDSError:
+    if is_busy(exc):
+        return Contention(f"database {path or 'memory'!r} stayed locked by other writers while opening it: {exc}")
+    if path is None:
+        return GatewayError(f"cannot open an in-memory SQLite database: {exc}")
+    if "not a database" in str(exc) or "malformed" in str(exc):
+        return GatewayError(f"{path} is not a usable SQLite database ({exc}); is it the right file?")
+    why = why_unopenable(path, known)
+    return GatewayError(f"cannot open the SQLite database {path}{': ' + why if why else ''} ({exc})")
+
+
+def file_gone(path: str | None, found: FileId | None, what: str) -> str:
+    """Why the file at ``path`` is not the one the gateway opened."""
+    if found is None:
+        return f"{path} was deleted while the gateway had it open; {what}"
+    return f"{path} was replaced by another file while the gateway had it open; {what}"
 
 
 def file_id(path: str) -> FileId | None:

@@ -53,7 +53,7 @@ from gds_counter.gateway.query import (
     PropertyFilter,
     Query,
     QueryResult,
-    check_query_text,
+    check_query,
 )
 from gds_counter.gateway.stats import Stats
 from gds_counter.gateway.values import RawEntity, validate_entity
@@ -261,7 +261,7 @@ class GatewayRules(Generic[T]):
         if query.limit is not None:
             check_int(query.limit, "query limit", low=0)
         check_int(query.offset, "query offset", low=0)
-        check_query_text(query)
+        check_query(query)
         result: QueryResult = yield from _hook("_run_query", query, self._transaction(transaction))
         return result
 
@@ -269,7 +269,7 @@ class GatewayRules(Generic[T]):
         self, aggregation: AggregationQuery, transaction: bytes | None
     ) -> plan.Plan[AggregationResult]:
         checked = check_aggregation(aggregation)
-        check_query_text(checked.query)
+        check_query(checked.query)
         for item in checked.aggregations:
             if isinstance(item.alias, str):
                 check_text(item.alias, "aggregation alias")

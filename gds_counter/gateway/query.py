@@ -12,6 +12,7 @@ from typing import Any, Iterable, Iterator, Literal, Mapping, Union
 import attrs
 
 from gds_counter._checks import check_text
+from gds_counter.errors import BadValueError
 from gds_counter.gateway.keys import namespace_name
 from gds_counter.gateway.values import RawEntity
 
@@ -32,7 +33,7 @@ __all__ = [
     "PropertyFilter",
     "Query",
     "QueryResult",
-    "check_query_text",
+    "MAX_LIMIT", "check_query",
 ]
 
 Operator = Literal["=", "<", "<=", ">", ">=", "!=", "IN", "NOT_IN", "HAS_ANCESTOR"]
@@ -135,13 +136,23 @@ class Query:
         return attrs.evolve(self, **changes)
 
 
-def check_query_text(query: Query) -> None:
-    """Every string of ``query`` is valid Unicode: its kind, the property
+#: The largest LIMIT and OFFSET Datastore takes (32-bit; the Firestore
+#: emulator: "The limit 2147483648 is too large.").
+MAX_LIMIT = 2**31 - 1
+
+
+def check_query(query: Query) -> None:
+    """Refuse, before any backend sees ``query``, what no gateway could
+    send: a LIMIT or OFFSET past ``MAX_LIMIT`` (the wire's field is 32
+    bits), or a string that is not valid Unicode: its kind, the property
     names it filters, orders and projects by, and the strings it compares
     with (a key's strings are checked when the key is made, the namespace
-    by ``namespace_name``). ``BaseGateway`` checks this before any backend
-    sees the query, so a lone surrogate is a ``BadValueError`` naming where
-    it is on every gateway, not whichever encoder's ``UnicodeEncodeError``."""
+    by ``namespace_name``). ``BaseGateway`` checks this, so each is a
+    ``BadValueError`` naming the value on every gateway, not whichever
+    encoder's ``ValueError`` or ``UnicodeEncodeError``."""
+    for what, value in (("limit", query.limit), ("offset", query.offset)):
+        if isinstance(value, int) and value > MAX_LIMIT:
+            raise BadValueError(f"The {what} {value} is too large (Datastore takes at most {MAX_LIMIT}).")
     if isinstance(query.kind, str):
         check_text(query.kind, "query kind")
     for order in query.order:

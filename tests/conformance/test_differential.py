@@ -172,7 +172,11 @@ def leaves(ns: str) -> st.SearchStrategy[PropertyFilter]:
     keys = [Key.of(*(p.flat_path if p else ()), KIND, name, namespace=ns) for p in parents(ns) for name in ("e05", "e10")]
     keys += [Key.of(KIND, 7, namespace=ns), Key.of("P", "p1", namespace=ns)]
     value = st.sampled_from(pool)
-    values = st.lists(value, min_size=1, max_size=4).map(tuple)
+    # Mostly a few values; now and then about Datastore's limits (IN takes
+    # at most 30, NOT IN 10, and an IN of n counts n disjunctions).
+    values = st.one_of(
+        st.lists(value, min_size=1, max_size=4), st.lists(st.integers(-5, 40), min_size=9, max_size=34, unique=True),
+    ).map(tuple)
     prop = st.builds(PropertyFilter, st.sampled_from(PROPERTIES), st.sampled_from(("=", "<", "<=", ">", ">=", "!=")), value)
     member = st.builds(PropertyFilter, st.sampled_from(PROPERTIES), st.sampled_from(("IN", "NOT_IN")), values)
     key_value = st.sampled_from(keys)
@@ -198,9 +202,15 @@ def specs(draw: Any, namespaces: list[str]) -> Spec:
     index = draw(st.integers(0, len(namespaces) - 1))
     ns = namespaces[index]
     flt = draw(st.one_of(st.none(), filters(ns)))
+    kind = draw(st.sampled_from((KIND,) * 7 + (None,)))  # kindless: only __key__ filters and ascending key order run
     sortable = ("a", "b", "n", "l", "m", "__key__")
-    orders = draw(st.lists(st.builds(Order, st.sampled_from(sortable), st.booleans()), max_size=2, unique_by=lambda o: o.name))
-    mode = draw(st.sampled_from(("entity", "entity", "keys", "projection", "distinct", "distinct_on", "distinct_on_star")))
+    order = st.builds(Order, st.sampled_from(sortable), st.booleans())
+    orders = draw(st.one_of(
+        st.lists(order, max_size=2, unique_by=lambda o: o.name), st.lists(order, max_size=3),  # (a property twice is refused)
+    ))
+    mode = draw(st.sampled_from(
+        ("entity", "entity", "keys", "projection", "distinct", "distinct_on", "distinct_on_star", "distinct_on_other")
+    ))
     projection: tuple[str, ...] = ()
     distinct_on: tuple[str, ...] = ()
     keys_only = mode == "keys"
@@ -212,12 +222,15 @@ def specs(draw: Any, namespaces: list[str]) -> Spec:
             distinct_on = tuple(draw(st.lists(st.sampled_from(projection), min_size=1, max_size=len(projection), unique=True)))
     elif mode == "distinct_on_star":
         distinct_on = tuple(draw(st.lists(st.sampled_from(("a", "b", "n")), min_size=1, max_size=2, unique=True)))
-    limit = draw(st.one_of(st.none(), st.none(), st.integers(1, 8)))
-    offset = draw(st.sampled_from((0, 0, 0, 1, 3)))
+    elif mode == "distinct_on_other":  # DISTINCT ON properties that are not projected
+        projection = tuple(draw(st.lists(st.sampled_from(("a", "b", "n")), min_size=1, max_size=2, unique=True)))
+        distinct_on = tuple(draw(st.lists(st.sampled_from(("a", "b", "n")), min_size=1, max_size=2, unique=True)))
+    limit = draw(st.one_of(st.none(), st.none(), st.integers(1, 8), st.sampled_from((2**31 - 1, 2**31, 3_000_000_000))))
+    offset = draw(st.sampled_from((0, 0, 0, 1, 3, 2**31)))
     page = draw(st.one_of(st.none(), st.none(), st.integers(1, 4)))
     if repeats_per_element(orders, projection, flt):
         limit, offset, page = None, 0, None  # the emulator's repeats would shift them (deliberate())
-    query = Query(KIND, ns, flt, tuple(orders), projection, distinct_on, keys_only, limit, offset)
+    query = Query(kind, ns, flt, tuple(orders), projection, distinct_on, keys_only, limit, offset)
     return Spec(index, query, page)
 
 

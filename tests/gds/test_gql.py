@@ -274,8 +274,9 @@ CASES: list[tuple[str, str, Any, Query]] = [
         None,
         Query(kind="K", filter=F("t", ">", dt.datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC))),
     ),
-    ("blob", "SELECT * FROM K WHERE b = BLOB('aGVsbG8=')", None, Query(kind="K", filter=F("b", "=", b"hello"))),
-    ("blob-urlsafe", "SELECT * FROM K WHERE b = BLOB('-_8=')", None, Query(kind="K", filter=F("b", "=", b"\xfb\xff"))),
+    ("blob", "SELECT * FROM K WHERE b = BLOB('aGVsbG8')", None, Query(kind="K", filter=F("b", "=", b"hello"))),
+    ("blob-urlsafe", "SELECT * FROM K WHERE b = BLOB('-_8')", None, Query(kind="K", filter=F("b", "=", b"\xfb\xff"))),
+    ("blob-empty", "SELECT * FROM K WHERE b = BLOB('')", None, Query(kind="K", filter=F("b", "=", b""))),
     # bindings of every type
     ("bind-str", "SELECT * FROM K WHERE a = @v", {"v": "x"}, Query(kind="K", filter=F("a", "=", "x"))),
     ("bind-int", "SELECT * FROM K WHERE a = @v", {"v": 7}, Query(kind="K", filter=F("a", "=", 7))),
@@ -427,6 +428,10 @@ ERRORS: list[tuple[str, str, Any, str, int | None]] = [
     ("datetime-nanos", "SELECT * FROM K WHERE t = DATETIME('2020-01-01T00:00:00.1234567Z')", None, "finer than microseconds", 35),
     ("datetime-not-string", "SELECT * FROM K WHERE t = DATETIME(5)", None, "expected a string literal at column 36 near '5'", 35),
     ("blob-bad", "SELECT * FROM K WHERE b = BLOB('not base64!')", None, "BLOB at column 32 is not valid base64", 31),
+    # The Firestore emulator reads BLOB literals as URL-safe base64 without padding: it refuses these.
+    ("blob-padded", "SELECT * FROM K WHERE b = BLOB('aGk=')", None, "BLOB at column 32 is not valid base64", 31),
+    ("blob-standard-alphabet", "SELECT * FROM K WHERE b = BLOB('+/8')", None, "BLOB at column 32 is not valid base64", 31),
+    ("blob-one-char-over", "SELECT * FROM K WHERE b = BLOB('Y')", None, "BLOB at column 32 is not valid base64", 31),
     ("order-without-by", "SELECT * FROM K ORDER a", None, "expected BY at column 23 near 'a'", 22),
     ("offset-before-limit", "SELECT * FROM K OFFSET 3 LIMIT 5", None, "LIMIT must come before OFFSET (write LIMIT n OFFSET m) at column 26", 25),
     ("order-after-limit", "SELECT * FROM K LIMIT 1 ORDER BY a", None, "expected OFFSET or the end of the query at column 25 near 'ORDER' (ORDER is out of place: clauses go SELECT, FROM, WHERE, ORDER BY, then LIMIT and OFFSET)", 24),
@@ -671,7 +676,7 @@ TOKENS = [
     "OR", "NOT", "IN", "IS", "NULL", "CONTAINS", "HAS", "ANCESTOR", "DESCENDANT", "ORDER", "BY", "ASC", "DESC",
     "LIMIT", "OFFSET", "FIRST", "(", ")", ",", "+", ".", "=", "<", "<=", ">", ">=", "!=", "!", "@", "@a", "@1",
     "@2", "@c", "1", "-1", "0", "1.5", "1e3", "'s'", '"s"', "'", "TRUE", "false", "KEY", "KEY(A, 1)", "ARRAY",
-    "BLOB", "BLOB('aGk=')", "DATETIME", "DATETIME('2020-01-01T00:00:00Z')", "PROJECT", "NAMESPACE", "COUNT",
+    "BLOB", "BLOB('aGk=')", "BLOB('aGk')", "DATETIME", "DATETIME('2020-01-01T00:00:00Z')", "PROJECT", "NAMESPACE", "COUNT",
     "AGGREGATE", "`", "\\", ";", "9999999999999999999999",
 ]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import itertools
+import math
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Iterator
 
@@ -232,6 +233,12 @@ def _leaves(f: Filter) -> Iterator[PropertyFilter]:
 #: (Datastore refuses far fewer; the query then fails elsewhere or scans).
 _MAX_DISJUNCTIONS = 1000
 
+#: Datastore's limits on a query (the Firestore emulator's): disjunctions of
+#: its filter's normal form, and values of one IN and of one NOT_IN.
+MAX_DISJUNCTIONS = 30
+MAX_IN_VALUES = 30
+MAX_NOT_IN_VALUES = 10
+
 
 def _disjunctions(f: Filter) -> list[list[PropertyFilter]] | None:
     """The filter in disjunctive normal form, each disjunction as its
@@ -255,6 +262,17 @@ def _disjunctions(f: Filter) -> list[list[PropertyFilter]] | None:
             return None
         product = [a + b for a in product for b in part]
     return product
+
+
+def _disjunction_count(f: Filter) -> int:
+    """How many disjunctions the filter's normal form has, an IN of n values
+    counting as n (the Firestore emulator's count: ``(a = 1 OR a = 2) AND b
+    IN [16 values]`` has 32)."""
+    if isinstance(f, PropertyFilter):
+        return max(len(f.value), 1) if f.op == "IN" else 1
+    if f.op == "OR":
+        return sum(_disjunction_count(child) for child in f.filters)
+    return math.prod(_disjunction_count(child) for child in dict.fromkeys(_conjuncts(f)))  # (as _disjunctions)
 
 
 def _check_ancestors(f: Filter, ancestors: list[PropertyFilter]) -> None:
@@ -282,6 +300,19 @@ def check_filter(f: Filter | None) -> None:
     if f is None:
         return
     leaves = list(_leaves(f))
+    for leaf in leaves:
+        if leaf.op == "IN" and len(leaf.value) > MAX_IN_VALUES:
+            raise BadValueError(
+                f"IN supports up to {MAX_IN_VALUES} values. There are {len(leaf.value)} values in the IN filter in your query."
+            )
+        if leaf.op == "NOT_IN" and len(leaf.value) > MAX_NOT_IN_VALUES:
+            raise BadValueError(f"NOT_IN supports up to {MAX_NOT_IN_VALUES} values.")
+    count = _disjunction_count(f)
+    if count > MAX_DISJUNCTIONS:
+        raise BadValueError(
+            f"Too many disjunctions after normalization. Result had {count} disjunctions which is more than the "
+            f"maximum of {MAX_DISJUNCTIONS}"
+        )
     _check_ancestors(f, [leaf for leaf in leaves if leaf.op == "HAS_ANCESTOR"])
     if sum(leaf.op in ("!=", "NOT_IN") for leaf in leaves) > 1:
         raise BadValueError("Only a single 'NOT_EQUAL' or 'NOT_IN' is allowed per query.")
@@ -295,6 +326,24 @@ def _composites(f: Filter) -> Iterator[CompositeFilter]:
         yield f
         for child in f.filters:
             yield from _composites(child)
+
+
+def _check_shape(query: Query) -> None:
+    """Refuse, as the Firestore emulator does, what the filter alone does
+    not show: a kindless query filtered on anything but ``__key__`` or
+    ordered by anything but ``__key__`` ascending (Datastore has no
+    kindless index of other properties), and a property ordered twice."""
+    if query.kind is None:
+        for leaf in _leaves(query.filter) if query.filter is not None else ():
+            if leaf.name != KEY_PROPERTY:
+                raise BadValueError(f"kind is required for filter: {leaf.name}")
+        if any(o.name != KEY_PROPERTY or o.descending for o in query.order):
+            raise BadValueError("kind is required for all orders except __key__ ascending")
+    seen: set[str] = set()
+    for order in query.order:
+        if order.name in seen:
+            raise BadValueError(f"order by clause cannot contain duplicate fields {order.name}")
+        seen.add(order.name)
 
 
 # --- candidate selection in SQL --------------------------------------------
@@ -411,6 +460,7 @@ class Plan:
     @classmethod
     def of(cls, query: Query) -> Plan:
         check_filter(query.filter)
+        _check_shape(query)
         projection = tuple(p for p in query.projection if p != KEY_PROPERTY)
         keys_only = query.keys_only or (bool(query.projection) and not projection)
         equalities = {leaf.name for leaf in _leaves(query.filter) if leaf.op in ("=", "IN")} if query.filter is not None else set()
@@ -418,10 +468,6 @@ class Plan:
             raise BadValueError(f"cannot project property {name!r} that has an equality filter")
         for name in set(query.distinct_on) & equalities:  # also for DISTINCT ON with *: "Cannot use group by ..."
             raise BadValueError(f"cannot use DISTINCT ON property {name!r} that has an equality filter")
-        if query.projection and query.distinct_on:
-            missing = set(query.distinct_on) - set(projection)
-            if missing:
-                raise BadValueError(f"distinct_on {sorted(missing)} must be projected properties")
         orders = list(query.order)
         for at, order in enumerate(orders):
             if order.name not in query.distinct_on and not set(query.distinct_on) <= {o.name for o in orders[:at]}:

@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 import attrs
 
-from gds_counter._checks import INT64_MAX, check_text, is_int, utf8_size
+from gds_counter._checks import INT64_MAX, INT64_MIN, check_text, is_int, utf8_size
 from gds_counter.errors import BadKeyError
 
 __all__ = ["MAX_KEY_NAME_BYTES", "RESERVED_NAME", "Key", "PathElement"]
@@ -22,6 +22,10 @@ MAX_KEY_NAME_BYTES = 1500
 
 #: Names of the form ``__x__`` belong to Datastore.
 RESERVED_NAME = re.compile(r"^__.*__$", re.DOTALL)
+
+#: What a namespace may be (the Firestore emulator refuses anything else:
+#: 'Illegal string "a/b" in namespace id'); ``RESERVED_NAME`` ones are Datastore's.
+_NAMESPACE = re.compile(r"[0-9A-Za-z._-]{0,100}")
 
 
 def check_kind(kind: str) -> None:
@@ -51,8 +55,11 @@ def check_key_name(name: Any) -> None:
 def check_key_id(key_id: Any) -> None:
     if not is_int(key_id):
         raise BadKeyError(f"key id must be an int, got {type(key_id).__name__} {key_id!r}")
-    if not 0 < key_id <= INT64_MAX:
-        raise BadKeyError(f"key id {key_id!r} is out of range (1 to 2**63-1)")
+    if not INT64_MIN <= key_id <= INT64_MAX or key_id == 0:
+        # Negative ids are stored by the Firestore emulator (and the API
+        # reference only discourages them); zero is refused.
+        raise BadKeyError(f"key id {key_id!r} is out of range (a 64-bit integer other than 0)")
+
 
 def namespace_name(namespace: str | None) -> str:
     """``""`` is the default namespace; None means it too. Anything else
@@ -62,7 +69,15 @@ def namespace_name(namespace: str | None) -> str:
         return ""
     if not isinstance(namespace, str):
         raise BadKeyError(f"namespace must be a string, got {type(namespace).__name__} {namespace!r}")
-    return check_text(namespace, "namespace", BadKeyError)
+    check_text(namespace, "namespace", BadKeyError)
+    if not _NAMESPACE.fullmatch(namespace):
+        raise BadKeyError(
+            f"namespace {namespace!r} is not allowed: Datastore takes up to 100 of the characters A-Z, a-z, 0-9, "
+            "'.', '-' and '_'"
+        )
+    if RESERVED_NAME.match(namespace):
+        raise BadKeyError(f"namespace {namespace!r} is reserved (names of the form __x__ belong to Datastore)")
+    return namespace
 
 
 @attrs.frozen(cache_hash=True)

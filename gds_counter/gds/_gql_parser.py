@@ -513,9 +513,13 @@ class Parser(TokenStream):
         self.advance()
         self.advance()
         namespace = self.namespace
-        if self.at_call("PROJECT", "DATASET"):
+        if self.at_call("DATASET"):
+            # The Firestore emulator: 'Unknown partition dimension "DATASET"'.
+            self.error("KEY(DATASET(...), ...) is not Datastore GQL; name the project with PROJECT(...)", self.tok)
+        if self.at_call("PROJECT"):
             self.string_argument()  # the gateway's project applies; see gds_counter.gds.gql
             self.expect_punct(",")
+            namespace = ""  # a key naming its project is in the default namespace unless it names one
         if self.at_call("NAMESPACE"):
             namespace, _ = self.string_argument()
             self.expect_punct(",")

@@ -77,7 +77,7 @@ def value_pool(ns: str) -> list[Any]:
         b"a", b"b", b"\xff", 0.0, -0.0, 1.5, -2.5, math.nan, math.inf, -math.inf,
         dt.datetime(2020, 1, 1, tzinfo=UTC), dt.datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=UTC),
         Geopoint(1.0, 2.0), Geopoint(-3.0, 4.0),
-        Key.of("U", "x", namespace=ns), Key.of("P", "p1", "U", 3, namespace=ns),
+        Key.of("U", "x", namespace=ns), Key.of("U", -4, namespace=ns), Key.of("P", "p1", "U", 3, namespace=ns),
     ]
 
 
@@ -95,7 +95,8 @@ def make_data_set(seed: int, ns: str) -> list[RawEntity]:
     out = []
     for i in range(ENTITIES):
         parent = rng.choice(parents(ns))
-        ident: tuple[Any, ...] = (KIND, (i + 1) * 7) if i % 3 == 0 else (KIND, f"e{i:02d}")
+        # ids negative and positive (Datastore stores both), names otherwise
+        ident: tuple[Any, ...] = (KIND, (i + 1) * 7 * (-1) ** (i // 3)) if i % 3 == 0 else (KIND, f"e{i:02d}")
         key = Key.of(*(parent.flat_path if parent is not None else ()), *ident, namespace=ns)
         props: dict[str, Any] = {}
         for name in SCALARS:
@@ -170,7 +171,8 @@ def filter_values(ns: str) -> list[Any]:
 def leaves(ns: str) -> st.SearchStrategy[PropertyFilter]:
     pool = filter_values(ns)
     keys = [Key.of(*(p.flat_path if p else ()), KIND, name, namespace=ns) for p in parents(ns) for name in ("e05", "e10")]
-    keys += [Key.of(KIND, 7, namespace=ns), Key.of("P", "p1", namespace=ns)]
+    keys += [Key.of(KIND, 7, namespace=ns), Key.of(KIND, -28, namespace=ns), Key.of(KIND, -1, namespace=ns),
+             Key.of("P", "p1", namespace=ns)]
     value = st.sampled_from(pool)
     # Mostly a few values; now and then about Datastore's limits (IN takes
     # at most 30, NOT IN 10, and an IN of n counts n disjunctions).

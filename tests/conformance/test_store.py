@@ -7,6 +7,7 @@ on embedded SQLite (memory and file) and on both official emulators.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import pytest
 
@@ -205,6 +206,37 @@ def test_namespaces_are_isolated(gateway, books):
     assert books.fetch_by_name("same").title == "here"
     assert other.fetch_by_name("same").title == "there"
     assert [b.title for b in other.fetch_all()] == ["there"]
+
+
+def test_negative_ids_are_stored_and_sort_below_positive_ones(gateway, books):
+    """The Firestore emulator stores negative ids (the API reference only
+    discourages them) and refuses 0; keys sort by id numerically."""
+    for key_id in (7, -3, 1, -(2**63), 2**63 - 1, -1):
+        book = books.create_entity({"title": f"id {key_id}"})
+        book.set_key_id(key_id)
+        books.upsert(book)
+    assert books.fetch_by_id(-3).title == "id -3"
+    assert [b.get_key_id() for b in books.fetch_all()] == [-(2**63), -3, -1, 1, 7, 2**63 - 1]
+    with pytest.raises(BadKeyError, match="other than 0"):
+        Entity().set_key_id(0)
+
+
+@pytest.mark.parametrize("namespace, refused", [
+    ("a/b", "not allowed"), ("été", "not allowed"), (" a", "not allowed"), ("x" * 101, "not allowed"),
+    ("__x__", "reserved"), ("__kind__", "reserved"),
+])
+def test_namespaces_datastore_refuses_are_refused_before_anything_is_sent(gateway, namespace, refused):
+    with pytest.raises(BadKeyError, match=refused):
+        Store("Book", gateway, namespace=namespace)
+
+
+@pytest.mark.parametrize("namespace", ["a.b", "a-b_c", "A9", "_x", "x__", "__", "-", "x" * 100])
+def test_every_namespace_datastore_takes_is_taken(gateway, namespace):
+    store = Store("Book", gateway, namespace=namespace)
+    name = uuid.uuid4().hex  # (an emulator's namespaces outlive a test)
+    store.upsert(make_book(store, name, title=namespace))
+    got = store.fetch_by_name(name)
+    assert got.title == namespace and got.get_key().namespace == namespace
 
 
 def test_children_are_found_by_parent_and_by_entity_group(gateway, books):

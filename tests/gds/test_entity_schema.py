@@ -106,7 +106,7 @@ def test_bad_key_names(bad, message):
         Entity().set_key_name(bad)
 
 
-@pytest.mark.parametrize("bad", [0, -1, 2**63, True, "abc"])
+@pytest.mark.parametrize("bad", [0, 2**63, -(2**63) - 1, True, "abc"])
 def test_bad_key_ids(bad):
     with pytest.raises(BadKeyError):
         Entity().set_key_id(bad)

@@ -567,11 +567,13 @@ def test_to_gql_refuses_invalid_queries(query: Query, message: str) -> None:
 names = st.text(min_size=1, max_size=12).filter(lambda s: s != "__key__")
 kinds_in_keys = st.text(min_size=1, max_size=8).filter(lambda s: not (s.startswith("__") and s.endswith("__")))
 key_names = st.text(min_size=1, max_size=8).filter(lambda s: not (s.startswith("__") and s.endswith("__")))
-ids_or_names = st.one_of(st.integers(1, 2**63 - 1), key_names)
+ids_or_names = st.one_of(st.integers(-(2**63), 2**63 - 1).filter(bool), key_names)  # any id but 0
+#: What Datastore takes as a namespace: [0-9A-Za-z._-]{0,100}, not __x__.
+namespaces = st.from_regex(r"[0-9A-Za-z._-]{0,6}", fullmatch=True).filter(lambda s: not (s.startswith("__") and s.endswith("__")))
 keys = st.builds(
     lambda path, ns: Key.of(*[x for pair in path for x in pair], namespace=ns),
     st.lists(st.tuples(kinds_in_keys, ids_or_names), min_size=1, max_size=3),
-    st.text(max_size=6),
+    namespaces,
 )
 datetimes = st.datetimes(
     min_value=dt.datetime(2, 1, 1),
@@ -642,7 +644,7 @@ def queries(draw: st.DrawFn) -> Query:
         distinct_on = tuple(draw(unique_names))
     return Query(
         kind=draw(st.none() | names),
-        namespace=draw(st.text(max_size=5)),
+        namespace=draw(namespaces),
         filter=draw(st.none() | filters),
         order=tuple(draw(st.lists(st.builds(Order, names | st.just("__key__"), st.booleans()), max_size=3))),
         projection=projection,

@@ -82,13 +82,23 @@ def key_bytes(key: Key) -> bytes:
     for element in key.path:
         out.append(b"\x02" + escaped(element.kind.encode()))
         if element.id is not None:
-            out.append(b"\x01" + element.id.to_bytes(8, "big"))
+            out.append(_id_bytes(element.id))
         elif element.name is not None:
             out.append(b"\x02" + escaped(element.name.encode()))
         else:
             out.append(b"\x00")
     out.append(b"\x01")
     return b"".join(out)
+
+
+def _id_bytes(key_id: int) -> bytes:
+    """An id's sortable encoding. A positive id is its 8 bytes, as it has
+    always been stored; a negative one (which Datastore stores too) is 8
+    zero bytes, which no positive id has, then the id offset by 2**63:
+    below every positive id, and in numeric order among themselves."""
+    if key_id > 0:
+        return b"\x01" + key_id.to_bytes(8, "big")
+    return b"\x01" + bytes(8) + (key_id + 2**63).to_bytes(8, "big")
 
 
 def descendant_range(ancestor: Key) -> tuple[bytes, bytes]:

@@ -332,13 +332,23 @@ def _check_shape(query: Query) -> None:
     """Refuse, as the Firestore emulator does, what the filter alone does
     not show: a kindless query filtered on anything but ``__key__`` or
     ordered by anything but ``__key__`` ascending (Datastore has no
-    kindless index of other properties), and a property ordered twice."""
+    kindless index of other properties), a key filter or ancestor in
+    another namespace than the query's, and a property ordered twice."""
     if query.kind is None:
         for leaf in _leaves(query.filter) if query.filter is not None else ():
             if leaf.name != KEY_PROPERTY:
                 raise BadValueError(f"kind is required for filter: {leaf.name}")
         if any(o.name != KEY_PROPERTY or o.descending for o in query.order):
             raise BadValueError("kind is required for all orders except __key__ ascending")
+    for leaf in _leaves(query.filter) if query.filter is not None else ():
+        if leaf.name != KEY_PROPERTY:
+            continue
+        what = "ancestor" if leaf.op == "HAS_ANCESTOR" else "__key__ filter"
+        for value in leaf.value if isinstance(leaf.value, (list, tuple)) else (leaf.value,):
+            if isinstance(value, Key) and value.namespace != query.namespace:
+                raise BadValueError(
+                    f"The query namespace is {query.namespace!r} but {what} namespace is {value.namespace!r}."
+                )
     seen: set[str] = set()
     for order in query.order:
         if order.name in seen:

@@ -89,7 +89,7 @@ class Store(StoreCore):
         are written back to them."""
         await self._run(self._upsert(entities))
 
-    async def increment(self, entity: Entity, name: str, amount: int = 1) -> int:
+    async def increment(self, entity: Entity, name: str, amount: int | float = 1) -> int | float:
         """Add ``amount`` to ``name`` on the server (a transform, no read)
         and return the new value (``gds_counter.Store.increment``)."""
         return await self._run(self._increment(entity, name, amount))

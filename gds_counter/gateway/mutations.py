@@ -16,11 +16,13 @@ MAX_MUTATIONS_PER_COMMIT = 500
 
 @attrs.frozen
 class Increment:
-    """A server-side transform: add ``amount`` to integer property ``name``
-    (a missing property counts as 0). Datastore's PropertyTransform.increment."""
+    """A server-side transform: add ``amount`` to property ``name``.
+    Datastore's PropertyTransform.increment: integers saturate at the 64-bit
+    bounds, a double on either side makes a double, and a value that is not
+    a number (or none) is replaced by ``amount``."""
 
     name: str
-    amount: int
+    amount: int | float
 
 
 def _transforms(transforms: Iterable[Increment]) -> tuple[Increment, ...]:

@@ -142,9 +142,10 @@ class StoreCore:
             if mutation_result.key is not None and entity.get_key_id() is None and entity.get_key_name() is None:
                 entity.set_key_id(mutation_result.key.id)
 
-    def _increment(self, entity: Entity, name: str, amount: int = 1) -> plan.Plan[int]:
+    def _increment(self, entity: Entity, name: str, amount: int | float = 1) -> plan.Plan[int | float]:
         """The server-side increment (see ``Store.increment``)."""
-        check_int(amount, "increment amount")
+        if not isinstance(amount, float):
+            check_int(amount, "increment amount")
         capabilities = yield from plan.capabilities()
         if not capabilities.applies_transforms:
             # Such a server ignores the property mask too and would replace
@@ -163,7 +164,8 @@ class StoreCore:
         if not values:
             raise TransformsIgnored(f"the server ignored the increment of {raw.key}.{name}; nothing was counted")
         entity[name] = values[0]
-        return int(values[0])
+        value: int | float = values[0]  # a double stays one: 1.5 + 1 is 2.5, never 2
+        return value
 
     def _allocate_into(self, batch: list[Entity], raws: list[RawEntity]) -> plan.Plan[None]:
         """Inside a transaction block writes are buffered until commit, but

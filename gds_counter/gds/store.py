@@ -76,9 +76,11 @@ class Store(StoreCore):
         """
         self._run(self._upsert(entities))
 
-    def increment(self, entity: Entity, name: str, amount: int = 1) -> int:
-        """Add ``amount`` to integer property ``name`` on the server, without
-        reading it first, and return the new value.
+    def increment(self, entity: Entity, name: str, amount: int | float = 1) -> int | float:
+        """Add ``amount`` to property ``name`` on the server, without
+        reading it first, and return the new value: as Datastore adds, an
+        integer (saturating at the 64-bit bounds), or a double when either
+        side is one; a stored value that is not a number is replaced.
 
         One commit, no transaction: Datastore's PropertyTransform.increment
         (the Datastore-mode twin of Firestore's FieldValue.increment). The

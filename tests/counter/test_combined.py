@@ -14,7 +14,7 @@ import pytest
 from gds_counter.counter import CounterShardDS, Shard
 from gds_counter.counter.runtime import Runtime
 from gds_counter.counter.strategy import AUTO, TRANSACTIONAL, Strategy
-from gds_counter.errors import BadValueError, Contention, CountSaturated, GDSError
+from gds_counter.errors import Contention, CountSaturated, GDSError
 from gds_counter.gds import RetryPolicy
 
 
@@ -174,14 +174,15 @@ def test_every_caller_of_a_combined_write_that_ran_out_of_retries_is_told_not_co
     assert strategy.calls == 2 + 3  # one write for the four, tried three times
 
 
-def test_a_combined_write_refused_at_the_64_bit_bound_is_not_sent_again(memory_gateway):
+def test_a_combined_write_past_the_64_bit_bound_saturates_and_is_not_sent_again(memory_gateway):
     """One shard at 2**63-4; two writes of 1 run, two callers of 1 arrive
-    meanwhile and are combined. Their sum (2) would take the shard to 2**63,
-    so the store refuses it and both are told "not counted": neither amount
-    is written again, one by one, where the first alone would reach 2**63-1
-    (written, and said so) and be counted without its caller knowing. Today's
-    code re-sent each amount after the refusal, and the write that reached
-    the bound said BadValueError: three stored, two acknowledged."""
+    meanwhile and are combined. Their sum (2) would take the shard to 2**63:
+    the store saturates at 2**63-1, as Datastore's increment does, so both
+    are told it WAS written and may have been cut short (``CountSaturated``),
+    and neither amount is written again, one by one. (The embedded engine
+    refused such a sum before it followed the Firestore emulator; a
+    re-send after a refusal once counted an amount its caller was told was
+    not.)"""
     counter = CounterShardDS("Counter Test", 1, 1, gateway=memory_gateway, strategy="transactional")
     counter.add(2**63 - 4)
     strategy = Blocking(AUTO, ordered=True)  # a server-side increment on memory://
@@ -198,9 +199,9 @@ def test_a_combined_write_refused_at_the_64_bit_bound_is_not_sent_again(memory_g
     two_writing_then_joining(memory_gateway, strategy, [add, add], [add, add])
     assert strategy.amounts == [1, 1, 2]
     assert outcomes.count("counted") == 2
-    refused = [o for o in outcomes if o != "counted"]
-    assert len(refused) == 2 and all(type(o) is BadValueError for o in refused), refused
-    assert counter.get_count() == 2**63 - 2  # exactly the two acknowledged
+    saturated = [o for o in outcomes if o != "counted"]
+    assert len(saturated) == 2 and all(type(o) is CountSaturated for o in saturated), saturated
+    assert counter.get_count() == 2**63 - 1  # the two acknowledged, and the saturated write cut short by 1
 
 
 def test_a_combined_write_that_saturates_tells_every_caller_it_was_written(memory_gateway):

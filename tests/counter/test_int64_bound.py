@@ -88,10 +88,12 @@ class SlowAuto:
 def test_four_threads_at_the_bound_keep_exact_accounting(memory_gateway, trial):
     """The issue's repro: both shards of a 2-shard counter at 2**63-4, a
     slow write, four threads each add 1, so that some of them are combined.
-    Every amount that came back counted or ``CountSaturated`` is stored
-    once; every ``BadValueError`` is an amount not stored. (On today's code
-    a refused sum made each caller write its amount again, and a write that
-    reached 2**63-1 said ``BadValueError``: the total grew by 5.)"""
+    Every amount that came back counted is stored once, every
+    ``CountSaturated`` one was written but may have been cut short at the
+    bound (as Datastore saturates), and every ``BadValueError`` is an
+    amount not stored. (Once, a refused sum made each caller write its
+    amount again, and a write that reached 2**63-1 said ``BadValueError``:
+    the total grew by 5.)"""
     name = f"big-{trial}"
     setup = CounterShardDS(name, 1, 2, gateway=memory_gateway, strategy="transactional")
     for number in setup.layout.shard_numbers(2):  # each shard to 2**63-4
@@ -116,9 +118,10 @@ def test_four_threads_at_the_bound_keep_exact_accounting(memory_gateway, trial):
     for thread in threads:
         thread.join(30)
     assert len(outcomes) == 4
-    stored = sum(1 for o in outcomes if o == "counted" or isinstance(o, CountSaturated))
+    counted = outcomes.count("counted")
+    saturated = sum(isinstance(o, CountSaturated) for o in outcomes)
     assert all(o == "counted" or isinstance(o, (CountSaturated, BadValueError)) for o in outcomes), outcomes
-    assert setup.get_count() - before == stored, outcomes
+    assert counted <= setup.get_count() - before <= counted + saturated, outcomes
 
 
 def test_cli_increment_to_the_bound_exits_1_and_says_it_was_written(firestore_emulator, monkeypatch):

@@ -295,7 +295,10 @@ class Codec:
             for transform in mutation.transforms:
                 item = pb.property_transforms.add()
                 item.property = transform.name
-                item.increment.integer_value = transform.amount
+                if isinstance(transform.amount, float):
+                    item.increment.double_value = transform.amount
+                else:
+                    item.increment.integer_value = transform.amount
         else:
             pb.delete.CopyFrom(self.key_to_pb(mutation.key))
         return pb

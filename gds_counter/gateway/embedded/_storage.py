@@ -45,8 +45,8 @@ from typing import Any, Hashable, Iterable, Iterator
 
 import attrs
 
-from gds_counter._checks import INT64_MAX, INT64_MIN, is_int
-from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError
+from gds_counter._checks import INT64_MAX, INT64_MIN
+from gds_counter.errors import Contention, GatewayError, GDSError
 from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway.base import TransactionState
 from gds_counter.gateway.embedded._encoding import (
@@ -59,7 +59,7 @@ from gds_counter.gateway.embedded._encoding import (
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Upsert
 from gds_counter.gateway.query import Query
-from gds_counter.gateway.values import RawEntity
+from gds_counter.gateway.values import RawEntity, check_entity_limits
 
 log = logging.getLogger("gds_counter.gateway.embedded")
 
@@ -233,6 +233,19 @@ def stored_texts(conn: sqlite3.Connection, keys: Iterable[bytes]) -> dict[bytes,
     return texts
 
 
+def incremented(current: Any, amount: int | float) -> int | float:
+    """Datastore's increment transform, as the Firestore emulator applies
+    it: integers add and saturate at the 64-bit bounds (never an error, so
+    a result at a bound may have been cut short); a double on either side
+    makes a double (1.5 + 1 is 2.5); anything else stored (nothing, null, a
+    string, a bool, a list, a timestamp) is replaced by the amount."""
+    if not isinstance(current, (int, float)) or isinstance(current, bool):
+        return amount
+    if isinstance(current, float) or isinstance(amount, float):
+        return float(current) + float(amount)
+    return min(max(current + amount, INT64_MIN), INT64_MAX)
+
+
 def upsert(
     conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now: float, stored: dict[bytes, str | None] | None = None
 ) -> tuple[Key, tuple[Any, ...]]:
@@ -271,16 +284,13 @@ def upsert(
                 properties.pop(name, None)  # in the mask but not the entity: Datastore removes it
     transform_results = []
     for transform in mutation.transforms:
-        current = properties.get(transform.name, 0)
-        if not is_int(current):
-            raise BadValueError(f"cannot increment {transform.name!r} of {key}: stored value {current!r} is not an integer")
-        total = current + transform.amount
-        if not INT64_MIN <= total <= INT64_MAX:
-            raise BadValueError(f"incrementing {transform.name!r} of {key} to {total} overflows 64 bits")
+        total = incremented(properties.get(transform.name), transform.amount)
         properties[transform.name] = total
         (unindexed.add if transform.name in entity.unindexed else unindexed.discard)(transform.name)
         transform_results.append(total)
     written = RawEntity(key, properties, frozenset(unindexed & set(properties)))
+    if mutation.property_mask is not None:
+        check_entity_limits(written)  # stored values and new ones together, never validated as a whole
     indexed = list(index_entries(written))
     entries = {(name, enc) for name, enc, _ in indexed}
     text = dump_entity(written)

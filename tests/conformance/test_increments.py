@@ -1,0 +1,79 @@
+"""Datastore's increment transform on every kind of stored value, with the
+Firestore emulator as the oracle: the embedded engine must store and
+return what the emulator does, type included.
+
+Measured there: integers add and saturate at the 64-bit bounds (no error);
+a double on either side makes a double (1.5 + 1 is 2.5); any other stored
+value (none, null, a bool, a string, bytes, a list, a timestamp, a key, a
+geopoint) is replaced by the amount. ``Store.increment`` returns the value
+as stored (it returned ``int(2.5)``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import uuid
+from typing import Any
+
+import pytest
+
+from gds_counter import Store
+from gds_counter.gateway import open_gateway
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Increment, Upsert
+from gds_counter.gateway.values import Geopoint, RawEntity
+
+MISSING = object()
+
+STORED: list[Any] = [
+    MISSING, None, True, False, "x", "", b"x", 0, 5, -7, 1.5, -0.0, math.inf, -math.inf, math.nan,
+    2**63 - 2, -(2**63) + 2, 2**63 - 1, [1, 2], [], dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc),
+    Key.of("K", "a"), Geopoint(1.0, 2.0), 1e308,
+]
+AMOUNTS: list[int | float] = [1, -1, 5, -5, 0, 0.25, -1.5, 2**62, 1e308]
+
+
+def canon(value: Any) -> Any:
+    if isinstance(value, float):
+        return ("float", "nan" if math.isnan(value) else repr(value))
+    return (type(value).__name__, value)
+
+
+def increments(gateway: Any, namespace: str) -> list[Any]:
+    """Each stored value incremented by each amount: (result, stored)."""
+    out = []
+    for i, stored in enumerate(STORED):
+        for j, amount in enumerate(AMOUNTS):
+            key = Key.of("Inc", f"s{i}-a{j}", namespace=namespace)
+            gateway.commit([Upsert(RawEntity(key, {} if stored is MISSING else {"c": stored}))])
+            result = gateway.commit([Upsert(RawEntity(key), property_mask=(), transforms=(Increment("c", amount),))])
+            [found] = gateway.lookup([key])
+            value = result.mutation_results[0].transform_results[0]
+            out.append((repr(stored), amount, canon(value), canon(found.properties["c"])))
+    return out
+
+
+def test_the_embedded_engine_increments_every_stored_value_as_the_firestore_emulator(firestore_emulator):
+    namespace = f"inc-{uuid.uuid4().hex[:8]}"
+    oracle = firestore_emulator.gateway(namespace=namespace)
+    embedded = open_gateway("memory://")
+    try:
+        theirs, ours = increments(oracle, namespace), increments(embedded, namespace)
+    finally:
+        oracle.close()
+        embedded.close()
+    differences = [f"{t[:2]}: emulator {t[2:]}, embedded {o[2:]}" for t, o in zip(theirs, ours) if t != o]
+    assert not differences, "\n".join(differences)
+    assert len(theirs) == len(STORED) * len(AMOUNTS)
+
+
+@pytest.mark.parametrize("gateway_name", ["memory", "firestore"])
+def test_store_increment_returns_the_value_stored_a_double_too(make_gateway, gateway_name):
+    store = Store("Item", make_gateway(gateway_name))
+    item = store.create_entity({"price": 1.5})
+    item.set_key_name("i")
+    store.upsert(item)
+    assert store.increment(item, "price", 1) == 2.5
+    assert store.fetch_by_name("i").price == 2.5
+    assert store.increment(item, "price", 0.25) == 2.75

@@ -37,7 +37,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from typing import Any, Callable, Hashable, Iterator, Sequence
 
 import attrs
@@ -254,8 +253,8 @@ class CounterCore:
 
     def _get_count(self, method: str = "auto") -> plan.Plan[int]:
         """The total, served from the cache when one is set and fresh (see
-        ``ShardedCounter.get_count`` for the methods)."""
-        return self._total(self._read_method(method), use_cache=True)
+        ``ShardedCounter.get_count`` for the methods), within the policy's deadline."""
+        return deadlines.bounded(self._total(self._read_method(method), use_cache=True), self._retry.deadline)
 
     def _total(self, method: str, *, use_cache: bool) -> plan.Plan[int]:
         if method == "lookup":
@@ -330,20 +329,17 @@ class CounterCore:
     def _add(self, amount: int = 1) -> plan.Plan[None]:
         """Add ``amount`` without reading anything back: the hot path. Returns
         once it is committed exactly once; raises otherwise. The policy's
-        deadline bounds the whole call, waits behind a combined write and
-        retries after auto-grow included (counted per attempt: twice it)."""
+        deadline bounds the whole call (``_deadlines.bounded``)."""
         amount = check_int(amount, "amount", low=-INT64_MAX)
         if amount == 0:
             return
-        bounded = deadlines.limit(time.monotonic() + self._retry.deadline) if self._retry.deadline is not None else None
-        try:
-            yield from self._writable()
-            yield from self._ensure_recorded()
-            with self._seen_by_caches(amount):
-                yield from self._commit(amount)
-        finally:
-            if bounded is not None:
-                deadlines.restore(bounded)
+        yield from deadlines.bounded(self._adding(amount), self._retry.deadline)
+
+    def _adding(self, amount: int) -> plan.Plan[None]:
+        yield from self._writable()
+        yield from self._ensure_recorded()
+        with self._seen_by_caches(amount):
+            yield from self._commit(amount)
 
     @contextlib.contextmanager
     def _seen_by_caches(self, amount: int | None) -> Iterator[None]:
@@ -361,7 +357,10 @@ class CounterCore:
     def _increment(self, amount: int = 1) -> plan.Plan[int]:
         """Add ``amount`` and return the total after it: one read after the
         write (``get_count``'s), where the article read before it and
-        returned that plus one."""
+        returned that plus one. The policy's deadline bounds both."""
+        return deadlines.bounded(self._incrementing(amount), self._retry.deadline)
+
+    def _incrementing(self, amount: int) -> plan.Plan[int]:
         yield from self._add(amount)
         try:
             total: int = yield from self._total(self._read_method("auto"), use_cache=False)

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import contextvars
 import time
+from typing import Any, Generator, TypeVar
 
-__all__ = ["limit", "remaining", "restore"]
+T = TypeVar("T")
+
+__all__ = ["bounded", "limit", "remaining", "restore"]
 
 #: ``time.monotonic()`` by which the current call must end, or None.
 _AT: contextvars.ContextVar[float | None] = contextvars.ContextVar("gds_counter_deadline", default=None)
@@ -37,6 +40,21 @@ def restore(token: contextvars.Token[float | None]) -> None:
         _AT.reset(token)
     except ValueError:
         _AT.set(token.old_value if token.old_value is not token.MISSING else None)
+
+
+def bounded(work: Generator[Any, Any, T], seconds: float | None) -> Generator[Any, Any, T]:
+    """The plan ``work``, its storage waits and its waits behind other
+    callers ending ``seconds`` from now (None: unbounded). A counter's call
+    states its retry policy's deadline this way from its start, so that
+    time spent queued behind another caller's write or read counts too
+    (counted from the first attempt alone, a call behind a stalled write
+    took twice its deadline)."""
+    token = limit(time.monotonic() + seconds) if seconds is not None else None
+    try:
+        return (yield from work)
+    finally:
+        if token is not None:
+            restore(token)
 
 
 def remaining(bound: float) -> float:

@@ -573,8 +573,7 @@ def check_mutation(mutation: Any) -> None:
         for transform in mutation.transforms:
             if isinstance(transform.name, str):
                 check_text(transform.name, "incremented property")
-            if not isinstance(transform.amount, float):  # a double adds as one (Datastore's increment takes both)
-                check_int(transform.amount, f"increment of {transform.name!r}")
+            isinstance(transform.amount, float) or check_int(transform.amount, f"increment of {transform.name!r}")
     else:
         raise BadValueError(f"unknown mutation {mutation!r}")
 

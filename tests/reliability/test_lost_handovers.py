@@ -245,3 +245,31 @@ def test_a_group_commit_lock_left_held_by_an_interrupt_is_let_go_on_the_way_out(
         assert finishes(lambda: commit("next")), "the next commit waited for a lock nobody holds"
     finally:
         gateway.close()
+
+
+def test_a_counter_read_ends_at_the_counters_deadline_when_no_connection_comes_back():
+    """A fresh-eyes trial: after an interrupt left the memory database's one
+    connection lent to a lease still referenced, ``get_count()`` with a
+    5 s deadline waited 75 s. Reads (and ``increment()``'s read of the new
+    total) are bounded by the policy's deadline too."""
+    from gds_counter import CounterShardDS, RetryPolicy, open_gateway
+
+    gateway = open_gateway("memory://")
+    counter = CounterShardDS("held", 1, gateway=gateway, retry=RetryPolicy(deadline=0.5))
+    counter.add(2)
+    lease = gateway._pool.connection()
+    lease.__enter__()  # lent, and its lease alive: nothing may take it back
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            counter.get_count(method="query")
+        except Contention as exc:
+            outcome.append(exc)
+
+    try:
+        assert finishes(read, within=10), "the read waited past its deadline"
+        assert outcome and "memory" in str(outcome[0])
+    finally:
+        lease.__exit__(None, None, None)
+        gateway.close()

@@ -119,6 +119,7 @@ class ConnectionPool:
         self._count = 0  # connections that exist for this process: idle, lent, being opened
         self._opening = 0  # connections being opened now, outside the lock
         self._waiting = 0  # threads waiting in _acquire
+        self._reclaimed = 0  # connections ``_reclaim_lost`` took back, not yet logged
         self._pid = os.getpid()
         self._closed = False
         self._forking = False
@@ -287,7 +288,9 @@ class ConnectionPool:
         (nothing of it was acknowledged: ``COMMIT`` had not returned)."""
         lost = [conn for conn, (_, lease) in self._lent.items() if lease() is None]
         for conn in lost:
-            log.warning("a call on %s ended without giving its connection back (interrupted); taken back", self.where)
+            # Logged later, outside the lock (``Lease.__enter__``): a logging
+            # handler's lock that an interrupt left held would hold this one too.
+            self._reclaimed += 1
             # Out of ``_lent`` only once it is somewhere else: an interrupt
             # on the way leaves it lent to no one, to be taken back again.
             if conn not in self._held:  # (else its transaction still holds it)
@@ -298,6 +301,10 @@ class ConnectionPool:
                     self._drop(conn, "a call lost it to an interrupt")
             del self._lent[conn]
         return bool(lost)
+
+    def _log_reclaimed(self) -> None:
+        count, self._reclaimed = self._reclaimed, 0
+        log.warning("%d call(s) on %s ended without giving their connection back (interrupted); taken back", count, self.where)
 
     def _reclaim_forgotten(self) -> bool:
         """Give back the connections of transactions no one references any
@@ -469,7 +476,7 @@ class ConnectionPool:
         self.write_lock = threading.RLock()
         self._lent = {}
         held, self._held = list(self._held), {}  # (none, unless a call was in progress at the fork)
-        self._opening = self._waiting = 0
+        self._opening = self._waiting = self._reclaimed = 0
         self._forking = False
         self._fork_trouble = None
         if self._closed or os.getpid() == self._pid:
@@ -555,6 +562,8 @@ class Lease:
             if self._conn is not None:
                 _surely_release(self._pool, self._conn)
             raise
+        if self._pool._reclaimed:
+            self._pool._log_reclaimed()
         return conn
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:

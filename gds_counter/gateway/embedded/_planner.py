@@ -233,8 +233,7 @@ def _leaves(f: Filter) -> Iterator[PropertyFilter]:
 #: (Datastore refuses far fewer; the query then fails elsewhere or scans).
 _MAX_DISJUNCTIONS = 1000
 
-#: Datastore's limits on a query (the Firestore emulator's): disjunctions of
-#: its filter's normal form, and values of one IN and of one NOT_IN.
+#: Datastore's limits on a query's disjunctions (normalized) and IN and NOT IN values.
 MAX_DISJUNCTIONS = 30
 MAX_IN_VALUES = 30
 MAX_NOT_IN_VALUES = 10
@@ -266,8 +265,7 @@ def _disjunctions(f: Filter) -> list[list[PropertyFilter]] | None:
 
 def _disjunction_count(f: Filter) -> int:
     """How many disjunctions the filter's normal form has, an IN of n values
-    counting as n (the Firestore emulator's count: ``(a = 1 OR a = 2) AND b
-    IN [16 values]`` has 32)."""
+    counting n (the emulator's: ``(a = 1 OR a = 2) AND b IN [16]`` has 32)."""
     if isinstance(f, PropertyFilter):
         return max(len(f.value), 1) if f.op == "IN" else 1
     if f.op == "OR":

@@ -177,7 +177,7 @@ def parse_datetime(text: str, token: Token) -> _dt.datetime:
         len(head) != 19
         or head[4] != "-"
         or head[7] != "-"
-        or head[10] not in "Tt "
+        or head[10] not in "Tt"  # (a space: the emulator says "does not match pattern")
         or head[13] != ":"
         or head[16] != ":"
         or not all(_digits(head[a:b]) for a, b in ((0, 4), (5, 7), (8, 10), (11, 13), (14, 16), (17, 19)))
@@ -201,6 +201,8 @@ def parse_datetime(text: str, token: Token) -> _dt.datetime:
         hours, minutes = int(rest[1:3]), int(rest[4:6])
         if hours > 23 or minutes > 59:
             bad("has an impossible zone offset")
+        if hours == minutes == 0:
+            bad("has a zero offset, which Datastore writes as Z")  # (the emulator: "zero offset must be Z")
         offset = _dt.timedelta(hours=hours, minutes=minutes) * (-1 if rest[0] == "-" else 1)
     elif rest == "":
         bad("has no timezone")

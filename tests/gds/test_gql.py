@@ -426,6 +426,10 @@ ERRORS: list[tuple[str, str, Any, str, int | None]] = [
     ("datetime-bad", "SELECT * FROM K WHERE t = DATETIME('yesterday')", None, "is not a date and time", 35),
     ("datetime-impossible", "SELECT * FROM K WHERE t = DATETIME('2020-02-30T00:00:00Z')", None, "is not a valid moment", 35),
     ("datetime-nanos", "SELECT * FROM K WHERE t = DATETIME('2020-01-01T00:00:00.1234567Z')", None, "finer than microseconds", 35),
+    # Refused by the Firestore emulator ("does not match pattern", "zero offset must be Z"):
+    ("datetime-space", "SELECT * FROM K WHERE t = DATETIME('2020-01-01 00:00:00Z')", None, "is not a date and time", 35),
+    ("datetime-plus-zero", "SELECT * FROM K WHERE t = DATETIME('2020-01-01T00:00:00+00:00')", None, "zero offset", 35),
+    ("datetime-minus-zero", "SELECT * FROM K WHERE t = DATETIME('2020-01-01T00:00:00.5-00:00')", None, "zero offset", 35),
     ("datetime-not-string", "SELECT * FROM K WHERE t = DATETIME(5)", None, "expected a string literal at column 36 near '5'", 35),
     ("blob-bad", "SELECT * FROM K WHERE b = BLOB('not base64!')", None, "BLOB at column 32 is not valid base64", 31),
     # The Firestore emulator reads BLOB literals as URL-safe base64 without padding: it refuses these.

@@ -146,7 +146,7 @@ def check_entity_limits(entity: RawEntity) -> None:
     size. (Also for what a property mask makes of a stored entity and a
     few new values, which no one validated as a whole: the emulator refuses
     it with "maximum entity size is 1048576 bytes".)"""
-    indexed = sum(_indexed_values(value) for name, value in entity.properties.items() if name not in entity.unindexed)
+    indexed = sum(_indexed_values(value, name in entity.unindexed) for name, value in entity.properties.items())
     if indexed > MAX_INDEXED_VALUES:
         raise BadValueError(
             f"{_named(entity)} has {indexed} indexed values, over the {MAX_INDEXED_VALUES} Datastore accepts; "
@@ -162,11 +162,16 @@ def _named(entity: RawEntity) -> str:
     return f"entity {entity.key}" if entity.key is not None else "embedded entity"
 
 
-def _indexed_values(value: Any) -> int:
-    if isinstance(value, list):
-        return sum(_indexed_values(item) for item in value)
+def _indexed_values(value: Any, excluded: bool) -> int:
+    """How many index entries ``value`` makes (as the embedded engine's
+    ``index_entries``: an entity value's own properties count even when
+    the value is excluded)."""
     if isinstance(value, RawEntity):
-        return sum(_indexed_values(v) for n, v in value.properties.items() if n not in value.unindexed)
+        return sum(_indexed_values(v, n in value.unindexed) for n, v in value.properties.items())
+    if excluded:
+        return 0
+    if isinstance(value, list):
+        return sum(_indexed_values(item, False) for item in value)
     return 1
 
 

@@ -139,16 +139,25 @@ def descending(encoded: bytes) -> bytes:
 
 def index_entries(entity: RawEntity, prefix: str = "") -> Iterator[tuple[str, bytes, Any]]:
     """(name, encoding, value) of every value a Datastore index holds: one per
-    list element, none for unindexed properties, and an indexed embedded
-    entity's own indexed properties as ``outer.inner``."""
+    list element, none for unindexed properties, and an embedded entity's
+    own indexed properties as ``outer.inner``.
+
+    Excluding an entity value from the indexes excludes the value, not its
+    properties, as the Firestore emulator indexes them (``WHERE e.k = 5``
+    finds it unless ``k`` itself is excluded). The properties of entities
+    in an indexed list are indexed too, where the emulator indexes none:
+    a deliberate difference (docs/gql.md)."""
     for name, value in entity.properties.items():
-        if name in entity.unindexed:
+        if isinstance(value, RawEntity):
+            yield from index_entries(value, f"{prefix}{name}.")
+        elif name in entity.unindexed:
             continue
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, RawEntity):
-                yield from index_entries(item, f"{prefix}{name}.")
-            else:
-                yield f"{prefix}{name}", sortable(item), item
+        else:
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, RawEntity):
+                    yield from index_entries(item, f"{prefix}{name}.")
+                else:
+                    yield f"{prefix}{name}", sortable(item), item
 
 
 # --- lossless serialisation (tagged JSON) ----------------------------------

@@ -18,7 +18,6 @@ from __future__ import annotations
 import datetime as _dt
 import functools
 import itertools
-import math
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Iterator
 
@@ -32,6 +31,13 @@ from gds_counter.gateway.embedded._encoding import (
     index_entries,
     key_bytes,
     sortable,
+)
+from gds_counter.gateway.embedded._refusals import (
+    check_filter,
+    check_shape,
+    composites,
+    disjunctions,
+    leaves_of,
 )
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, Order, PropertyFilter, Query
@@ -154,9 +160,9 @@ def _branches(f: Filter | None) -> tuple[Branch, ...] | None:
     the ranges of a disjunction it matches (all of them, for a disjunction
     without an inequality on that property). None: ``_top_level_ranges``
     says it all (no OR, no such inequality, or too many disjunctions)."""
-    if f is None or not any(c.op == "OR" for c in _composites(f)) or not _inequality_names(f):
+    if f is None or not any(c.op == "OR" for c in composites(f)) or not _inequality_names(f):
         return None
-    groups = _disjunctions(f)
+    groups = disjunctions(f)
     if groups is None:
         return None
     out = []
@@ -196,7 +202,7 @@ def _inequality_names(f: Filter | None) -> set[str]:
 
 def _key_inequality(f: Filter | None) -> bool:
     """Whether ``__key__`` has an inequality anywhere in the filter."""
-    return f is not None and any(leaf.name == KEY_PROPERTY and leaf.op in _INEQUALITY_OPS for leaf in _leaves(f))
+    return f is not None and any(leaf.name == KEY_PROPERTY and leaf.op in _INEQUALITY_OPS for leaf in leaves_of(f))
 
 
 def projected(value: Any) -> Any:
@@ -212,146 +218,6 @@ def projected(value: Any) -> Any:
         except UnicodeDecodeError:
             return value
     return value
-
-
-def _conjuncts(f: Filter) -> list[Filter]:
-    """The top-level AND's members, nested ANDs flattened."""
-    if isinstance(f, CompositeFilter) and f.op == "AND":
-        return [leaf for child in f.filters for leaf in _conjuncts(child)]
-    return [f]
-
-
-def _leaves(f: Filter) -> Iterator[PropertyFilter]:
-    if isinstance(f, PropertyFilter):
-        yield f
-    else:
-        for child in f.filters:
-            yield from _leaves(child)
-
-
-#: Beyond this many disjunctions the ancestor rule is not worked out
-#: (Datastore refuses far fewer; the query then fails elsewhere or scans).
-_MAX_DISJUNCTIONS = 1000
-
-#: Datastore's limits on a query's disjunctions (normalized) and IN and NOT IN values.
-MAX_DISJUNCTIONS = 30
-MAX_IN_VALUES = 30
-MAX_NOT_IN_VALUES = 10
-
-
-def _disjunctions(f: Filter) -> list[list[PropertyFilter]] | None:
-    """The filter in disjunctive normal form, each disjunction as its
-    leaves (a filter repeated in one AND, nested ANDs flattened, counted
-    once, as the emulator does), or None when there would be more than
-    ``_MAX_DISJUNCTIONS``."""
-    if isinstance(f, PropertyFilter):
-        return [[f]]
-    if f.op == "OR":
-        out: list[list[PropertyFilter]] = []
-        for child in f.filters:
-            part = _disjunctions(child)
-            if part is None:
-                return None
-            out += part
-        return out if len(out) <= _MAX_DISJUNCTIONS else None
-    product: list[list[PropertyFilter]] = [[]]
-    for child in dict.fromkeys(_conjuncts(f)):  # nested ANDs flattened, repeats counted once
-        part = _disjunctions(child)
-        if part is None or len(product) * len(part) > _MAX_DISJUNCTIONS:
-            return None
-        product = [a + b for a in product for b in part]
-    return product
-
-
-def _disjunction_count(f: Filter) -> int:
-    """How many disjunctions the filter's normal form has, an IN of n values
-    counting n (the emulator's: ``(a = 1 OR a = 2) AND b IN [16]`` has 32)."""
-    if isinstance(f, PropertyFilter):
-        return max(len(f.value), 1) if f.op == "IN" else 1
-    if f.op == "OR":
-        return sum(_disjunction_count(child) for child in f.filters)
-    return math.prod(_disjunction_count(child) for child in dict.fromkeys(_conjuncts(f)))  # (as _disjunctions)
-
-
-def _check_ancestors(f: Filter, ancestors: list[PropertyFilter]) -> None:
-    """Every disjunction of the filter must have exactly one ancestor
-    filter, the same in all (measured on the Firestore emulator: an OR whose
-    branches each repeat ``HAS ANCESTOR k`` runs; a branch without it, another
-    ancestor, or ``k`` twice in one disjunction is refused)."""
-    if not ancestors:
-        return
-    groups = _disjunctions(f)
-    if groups is None:  # too many to work out: the top-level rule alone
-        valid = len({a.value for a in ancestors}) == 1 and all(any(c is a for c in _conjuncts(f)) for a in ancestors)
-    else:
-        found = [[leaf.value for leaf in group if leaf.op == "HAS_ANCESTOR"] for group in groups]
-        valid = all(len(values) == 1 for values in found) and len({values[0] for values in found}) == 1
-    if not valid:
-        raise BadValueError("All disjunctions must have a common and unique ancestor constraint.")
-
-
-def check_filter(f: Filter | None) -> None:
-    """Refuse what Datastore refuses (the Firestore emulator's rules and
-    messages): one ancestor per disjunction, the same in all
-    (``_check_ancestors``); one != or NOT_IN at most; NOT_IN never with IN
-    or OR."""
-    if f is None:
-        return
-    leaves = list(_leaves(f))
-    for leaf in leaves:
-        if leaf.op == "IN" and len(leaf.value) > MAX_IN_VALUES:
-            raise BadValueError(
-                f"IN supports up to {MAX_IN_VALUES} values. There are {len(leaf.value)} values in the IN filter in your query."
-            )
-        if leaf.op == "NOT_IN" and len(leaf.value) > MAX_NOT_IN_VALUES:
-            raise BadValueError(f"NOT_IN supports up to {MAX_NOT_IN_VALUES} values.")
-    count = _disjunction_count(f)
-    if count > MAX_DISJUNCTIONS:
-        raise BadValueError(
-            f"Too many disjunctions after normalization. Result had {count} disjunctions which is more than the "
-            f"maximum of {MAX_DISJUNCTIONS}"
-        )
-    _check_ancestors(f, [leaf for leaf in leaves if leaf.op == "HAS_ANCESTOR"])
-    if sum(leaf.op in ("!=", "NOT_IN") for leaf in leaves) > 1:
-        raise BadValueError("Only a single 'NOT_EQUAL' or 'NOT_IN' is allowed per query.")
-    has_or = any(isinstance(c, CompositeFilter) and c.op == "OR" for c in _composites(f))
-    if any(leaf.op == "NOT_IN" for leaf in leaves) and (has_or or any(leaf.op == "IN" for leaf in leaves)):
-        raise BadValueError("'NOT_IN' cannot be used in the same query with 'IN' or 'OR'.")
-
-
-def _composites(f: Filter) -> Iterator[CompositeFilter]:
-    if isinstance(f, CompositeFilter):
-        yield f
-        for child in f.filters:
-            yield from _composites(child)
-
-
-def _check_shape(query: Query) -> None:
-    """Refuse, as the Firestore emulator does, what the filter alone does
-    not show: a kindless query filtered on anything but ``__key__`` or
-    ordered by anything but ``__key__`` ascending (Datastore has no
-    kindless index of other properties), a key filter or ancestor in
-    another namespace than the query's, and a property ordered twice."""
-    if query.kind is None:
-        for leaf in _leaves(query.filter) if query.filter is not None else ():
-            if leaf.name != KEY_PROPERTY:
-                raise BadValueError(f"kind is required for filter: {leaf.name}")
-        if any(o.name != KEY_PROPERTY or o.descending for o in query.order):
-            raise BadValueError("kind is required for all orders except __key__ ascending")
-    for leaf in _leaves(query.filter) if query.filter is not None else ():
-        if leaf.name != KEY_PROPERTY:
-            continue
-        what = "ancestor" if leaf.op == "HAS_ANCESTOR" else "__key__ filter"
-        for value in leaf.value if isinstance(leaf.value, (list, tuple)) else (leaf.value,):
-            if isinstance(value, Key) and value.namespace != query.namespace:
-                raise BadValueError(
-                    f"The query namespace is {query.namespace!r} but {what} namespace is {value.namespace!r}."
-                )
-    seen: set[str] = set()
-    for order in query.order:
-        if order.name in seen:
-            raise BadValueError(f"order by clause cannot contain duplicate fields {order.name}")
-        seen.add(order.name)
 
 
 # --- candidate selection in SQL --------------------------------------------
@@ -468,10 +334,10 @@ class Plan:
     @classmethod
     def of(cls, query: Query) -> Plan:
         check_filter(query.filter)
-        _check_shape(query)
+        check_shape(query)
         projection = tuple(p for p in query.projection if p != KEY_PROPERTY)
         keys_only = query.keys_only or (bool(query.projection) and not projection)
-        equalities = {leaf.name for leaf in _leaves(query.filter) if leaf.op in ("=", "IN")} if query.filter is not None else set()
+        equalities = {leaf.name for leaf in leaves_of(query.filter) if leaf.op in ("=", "IN")} if query.filter is not None else set()
         for name in set(projection) & equalities:  # anywhere in the filter, OR branches too (as Datastore refuses)
             raise BadValueError(f"cannot project property {name!r} that has an equality filter")
         for name in set(query.distinct_on) & equalities:  # also for DISTINCT ON with *: "Cannot use group by ..."

@@ -32,7 +32,8 @@ OTHER_STATE = {
 CONSTANT_TABLES = {
     ("cli.py", "COMMANDS"), ("counter/strategy.py", "STRATEGIES"), ("gateway/__init__.py", "_PARAMS"),
     ("gateway/base.py", "_PLANS"),
-    ("gateway/datastore/_codec.py", "_OPS"), ("gateway/embedded/_planner.py", "_RANGE_OPS"),
+    ("gateway/datastore/_codec.py", "_OPS"), ("gateway/embedded/_planner.py", "RANGE_OPS"),
+    ("gateway/embedded/_metadata.py", "_REPRESENTATIONS"),
     ("gateway/embedded/_planner.py", "_SQL_OPS"), ("gds/_gql_lexer.py", "_STRING_ESCAPES"),
     ("gds/_gql_parser.py", "_MIRRORED"), ("gds/_gql_printer.py", "_PRINTED_OPS"), ("gds/schema.py", "_WRITERS"),
 }

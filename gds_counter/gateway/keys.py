@@ -15,13 +15,18 @@ import attrs
 from gds_counter._checks import INT64_MAX, INT64_MIN, check_text, is_int, utf8_size
 from gds_counter.errors import BadKeyError
 
-__all__ = ["MAX_KEY_NAME_BYTES", "RESERVED_NAME", "Key", "PathElement"]
+__all__ = ["MAX_KEY_NAME_BYTES", "METADATA_KINDS", "RESERVED_NAME", "Key", "PathElement"]
 
 #: Datastore's limit on a key name (and kind), in UTF-8 bytes.
 MAX_KEY_NAME_BYTES = 1500
 
 #: Names of the form ``__x__`` belong to Datastore.
 RESERVED_NAME = re.compile(r"^__.*__$", re.DOTALL)
+
+#: The kinds of Datastore's metadata entities (namespaces, kinds, properties):
+#: reserved, but a key may name one, to query them or to bound such a query.
+#: They are never written (``values.validate_entity``).
+METADATA_KINDS = frozenset({"__namespace__", "__kind__", "__property__"})
 
 #: What a namespace may be (the Firestore emulator refuses anything else:
 #: 'Illegal string "a/b" in namespace id'); ``RESERVED_NAME`` ones are Datastore's.
@@ -31,7 +36,7 @@ _NAMESPACE = re.compile(r"[0-9A-Za-z._-]{0,100}")
 def check_kind(kind: str) -> None:
     if not isinstance(kind, str) or not kind:
         raise BadKeyError(f"kind must be a non-empty string, got {kind!r}")
-    if RESERVED_NAME.match(kind):
+    if RESERVED_NAME.match(kind) and kind not in METADATA_KINDS:
         raise BadKeyError(f"kind {kind!r} is reserved (names of the form __x__ belong to Datastore)")
     if utf8_size(kind, "kind", BadKeyError) > MAX_KEY_NAME_BYTES:
         raise BadKeyError(f"kind {kind[:40]!r}... is over {MAX_KEY_NAME_BYTES} bytes")

@@ -16,8 +16,8 @@ from typing import Any, Iterable, Union
 import attrs
 
 from gds_counter._checks import INT64_MAX, INT64_MIN, utf8_size
-from gds_counter.errors import BadValueError
-from gds_counter.gateway.keys import RESERVED_NAME, Key
+from gds_counter.errors import BadKeyError, BadValueError
+from gds_counter.gateway.keys import METADATA_KINDS, RESERVED_NAME, Key
 
 __all__ = ["EPOCH", "check_entity_limits", "MAX_ENTITY_BYTES", "MAX_INDEXED_STRING_BYTES", "MAX_INDEXED_VALUES", "MAX_PROPERTY_NAME_BYTES", "MAX_VALUE_BYTES", "Geopoint", "RawEntity", "Value"]
 
@@ -130,6 +130,8 @@ def check_value(name: str, value: Any, indexed: bool) -> None:
 def validate_entity(entity: RawEntity) -> None:
     """Check every property of an entity against Datastore's rules, and the
     entity against its limits on size and indexed values."""
+    if entity.key is not None and any(e.kind in METADATA_KINDS for e in entity.key.path):
+        raise BadKeyError(f"{entity.key} is a metadata key: Datastore makes those entities, nobody writes them")
     for name, value in entity.properties.items():
         if not isinstance(name, str) or not name:
             raise BadValueError(f"property name must be a non-empty string, got {name!r}")

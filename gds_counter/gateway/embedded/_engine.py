@@ -27,6 +27,7 @@ from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
 from gds_counter.gateway.embedded._encoding import decode_cursor, encode_cursor, key_bytes, load_entity, load_indexed
 from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, Batch, GroupCommit, Request
+from gds_counter.gateway.embedded._metadata import metadata_batch
 from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter
 from gds_counter.gateway.embedded._storage import (
     Transaction,
@@ -37,7 +38,7 @@ from gds_counter.gateway.embedded._storage import (
     upsert,
     write_transaction,
 )
-from gds_counter.gateway.keys import Key
+from gds_counter.gateway.keys import METADATA_KINDS, Key
 from gds_counter.gateway.mutations import Delete, Mutation, Upsert
 from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, PropertyFilter, Query, QueryResult
 from gds_counter.gateway.values import RawEntity
@@ -209,6 +210,11 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         return out
 
     def _run_query(self, query: Query, txn: Transaction | None) -> QueryResult:
+        if query.kind in METADATA_KINDS:  # made from the index (``_metadata``), outside any transaction
+            with self._db() as conn:
+                entities, cursor, more = metadata_batch(conn, query)
+            self._record("run_query", reads=len(entities))
+            return QueryResult(tuple(entities), cursor, more)
         if txn is None:
             batch, last, more = self._read_batch(query)
             self._record("run_query", reads=len(batch))

@@ -45,7 +45,7 @@ from gds_counter.gateway.values import EPOCH, RawEntity
 
 _ONE_MICRO = _dt.timedelta(microseconds=1)
 
-_RANGE_OPS = {"<": bytes.__lt__, "<=": bytes.__le__, ">": bytes.__gt__, ">=": bytes.__ge__}
+RANGE_OPS = {"<": bytes.__lt__, "<=": bytes.__le__, ">": bytes.__gt__, ">=": bytes.__ge__}
 _SQL_OPS = {"=": "=", "<": "<", "<=": "<=", ">": ">", ">=": ">=", "!=": "<>"}
 
 
@@ -116,7 +116,7 @@ def _value_test(op: str, target: Any) -> Callable[[bytes], bool]:
     if op == "HAS_ANCESTOR":
         low, high = target
         return lambda enc: low <= enc < high
-    compare = _RANGE_OPS[op]
+    compare = RANGE_OPS[op]
     return lambda enc: compare(enc, target)
 
 
@@ -131,7 +131,7 @@ def compile_filter(f: Filter) -> Callable[[Doc], bool]:
     children = []
     ranges: dict[str, list[Callable[[bytes], bool]]] = defaultdict(list)
     for child in f.filters:
-        if f.op == "AND" and isinstance(child, PropertyFilter) and child.op in _RANGE_OPS:
+        if f.op == "AND" and isinstance(child, PropertyFilter) and child.op in RANGE_OPS:
             ranges[child.name].append(_value_test(child.op, _filter_target(child)))
         else:
             children.append(compile_filter(child))
@@ -181,12 +181,12 @@ def _top_level_ranges(f: Filter | None) -> dict[str, list[Callable[[bytes], bool
     direct = [f] if isinstance(f, PropertyFilter) else list(f.filters) if isinstance(f, CompositeFilter) and f.op == "AND" else []
     out: dict[str, list[Callable[[bytes], bool]]] = defaultdict(list)
     for child in direct:
-        if isinstance(child, PropertyFilter) and child.op in (*_RANGE_OPS, "!=", "NOT_IN") and child.name != KEY_PROPERTY:
+        if isinstance(child, PropertyFilter) and child.op in (*RANGE_OPS, "!=", "NOT_IN") and child.name != KEY_PROPERTY:
             out[child.name].append(_value_test(child.op, _filter_target(child)))
     return out
 
 
-_INEQUALITY_OPS = (*_RANGE_OPS, "!=", "NOT_IN")
+_INEQUALITY_OPS = (*RANGE_OPS, "!=", "NOT_IN")
 
 
 def _inequality_names(f: Filter | None) -> set[str]:

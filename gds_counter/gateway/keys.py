@@ -21,7 +21,7 @@ __all__ = ["MAX_KEY_NAME_BYTES", "METADATA_KINDS", "RESERVED_NAME", "Key", "Path
 MAX_KEY_NAME_BYTES = 1500
 
 #: Names of the form ``__x__`` belong to Datastore.
-RESERVED_NAME = re.compile(r"^__.*__$", re.DOTALL)
+RESERVED_NAME = re.compile(r"^__.+__$", re.DOTALL)  # (the emulator takes "____": nothing between)
 
 #: The kinds of Datastore's metadata entities (namespaces, kinds, properties):
 #: reserved, but a key may name one, to query them or to bound such a query.

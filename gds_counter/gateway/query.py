@@ -11,9 +11,9 @@ from typing import Any, Iterable, Iterator, Literal, Mapping, Union
 
 import attrs
 
-from gds_counter._checks import check_text
+from gds_counter._checks import INT64_MAX, INT64_MIN, check_text, is_int
 from gds_counter.errors import BadValueError
-from gds_counter.gateway.keys import namespace_name
+from gds_counter.gateway.keys import Key, namespace_name
 from gds_counter.gateway.values import RawEntity
 
 __all__ = [
@@ -116,7 +116,7 @@ class Query:
     since; gateways may use it or ignore it.
     """
 
-    kind: str | None = None
+    kind: str | None = attrs.field(default=None, converter=lambda kind: None if kind == "" else kind)  # "": kindless, as Datastore reads it
     namespace: str = attrs.field(default="", converter=namespace_name)
     filter: Filter | None = None
     order: tuple[Order, ...] = attrs.field(default=(), converter=_orders)
@@ -153,14 +153,21 @@ def check_query(query: Query) -> None:
     for what, value in (("limit", query.limit), ("offset", query.offset)):
         if isinstance(value, int) and value > MAX_LIMIT:
             raise BadValueError(f"The {what} {value} is too large (Datastore takes at most {MAX_LIMIT}).")
-    if isinstance(query.kind, str):
-        check_text(query.kind, "query kind")
+    if query.kind is not None:
+        _check_name(query.kind, "query kind")
     for order in query.order:
+        if not isinstance(order, Order):
+            raise BadValueError(f"an ORDER BY must be an Order, got {order!r}")
         _check_name(order.name, "ORDER BY property")
     for name in query.projection:
         _check_name(name, "projected property")
+    if len(set(query.projection)) < len(query.projection):
+        raise BadValueError(f"Cannot project a property multiple times: {list(query.projection)}")
     for name in query.distinct_on:
         _check_name(name, "DISTINCT ON property")
+    for what, cursor in (("start", query.start_cursor), ("end", query.end_cursor)):
+        if cursor is not None and not isinstance(cursor, bytes):
+            raise BadValueError(f"a query's {what} cursor is the bytes a query result gave, got {type(cursor).__name__}")
     if query.filter is not None:
         _check_filter(query.filter)
     if query.gql is not None and isinstance(query.gql.text, str):
@@ -168,22 +175,38 @@ def check_query(query: Query) -> None:
 
 
 def _check_name(name: object, what: str) -> None:
-    if isinstance(name, str):
-        check_text(name, what)
+    if not isinstance(name, str) or not name:
+        raise BadValueError(f"a {what} must be a non-empty string, got {name!r}")
+    check_text(name, what)
 
 
 def _check_filter(node: object) -> None:
+    """The filter's shape as Datastore takes it (the Firestore emulator's
+    rules: a composite has at least one sub-filter, IN and NOT IN a
+    non-empty list, a key filter a complete key) and its values."""
     if isinstance(node, CompositeFilter):
+        if not node.filters:
+            raise BadValueError(f"a composite filter must have at least one sub-filter: {node!r}")
         for inner in node.filters:
             _check_filter(inner)
     elif isinstance(node, PropertyFilter):
         _check_name(node.name, "filtered property")
+        if node.op in ("IN", "NOT_IN") and (not isinstance(node.value, (list, tuple)) or not node.value):
+            raise BadValueError(f"{node.op} on {node.name!r} needs a non-empty list of values, got {node.value!r}")
+        if node.name == KEY_PROPERTY:
+            for key in node.value if isinstance(node.value, (list, tuple)) else (node.value,):
+                if isinstance(key, Key) and key.is_partial:
+                    raise BadValueError(f"a filter on __key__ needs a complete key, got {key}")
         _check_filter_value(node.name, node.value)
+    else:
+        raise BadValueError(f"a query's filter must be a PropertyFilter or CompositeFilter, got {node!r}")
 
 
 def _check_filter_value(name: str, value: object) -> None:
     if isinstance(value, str):
         check_text(value, f"filter on {name!r}: string")
+    elif is_int(value) and not INT64_MIN <= value <= INT64_MAX:
+        raise BadValueError(f"filter on {name!r}: {value} is outside the 64-bit integers Datastore stores")
     elif isinstance(value, (list, tuple)):
         for item in value:
             _check_filter_value(name, item)

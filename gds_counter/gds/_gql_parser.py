@@ -526,8 +526,8 @@ class Parser(TokenStream):
         path = []
         while True:
             kind_token = self.tok
-            if kind_token.kind not in (WORD, QUOTED, STRING):
-                self.fail("a kind in KEY(...)")
+            if kind_token.kind not in (WORD, QUOTED):  # a 'string' kind: the emulator refuses it
+                self.fail("a kind in KEY(...)", hint="write the kind bare or in backticks: KEY(Kind, 5), KEY(`my kind`, 5)")
             self.advance()
             self.expect_punct(",")
             id_token = self.tok

@@ -199,8 +199,9 @@ def parse_datetime(text: str, token: Token) -> _dt.datetime:
         offset = _dt.timedelta(0)
     elif len(rest) == 6 and rest[0] in "+-" and rest[3] == ":" and _digits(rest[1:3]) and _digits(rest[4:6]):
         hours, minutes = int(rest[1:3]), int(rest[4:6])
-        if hours > 23 or minutes > 59:
-            bad("has an impossible zone offset")
+        offset_minutes = (hours * 60 + minutes) * (-1 if rest[0] == "-" else 1)
+        if hours > 23 or minutes > 59 or not -13 * 60 <= offset_minutes <= 14 * 60:
+            bad("has a zone offset outside -13:00 to +14:00")  # (the emulator's range)
         if hours == minutes == 0:
             bad("has a zero offset, which Datastore writes as Z")  # (the emulator: "zero offset must be Z")
         offset = _dt.timedelta(hours=hours, minutes=minutes) * (-1 if rest[0] == "-" else 1)

@@ -556,7 +556,7 @@ def test_to_gql_text(query: Query, text: str) -> None:
     [
         (Query(keys_only=True, projection=("a",)), "cannot be keys_only and have a projection"),
         (Query(filter=CompositeFilter("AND", ())), "cannot print an empty AND filter"),
-        (Query(kind=""), "cannot print '' as a GQL name"),
+        (Query(kind="K", order=(Order(""),)), "cannot print '' as a GQL name"),  # (kind "" is kindless, as Datastore reads it)
         (Query(limit=-1), "cannot print limit=-1"),
     ],
     ids=["keys-and-projection", "empty-and", "empty-kind", "negative-limit"],

@@ -335,7 +335,8 @@ class Plan:
     def of(cls, query: Query) -> Plan:
         check_filter(query.filter)
         check_shape(query)
-        projection = tuple(p for p in query.projection if p != KEY_PROPERTY)
+        # keys only is the projection of __key__ alone: other projected names go (as the wire sends it)
+        projection = () if query.keys_only else tuple(p for p in query.projection if p != KEY_PROPERTY)
         keys_only = query.keys_only or (bool(query.projection) and not projection)
         equalities = {leaf.name for leaf in leaves_of(query.filter) if leaf.op in ("=", "IN")} if query.filter is not None else set()
         for name in set(projection) & equalities:  # anywhere in the filter, OR branches too (as Datastore refuses)

@@ -173,6 +173,8 @@ def check_shape(query: Query) -> None:
                 raise BadValueError(
                     f"The query namespace is {query.namespace!r} but {what} namespace is {value.namespace!r}."
                 )
+    if KEY_PROPERTY in query.distinct_on:
+        raise BadValueError(f"Group by is not supported for the property: {KEY_PROPERTY}")
     seen: set[str] = set()
     for order in query.order:
         if order.name in seen:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Awaitable, Callable, Generator, Sequence, TypeVar, Union
+from typing import Any, Awaitable, Callable, Generator, Sequence, TypeVar, Union, cast
 
 import attrs
 
@@ -312,6 +312,15 @@ class _Frames:
             self.send, self.error = None, None
             return effect
 
+    def inlined(self, gateway: Any, op: "Op") -> bool:
+        """Whether ``op`` is one of the gateway's rule plans, now pushed to
+        run inline (as if the plan had ``yield from`` it)."""
+        inner = inline(gateway, op)
+        if inner is None:
+            return False
+        self.stack.append(inner)
+        return True
+
     def __enter__(self) -> "_Frames":
         return self
 
@@ -342,11 +351,8 @@ def run(plan: Plan[T], gateway: Any, *, wait: Callable[[float], None] = time.sle
         while (effect := frames.next()) is not None:
             try:
                 if isinstance(effect, Op):
-                    inner = inline(gateway, effect)
-                    if inner is not None:
-                        frames.stack.append(inner)
-                        continue
-                    frames.send = perform(gateway, effect)
+                    if not frames.inlined(gateway, effect):
+                        frames.send = perform(gateway, effect)
                 elif isinstance(effect, Sleep):
                     wait(effect.seconds)
                 elif isinstance(effect, Call):
@@ -359,8 +365,7 @@ def run(plan: Plan[T], gateway: Any, *, wait: Callable[[float], None] = time.sle
                     raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
             except BaseException as exc:  # thrown into the plan, which may handle it
                 frames.error = exc
-        result: T = frames.result
-        return result
+        return cast(T, frames.result)
 
 
 # --- the async driver ---------------------------------------------------------------
@@ -387,11 +392,8 @@ async def arun(plan: Plan[T], gateway: Any) -> T:
         while (effect := frames.next()) is not None:
             try:
                 if isinstance(effect, Op):
-                    inner = inline(gateway, effect)
-                    if inner is not None:
-                        frames.stack.append(inner)
-                        continue
-                    frames.send = await aperform(gateway, effect)
+                    if not frames.inlined(gateway, effect):
+                        frames.send = await aperform(gateway, effect)
                 elif isinstance(effect, Sleep):
                     await asyncio.sleep(effect.seconds)
                 elif isinstance(effect, Call):
@@ -404,5 +406,4 @@ async def arun(plan: Plan[T], gateway: Any) -> T:
                     raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
             except BaseException as exc:  # thrown into the plan, which may handle it
                 frames.error = exc
-        result: T = frames.result
-        return result
+        return cast(T, frames.result)

@@ -35,6 +35,7 @@ from gds_counter._checks import check_int, check_text
 from gds_counter.errors import BadKeyError, BadValueError, GatewayError, Unavailable
 from gds_counter.gateway import plan
 from gds_counter.gateway._aggregation import aggregate_rows, billed_reads, check_aggregation
+from gds_counter.gateway._paths import check_path
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import (
@@ -568,11 +569,9 @@ def check_mutation(mutation: Any) -> None:
             raise BadKeyError(f"an upserted entity needs a key, got {mutation.entity!r}")
         validate_entity(mutation.entity)
         for name in mutation.property_mask or ():
-            if isinstance(name, str):
-                check_text(name, "property mask name")
+            check_path(name, "property mask path")
         for transform in mutation.transforms:
-            if isinstance(transform.name, str):
-                check_text(transform.name, "incremented property")
+            check_path(transform.name, "incremented property")
             isinstance(transform.amount, float) or check_int(transform.amount, f"increment of {transform.name!r}")
     else:
         raise BadValueError(f"unknown mutation {mutation!r}")

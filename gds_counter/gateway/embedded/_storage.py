@@ -48,6 +48,7 @@ import attrs
 from gds_counter._checks import INT64_MAX, INT64_MIN
 from gds_counter.errors import Contention, GatewayError, GDSError
 from gds_counter.gateway import _deadlines as deadlines
+from gds_counter.gateway import _paths as paths
 from gds_counter.gateway.base import TransactionState
 from gds_counter.gateway.embedded._encoding import (
     dump_entity,
@@ -274,19 +275,19 @@ def upsert(
     else:
         old = load_entity(row[0], key) if row else RawEntity(key)
         properties, unindexed = dict(old.properties), set(old.unindexed)
-        for name in mutation.property_mask:
-            unindexed.discard(name)
-            if name in entity.properties:
-                properties[name] = entity.properties[name]
-                if name in entity.unindexed:
-                    unindexed.add(name)
+        for name in mutation.property_mask:  # a path: "e.x" is x inside the entity value e
+            members = paths.parse(name)
+            value = paths.get(entity.properties, members)
+            if value is paths.MISSING:
+                paths.drop(properties, unindexed, members)  # in the mask but not the entity: Datastore removes it
             else:
-                properties.pop(name, None)  # in the mask but not the entity: Datastore removes it
+                paths.put(properties, unindexed, members, value, paths.excluded(entity, members))
     transform_results = []
     for transform in mutation.transforms:
-        total = incremented(properties.get(transform.name), transform.amount)
-        properties[transform.name] = total
-        (unindexed.add if transform.name in entity.unindexed else unindexed.discard)(transform.name)
+        members = paths.parse(transform.name)
+        current = paths.get(properties, members)
+        total = incremented(None if current is paths.MISSING else current, transform.amount)
+        paths.put(properties, unindexed, members, total, paths.excluded(entity, members))
         transform_results.append(total)
     written = RawEntity(key, properties, frozenset(unindexed & set(properties)))
     if mutation.property_mask is not None:

@@ -1,0 +1,101 @@
+"""Property paths: what a property mask and an increment transform name.
+
+``e.x`` is property ``x`` of the entity value ``e``; a name in backticks is
+taken whole (``` `a.b` ``` is one property named ``a.b``). Measured on the
+Firestore emulator: a masked write of ``e.x`` sets or removes ``x`` inside
+``e`` and keeps its other properties, an increment of ``e.k`` adds to the
+nested value, an empty path is refused ("Invalid empty property path
+string"), and so is a reserved member (``__key__``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from gds_counter._checks import check_text
+from gds_counter.errors import BadValueError
+from gds_counter.gateway.keys import RESERVED_NAME
+from gds_counter.gateway.values import RawEntity
+
+__all__ = ["MISSING", "check_path", "drop", "excluded", "get", "parse", "put"]
+
+#: What ``get`` answers for a path that leads nowhere.
+MISSING: Any = object()
+
+
+def parse(path: str) -> list[str]:
+    """The members of ``path``: split at dots outside backticks."""
+    members: list[str] = []
+    current: list[str] = []
+    quoted = False
+    for char in path:
+        if char == "`":
+            quoted = not quoted
+        elif char == "." and not quoted:
+            members.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    members.append("".join(current))
+    return members
+
+
+def check_path(path: object, what: str) -> None:
+    """A mask's or transform's path, refused before anything is sent."""
+    if not isinstance(path, str):
+        raise BadValueError(f"{what} must be a string property path, got {path!r}")
+    check_text(path, what)
+    for member in parse(path):
+        if not member:
+            raise BadValueError(f"{what} {path!r}: an empty property path member (Datastore refuses it)")
+        if RESERVED_NAME.match(member):
+            raise BadValueError(f"{what} {path!r}: member {member!r} is reserved (names of the form __x__)")
+
+
+def get(properties: Mapping[str, Any], members: list[str]) -> Any:
+    """The value at ``members`` (MISSING where the path leads nowhere)."""
+    value = properties.get(members[0], MISSING)
+    for member in members[1:]:
+        if not isinstance(value, RawEntity):
+            return MISSING
+        value = value.properties.get(member, MISSING)
+    return value
+
+
+def excluded(entity: RawEntity, members: list[str]) -> bool:
+    """Whether the value at ``members`` of ``entity`` is excluded from the indexes."""
+    holder: Any = entity
+    for member in members[:-1]:
+        holder = holder.properties.get(member)
+        if not isinstance(holder, RawEntity):
+            return False
+    return members[-1] in holder.unindexed
+
+
+def put(properties: dict[str, Any], unindexed: set[str], members: list[str], value: Any, unindex: bool) -> None:
+    """Set the value at ``members`` (in place at the top level; the entity
+    values on the way are rebuilt, made where missing or not entities)."""
+    head = members[0]
+    if len(members) == 1:
+        properties[head] = value
+        (unindexed.add if unindex else unindexed.discard)(head)
+        return
+    inner = properties.get(head)
+    inner_props = dict(inner.properties) if isinstance(inner, RawEntity) else {}
+    inner_unindexed = set(inner.unindexed) if isinstance(inner, RawEntity) else set()
+    put(inner_props, inner_unindexed, members[1:], value, unindex)
+    properties[head] = RawEntity(None, inner_props, frozenset(inner_unindexed & set(inner_props)))
+
+
+def drop(properties: dict[str, Any], unindexed: set[str], members: list[str]) -> None:
+    """Remove the value at ``members``, if there is one."""
+    head = members[0]
+    if len(members) == 1:
+        properties.pop(head, None)
+        unindexed.discard(head)
+        return
+    inner = properties.get(head)
+    if isinstance(inner, RawEntity):
+        inner_props, inner_unindexed = dict(inner.properties), set(inner.unindexed)
+        drop(inner_props, inner_unindexed, members[1:])
+        properties[head] = RawEntity(None, inner_props, frozenset(inner_unindexed & set(inner_props)))

@@ -756,3 +756,17 @@ def test_a_read_only_open_of_a_file_without_the_tables_names_it(tmp_path):
     conn.close()
     with pytest.raises(GatewayError, match=f"{path} has no gds_counter tables"):
         EmbeddedGateway(path, read_only=True)
+
+
+def test_a_cursor_issued_before_cursors_named_their_query_is_still_read(gw):
+    """Cursors of the first format (GDSC1: the position alone, as a user may
+    have kept one in a URL) still continue their query."""
+    from gds_counter.gateway.embedded._encoding import decode_cursor, key_bytes
+
+    put(gw, *(RawEntity(Key.of("C", f"c{i}"), {"n": i}) for i in range(4)))
+    first = gw.run_query(Query("C", limit=2))
+    assert first.end_cursor is not None and first.end_cursor.startswith(b"GDSC2")
+    position = key_bytes(Key.of("C", "c1"))  # a key-ordered query's row: its key
+    old = b"GDSC1" + len(position).to_bytes(4, "big") + position
+    assert decode_cursor(old, 1, b"any owner") == (position,)
+    assert names(gw.run_query(Query("C", start_cursor=old)).entities) == ["c2", "c3"]

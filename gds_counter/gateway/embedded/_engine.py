@@ -25,7 +25,14 @@ from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
-from gds_counter.gateway.embedded._encoding import decode_cursor, encode_cursor, key_bytes, load_entity, load_indexed
+from gds_counter.gateway.embedded._encoding import (
+    cursor_owner,
+    decode_cursor,
+    encode_cursor,
+    key_bytes,
+    load_entity,
+    load_indexed,
+)
 from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, Batch, GroupCommit, Request
 from gds_counter.gateway.embedded._metadata import metadata_batch
 from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter
@@ -76,6 +83,11 @@ class _Compiled:
     params: tuple[Any, ...]
 
 __all__ = ["BATCH_SIZE", "BUSY_TIMEOUT_S", "CAPABILITIES", "EmbeddedGateway"]
+
+
+def _owner(query: Query, plan: Plan) -> bytes:
+    """Whose a cursor is (``_encoding.cursor_owner``)."""
+    return cursor_owner(query.kind, query.namespace, plan.orders, plan.row_properties)
 
 
 class EmbeddedGateway(BaseGateway[Transaction]):
@@ -218,7 +230,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         if txn is None:
             batch, last, more = self._read_batch(query)
             self._record("run_query", reads=len(batch))
-            return QueryResult(tuple(r.entity for r in batch), encode_cursor(last) if last is not None else None, more)
+            return QueryResult(tuple(r.entity for r in batch), self._cursor(query, last), more)
         with self._snapshot(txn) as conn:
             batch, last, more = self._batch(conn, query)
         for row in batch:
@@ -228,7 +240,10 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         if not txn.read_only:  # checked again at commit: a phantom changes the answer
             txn.queries.append((query, _answer(batch, last, more)))
         self._record("run_query", reads=len(batch))
-        return QueryResult(tuple(r.entity for r in batch), encode_cursor(last) if last is not None else None, more)
+        return QueryResult(tuple(r.entity for r in batch), self._cursor(query, last), more)
+
+    def _cursor(self, query: Query, last: tuple[bytes, ...] | None) -> bytes | None:
+        return encode_cursor(last, _owner(query, self._compiled(query).plan)) if last is not None else None
 
     def _read_batch(self, query: Query) -> _Batch:
         with self._db() as conn:
@@ -239,8 +254,9 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         read (offset included) and whether there are more."""
         compiled = self._compiled(query)
         plan = compiled.plan
-        start = decode_cursor(query.start_cursor, plan.width) if query.start_cursor else None
-        end = decode_cursor(query.end_cursor, plan.width) if query.end_cursor else None
+        owner = _owner(query, plan)
+        start = decode_cursor(query.start_cursor, plan.width, owner) if query.start_cursor else None
+        end = decode_cursor(query.end_cursor, plan.width, owner) if query.end_cursor else None
         wanted = BATCH_SIZE if query.limit is None else min(query.limit, BATCH_SIZE)
         batch: list[Row] = []
         last = start

@@ -28,7 +28,7 @@ import sqlite3
 from typing import Any
 
 from gds_counter.errors import BadValueError
-from gds_counter.gateway.embedded._encoding import decode_cursor, encode_cursor, key_bytes
+from gds_counter.gateway.embedded._encoding import cursor_owner, decode_cursor, encode_cursor, key_bytes
 from gds_counter.gateway.embedded._planner import RANGE_OPS
 from gds_counter.gateway.embedded._refusals import leaves_of
 from gds_counter.gateway.keys import Key
@@ -110,8 +110,9 @@ def metadata_batch(conn: sqlite3.Connection, query: Query) -> tuple[list[RawEnti
     """One batch of a metadata query: its entities after the start cursor
     and offset, up to the limit and the end cursor; the cursor after the
     last one; whether there may be more."""
-    start = decode_cursor(query.start_cursor, 1)[0] if query.start_cursor else None
-    end = decode_cursor(query.end_cursor, 1)[0] if query.end_cursor else None
+    owner = cursor_owner(query.kind, query.namespace, (), ())
+    start = decode_cursor(query.start_cursor, 1, owner)[0] if query.start_cursor else None
+    end = decode_cursor(query.end_cursor, 1, owner)[0] if query.end_cursor else None
     rows = [(key_bytes(e.key), e) for e in metadata_entities(conn, query)]
     rows = [(kb, e) for kb, e in rows if (start is None or kb > start) and (end is None or kb <= end)]
     rows = rows[query.offset :]
@@ -119,4 +120,4 @@ def metadata_batch(conn: sqlite3.Connection, query: Query) -> tuple[list[RawEnti
     if query.limit is not None:
         rows = rows[: query.limit]
     last = rows[-1][0] if rows else start
-    return [e for _, e in rows], encode_cursor((last,)) if last is not None else None, more
+    return [e for _, e in rows], encode_cursor((last,), owner) if last is not None else None, more

@@ -54,15 +54,21 @@ def increments(gateway: Any, namespace: str) -> list[Any]:
     return out
 
 
-def test_the_embedded_engine_increments_every_stored_value_as_the_firestore_emulator(firestore_emulator):
+def on_both(firestore_emulator: Any, run: Any) -> tuple[list[Any], list[Any]]:
+    """``run(gateway, namespace)`` on the emulator and on the embedded
+    engine, each in a fresh namespace of the same name: (theirs, ours)."""
     namespace = f"inc-{uuid.uuid4().hex[:8]}"
     oracle = firestore_emulator.gateway(namespace=namespace)
     embedded = open_gateway("memory://")
     try:
-        theirs, ours = increments(oracle, namespace), increments(embedded, namespace)
+        return run(oracle, namespace), run(embedded, namespace)
     finally:
         oracle.close()
         embedded.close()
+
+
+def test_the_embedded_engine_increments_every_stored_value_as_the_firestore_emulator(firestore_emulator):
+    theirs, ours = on_both(firestore_emulator, increments)
     differences = [f"{t[:2]}: emulator {t[2:]}, embedded {o[2:]}" for t, o in zip(theirs, ours) if t != o]
     assert not differences, "\n".join(differences)
     assert len(theirs) == len(STORED) * len(AMOUNTS)
@@ -112,13 +118,7 @@ def canon_properties(properties: Any) -> Any:
 
 
 def test_masks_and_increments_of_paths_into_entity_values_as_the_firestore_emulator(firestore_emulator):
-    namespace = f"mask-{uuid.uuid4().hex[:8]}"
-    oracle = firestore_emulator.gateway(namespace=namespace)
-    embedded = open_gateway("memory://")
-    try:
-        theirs, ours = masked_writes(oracle, namespace), masked_writes(embedded, namespace)
-    finally:
-        oracle.close()
-        embedded.close()
+    theirs, ours = on_both(firestore_emulator, masked_writes)
+    assert len(theirs) == 8
     differences = [f"{t[:2]}: emulator {t[2]}, embedded {o[2]}" for t, o in zip(theirs, ours) if t != o]
     assert not differences, "\n".join(differences)

@@ -507,10 +507,11 @@ class CounterCore:
                     # config is contended): one last full round, then raise.
                     growing = yield from self._grow(seen)
                     continue
+                why = (f"its deadline ({self._retry.deadline:g} s) ran out after {attempts} attempt(s). Retry later"
+                       if deadlines.remaining(1.0) == 0 else f"it conflicted on all {attempts} attempts (over "
+                       f"{self._num_shards} shards). Retry later, add shards (increase_shards) or use auto_grow")
                 raise Contention(
-                    f"counter {self}: the increment by {amount}{together} was NOT counted; "
-                    f"it conflicted on all {attempts} attempts (over {self._num_shards} shards). "
-                    f"Retry later, add shards (increase_shards) or use auto_grow. Last: {exc}",
+                    f"counter {self}: the increment by {amount}{together} was NOT counted; {why}. Last: {exc}",
                     attempts=attempts,
                 ) from exc
 

@@ -78,6 +78,8 @@ def test_limits_and_cursors_page_through_metadata(gw):
     "SELECT * FROM __kind__ ORDER BY __key__ DESC",
     "SELECT * FROM __kind__ WHERE kind_name = 'Book'",
     "SELECT DISTINCT __key__ FROM __namespace__",
+    # an OR inside an AND (the check looked only at the top of the filter, and matched every leaf as AND)
+    "SELECT * FROM __kind__ WHERE __key__ > KEY(__kind__, 'A') AND (__key__ = KEY(__kind__, 'Author') OR __key__ = KEY(__kind__, 'Book'))",
 ])
 def test_what_a_metadata_query_cannot_do_is_refused(gw, gql):
     with pytest.raises(BadValueError, match="metadata query"):

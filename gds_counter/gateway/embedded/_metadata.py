@@ -30,9 +30,9 @@ from typing import Any
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.embedded._encoding import cursor_owner, decode_cursor, encode_cursor, key_bytes
 from gds_counter.gateway.embedded._planner import RANGE_OPS
-from gds_counter.gateway.embedded._refusals import leaves_of
+from gds_counter.gateway.embedded._refusals import composites, leaves_of
 from gds_counter.gateway.keys import Key
-from gds_counter.gateway.query import KEY_PROPERTY, Query
+from gds_counter.gateway.query import KEY_PROPERTY, PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 
 __all__ = ["metadata_batch", "metadata_entities"]
@@ -80,14 +80,17 @@ def _check(query: Query) -> None:
     elif any(o.name != KEY_PROPERTY or o.descending for o in query.order):
         why = "they sort only by __key__ ascending"
     elif query.filter is not None:
-        for leaf in leaves_of(query.filter):
-            allowed = leaf.op in RANGE_OPS or leaf.op == "=" or (leaf.op == "HAS_ANCESTOR" and query.kind == "__property__")
-            if leaf.name != KEY_PROPERTY or not allowed or not isinstance(leaf.value, Key):
-                why = "they filter only by ranges of __key__ (and a property query by an ancestor __kind__ key)"
-            elif getattr(query.filter, "op", "AND") == "OR":
-                why = "they take no OR"
+        if any(c.op == "OR" for c in composites(query.filter)):  # (anywhere: _matches reads every leaf as AND)
+            why = "they take no OR"
+        elif not all(_key_range(leaf, query.kind) for leaf in leaves_of(query.filter)):
+            why = "they filter only by ranges of __key__ (and a property query by an ancestor __kind__ key)"
     if why:
         raise BadValueError(f"a {query.kind} metadata query cannot do that: {why}")
+
+
+def _key_range(leaf: PropertyFilter, kind: str | None) -> bool:
+    allowed = leaf.op in RANGE_OPS or leaf.op == "=" or (leaf.op == "HAS_ANCESTOR" and kind == "__property__")
+    return leaf.name == KEY_PROPERTY and allowed and isinstance(leaf.value, Key)
 
 
 def _matches(key: Any, query: Query) -> bool:

@@ -56,6 +56,8 @@ class locked:
         self._pending: BaseException | None = None
 
     def __enter__(self) -> None:
+        # Inline, not shared with ``own_again``: an interrupt as a helper's
+        # call returned would leave the lock taken and the block skipped.
         while True:
             try:
                 self._lock.acquire()

@@ -25,6 +25,8 @@ MISSING: Any = object()
 
 def parse(path: str) -> list[str]:
     """The members of ``path``: split at dots outside backticks."""
+    if "." not in path and "`" not in path:
+        return [path]  # a plain name (a counter's every write: "target", "count")
     members: list[str] = []
     current: list[str] = []
     quoted = False

@@ -68,7 +68,7 @@ def _joiners_error(error: BaseException) -> BaseException:
         return clone
     return CommitUnknown(
         f"this amount was committed together with others by another caller, whose write ended in "
-        f"{type(error).__name__}: {error}; it may or may not have been counted"
+        f"{type(error).__name__}{': ' + str(error) if str(error) else ''}; it may or may not have been counted"
     )
 
 

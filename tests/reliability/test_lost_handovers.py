@@ -27,7 +27,7 @@ from gds_counter.errors import Contention
 from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway._rounds import Gate
 from gds_counter.gateway.embedded import EmbeddedGateway
-from gds_counter.gateway.embedded._connections import ConnectionPool
+from gds_counter.gateway.embedded._connections import ConnectionPool, HeldLease
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Upsert
 from gds_counter.gateway.values import RawEntity
@@ -130,6 +130,59 @@ def test_a_connection_lent_through_a_lease_that_never_exited_is_taken_back(small
     assert not conn.in_transaction
     assert "taken back" in caplog.text
     assert small_pool._count == len(small_pool._idle) == 1 and not small_pool._lent
+
+
+def test_an_interrupt_after_the_connection_was_lent_gives_it_back_though_its_traceback_lives_on(small_pool, monkeypatch):
+    """An interrupt inside ``with pool.connection():`` once the connection
+    was lent, before the block began: the exit never runs, and a REPL
+    keeps the traceback (``sys.last_traceback``), so the lease lives on.
+    The connection must still come back at once, not at the next caller's
+    deadline (a memory gateway has one connection: every later call would
+    fail)."""
+    small_pool._reclaimed = 1  # the entry then logs, after the connection was lent
+
+    def interrupted() -> None:
+        raise Injected()
+
+    monkeypatch.setattr(small_pool, "_log_reclaimed", interrupted)
+    with pytest.raises(Injected) as kept:
+        borrow(small_pool)
+    monkeypatch.undo()
+    assert kept.value.__traceback__ is not None  # (what a REPL keeps)
+    assert not small_pool._lent
+    token = deadlines.limit(time.monotonic() + 2.0)
+    try:
+        borrow(small_pool)  # Contention at the deadline if the connection stayed lent
+    finally:
+        deadlines.restore(token)
+
+
+def test_a_transactions_call_interrupted_once_its_connection_was_lent_gives_it_back(tmp_path, monkeypatch):
+    """The same window in a transaction's call (``HeldLease``): its next
+    call on the same connection must not wait for the interrupted one."""
+    pool = ConnectionPool(str(tmp_path / "held.db"), size=2)
+    owner = Injected()  # (any object a weak reference can name: the transaction)
+    conn = pool.hold(owner)
+    lend = HeldLease._lend
+
+    def lent_then_interrupted(self: HeldLease, *args: Any) -> Any:
+        lend(self, *args)
+        raise Injected()
+
+    monkeypatch.setattr(HeldLease, "_lend", lent_then_interrupted)
+    with pytest.raises(Injected) as kept:
+        with HeldLease(pool, conn):
+            pass
+    monkeypatch.undo()
+    assert kept.value.__traceback__ is not None
+
+    def next_call() -> None:
+        with HeldLease(pool, conn):
+            pass
+
+    assert finishes(next_call), "the transaction's next call waited for a connection lent to no one"
+    pool.unhold(conn)
+    pool.close()
 
 
 def test_a_live_lease_keeps_its_connection(small_pool):

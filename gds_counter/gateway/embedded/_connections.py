@@ -513,6 +513,9 @@ class HeldLease:
             return self._lend(pool, conn)
         except BaseException:
             release_if_held(pool._lock)  # (as in Lease.__enter__)
+            lent = pool._lent.get(conn)
+            if lent is not None and lent[1]() is self:  # lent, then interrupted as ``_lend`` returned
+                self._give_back()
             raise
 
     def _lend(self, pool: ConnectionPool, conn: Connection) -> Connection:
@@ -528,6 +531,11 @@ class HeldLease:
                 return conn
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._give_back()
+        if isinstance(exc, sqlite3.Error):
+            raise translate(exc, self._pool.where) from exc
+
+    def _give_back(self) -> None:
         pool = self._pool
         try:
             with locked(pool._lock):
@@ -536,8 +544,6 @@ class HeldLease:
                     pool._cond.notify_all()
         finally:
             release_if_held(pool._lock)  # (as in Lease.__enter__)
-        if isinstance(exc, sqlite3.Error):
-            raise translate(exc, pool.where) from exc
 
 
 class Lease:
@@ -552,9 +558,16 @@ class Lease:
         # ``_acquire`` records the connection here before it returns: an
         # interrupt as it returns (where a signal's handler runs) would
         # otherwise leave the connection lent to no one, for good.
+        # Everything after it runs inside the ``try`` too: an interrupt
+        # there skips ``__exit__``, and the traceback it leaves (kept by a
+        # REPL as ``sys.last_traceback``) keeps this lease alive, so
+        # ``_reclaim_lost`` would never take the connection back.
         self._conn: Connection | None = None
         try:
             conn = self._pool._acquire(into=self)
+            if self._pool._reclaimed:
+                self._pool._log_reclaimed()
+            return conn
         except BaseException:
             # An interrupt that lands as a ``with pool._lock`` is entered can
             # leave the lock held (bpo-29988); nothing outside the pool holds it.
@@ -562,9 +575,6 @@ class Lease:
             if self._conn is not None:
                 _surely_release(self._pool, self._conn)
             raise
-        if self._pool._reclaimed:
-            self._pool._log_reclaimed()
-        return conn
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if self._conn is not None:

@@ -761,12 +761,42 @@ def test_a_read_only_open_of_a_file_without_the_tables_names_it(tmp_path):
 def test_a_cursor_issued_before_cursors_named_their_query_is_still_read(gw):
     """Cursors of the first format (GDSC1: the position alone, as a user may
     have kept one in a URL) still continue their query."""
-    from gds_counter.gateway.embedded._encoding import decode_cursor, key_bytes
+    from gds_counter.gateway.embedded._cursors import decode_cursor
+    from gds_counter.gateway.embedded._encoding import key_bytes
 
     put(gw, *(RawEntity(Key.of("C", f"c{i}"), {"n": i}) for i in range(4)))
     first = gw.run_query(Query("C", limit=2))
-    assert first.end_cursor is not None and first.end_cursor.startswith(b"GDSC2")
+    assert first.end_cursor is not None and first.end_cursor.startswith(b"GDSC3")
     position = key_bytes(Key.of("C", "c1"))  # a key-ordered query's row: its key
     old = b"GDSC1" + len(position).to_bytes(4, "big") + position
     assert decode_cursor(old, 1, b"any owner") == (position,)
     assert names(gw.run_query(Query("C", start_cursor=old)).entities) == ["c2", "c3"]
+
+
+def test_a_cursor_is_a_point_another_query_of_the_kind_continues_from(gw):
+    """As the Firestore emulator answers (measured: docs/gql.md): the page
+    of ORDER BY n ending at n = 1, read by ORDER BY n DESC, starts at n = 1;
+    as its end cursor, it stops before n = 1."""
+    put(gw, *(RawEntity(Key.of("C", f"c{i}"), {"n": i}) for i in range(5)))
+    cursor = gw.run_query(Query("C", order=(Order("n"),), limit=2)).end_cursor
+    descending = Query("C", order=(Order("n", True),))
+    assert names(gw.run_query(descending.replace(start_cursor=cursor)).entities) == ["c1", "c0"]
+    assert names(gw.run_query(descending.replace(end_cursor=cursor)).entities) == ["c4", "c3", "c2"]
+    assert names(gw.run_query(Query("C", order=(Order("n"),), projection=("n",), start_cursor=cursor)).entities) == [
+        "c2", "c3", "c4",
+    ]
+
+
+def test_a_cursor_is_refused_where_datastore_refuses_it(gw):
+    put(gw, *(RawEntity(Key.of(kind, f"c{i}"), {"n": i, "x": -i}) for kind in ("C", "D") for i in range(4)))
+    by_n_then_x = gw.run_query(Query("C", order=(Order("n"), Order("x")), limit=2)).end_cursor
+    with pytest.raises(BadValueError, match="does not match"):  # more values than the query sorts by
+        gw.run_query(Query("C", order=(Order("n"),), start_cursor=by_n_then_x))
+    with pytest.raises(BadValueError, match="kind 'C', not the query's 'D'"):
+        gw.run_query(Query("D", order=(Order("n"),), start_cursor=by_n_then_x))
+    key_first = Query("C", order=(Order("__key__"), Order("n")), limit=2)
+    with pytest.raises(BadValueError, match="sorted by __key__ before another property"):
+        gw.run_query(key_first.replace(start_cursor=gw.run_query(key_first).end_cursor))
+    damaged = by_n_then_x[:-3]
+    with pytest.raises(BadValueError):
+        gw.run_query(Query("C", order=(Order("n"), Order("x")), start_cursor=damaged))

@@ -34,7 +34,6 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import functools
-import hashlib
 import json
 import math
 import struct
@@ -291,48 +290,3 @@ def load_indexed(text: str, key: Key | None = None) -> tuple[RawEntity, Index | 
         return _entity_from_json(json.loads(text), key), None
     stored_key, properties, unindexed, index = decoded
     return RawEntity(key if key is not None else stored_key, dict(properties), unindexed), index
-
-
-# --- cursors ----------------------------------------------------------------
-#
-# A cursor is a result row's position (see _planner.Plan): its sortable
-# encodings, length-prefixed behind a magic tag and the digest of what the
-# position means (the kind, the namespace, the sort orders with their
-# directions, the row's properties), so that a cursor from another gateway
-# or another query is refused, not misread. (The Firestore emulator reads
-# its cursors as points and continues another query's order from them; the
-# embedded engine refuses: docs/gql.md, deliberate differences.) Cursors
-# issued before the digest (GDSC1) are still read, unchecked, as they were.
-
-_CURSOR_MAGIC, _CURSOR_V2 = b"GDSC1", b"GDSC2"
-
-
-def cursor_owner(kind: str | None, namespace: str, orders: Iterable[Any], row_properties: Iterable[str]) -> bytes:
-    """What a cursor's position means, as 8 bytes: see above."""
-    shape = repr((kind, namespace, [(o.name, o.descending) for o in orders], list(row_properties)))
-    return hashlib.blake2b(shape.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-
-
-def encode_cursor(position: tuple[bytes, ...], owner: bytes) -> bytes:
-    return _CURSOR_V2 + owner + b"".join(len(part).to_bytes(4, "big") + part for part in position)
-
-
-def decode_cursor(cursor: bytes, size: int, owner: bytes) -> tuple[bytes, ...]:
-    if not isinstance(cursor, bytes) or not cursor.startswith((_CURSOR_MAGIC, _CURSOR_V2)):
-        raise BadValueError(f"cursor {cursor!r} was not issued by the embedded gateway")
-    at = len(_CURSOR_MAGIC)
-    if cursor.startswith(_CURSOR_V2):
-        if cursor[at : at + len(owner)] != owner:
-            raise BadValueError(
-                "cursor belongs to another query (another kind, namespace, sort order or direction, or projection); "
-                "the embedded engine continues a cursor only in the query that issued it"
-            )
-        at += len(owner)
-    parts: list[bytes] = []
-    while at < len(cursor):
-        length = int.from_bytes(cursor[at : at + 4], "big")
-        parts.append(cursor[at + 4 : at + 4 + length])
-        at += 4 + length
-    if at != len(cursor) or len(parts) != size:
-        raise BadValueError("cursor does not belong to this query (different sort orders or projection)")
-    return tuple(parts)

@@ -25,14 +25,8 @@ from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
-from gds_counter.gateway.embedded._encoding import (
-    cursor_owner,
-    decode_cursor,
-    encode_cursor,
-    key_bytes,
-    load_entity,
-    load_indexed,
-)
+from gds_counter.gateway.embedded._cursors import Point, cursor_owner, encode_cursor, read_cursor
+from gds_counter.gateway.embedded._encoding import key_bytes, load_entity, load_indexed
 from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, Batch, GroupCommit, Request
 from gds_counter.gateway.embedded._metadata import metadata_batch
 from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter
@@ -86,7 +80,7 @@ __all__ = ["BATCH_SIZE", "BUSY_TIMEOUT_S", "CAPABILITIES", "EmbeddedGateway"]
 
 
 def _owner(query: Query, plan: Plan) -> bytes:
-    """Whose a cursor is (``_encoding.cursor_owner``)."""
+    """Whose a cursor is (``_cursors.cursor_owner``)."""
     return cursor_owner(query.kind, query.namespace, plan.orders, plan.row_properties)
 
 
@@ -243,7 +237,11 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         return QueryResult(tuple(r.entity for r in batch), self._cursor(query, last), more)
 
     def _cursor(self, query: Query, last: tuple[bytes, ...] | None) -> bytes | None:
-        return encode_cursor(last, _owner(query, self._compiled(query).plan)) if last is not None else None
+        """The cursor after ``last``; with no row read, the one the query began at."""
+        if last is None:
+            return query.start_cursor
+        plan = self._compiled(query).plan
+        return encode_cursor(last, _owner(query, plan), plan)
 
     def _read_batch(self, query: Query) -> _Batch:
         with self._db() as conn:
@@ -254,18 +252,20 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         read (offset included) and whether there are more."""
         compiled = self._compiled(query)
         plan = compiled.plan
-        owner = _owner(query, plan)
-        start = decode_cursor(query.start_cursor, plan.width, owner) if query.start_cursor else None
-        end = decode_cursor(query.end_cursor, plan.width, owner) if query.end_cursor else None
+        start = self._bound(query, query.start_cursor, plan)
+        end = self._bound(query, query.end_cursor, plan)
         wanted = BATCH_SIZE if query.limit is None else min(query.limit, BATCH_SIZE)
         batch: list[Row] = []
-        last = start
+        last = None
         more = False
         rows = self._rows(conn, query, compiled, start)
         try:
             skip = query.offset
             for row in rows:
-                if end is not None and row.position > end:
+                if isinstance(end, Point):
+                    if not end.admits_until(plan, row.position):
+                        break
+                elif end is not None and row.position > end:
                     break
                 if len(batch) == wanted:
                     more = query.limit is None or query.limit > wanted
@@ -278,6 +278,17 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         finally:
             rows.close()
         return batch, last, more
+
+    @staticmethod
+    def _bound(query: Query, cursor: bytes | None, plan: Plan) -> tuple[bytes, ...] | Point | None:
+        """A cursor given to ``query``: a position in it, or a point (``_cursors``)."""
+        if cursor is None:
+            return None
+        found = read_cursor(cursor, plan.width, _owner(query, plan))
+        if isinstance(found, Point):
+            found.check(query)
+            found.bound(plan)  # refused now if it cannot be read in this query's order
+        return found
 
     def explain_query(self, query: Query) -> str:
         """SQLite's plan for the SQL a query runs, so a workshop (and the
@@ -306,13 +317,22 @@ class EmbeddedGateway(BaseGateway[Transaction]):
             self._compiled_queries[shape] = found
         return found
 
-    def _rows(self, conn: sqlite3.Connection, query: Query, compiled: _Compiled, start: tuple[bytes, ...] | None) -> Generator[Row, None, None]:
+    def _rows(
+        self, conn: sqlite3.Connection, query: Query, compiled: _Compiled, start: tuple[bytes, ...] | Point | None,
+    ) -> Generator[Row, None, None]:
         """Result rows after ``start`` in sort order. Key-ordered queries
         stream from SQLite and stop at the batch; other orders sort all the
         (index-narrowed) candidates for every batch, which is fine for
         filtered queries but makes following every batch of a large kind
-        sorted by a property quadratic."""
+        sorted by a property quadratic. A point (another query's cursor)
+        is checked on each row: SQL seeks only to a position of this query."""
         plan, matches, streams, keyed = compiled.plan, compiled.matches, compiled.plan.streams, compiled.plan.key_width is not None
+        if isinstance(start, Point):
+            point = start
+            for row in self._rows(conn, query, compiled, None):
+                if point.admits_from(plan, row.position):
+                    yield row
+            return
         sql, params = (compiled.sql, compiled.params) if start is None else candidate_sql(query, plan, start)
         cursor = conn.execute(sql, params)
         examined = 0

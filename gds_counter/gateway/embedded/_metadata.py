@@ -28,7 +28,8 @@ import sqlite3
 from typing import Any
 
 from gds_counter.errors import BadValueError
-from gds_counter.gateway.embedded._encoding import cursor_owner, decode_cursor, encode_cursor, key_bytes
+from gds_counter.gateway.embedded._cursors import cursor_owner, decode_cursor, encode_cursor
+from gds_counter.gateway.embedded._encoding import key_bytes
 from gds_counter.gateway.embedded._planner import RANGE_OPS
 from gds_counter.gateway.embedded._refusals import composites, leaves_of
 from gds_counter.gateway.keys import Key

@@ -1,0 +1,282 @@
+"""Cursors of the embedded engine: a position in its own query, and a point
+any query of the same kind and namespace can continue from.
+
+A result row's position (``_planner.Plan``) sorts the rows and continues
+the query that issued it exactly, also past rows that share every sort
+value. Datastore's cursor is more than that: the Firestore emulator reads a
+cursor as a point in index order, the sort values of the last row and its
+key, and continues *another* query of the same kind and namespace from it
+(measured, docs/gql.md):
+
+* the point's values meet the other query's sort orders one by one, and its
+  key meets the key (or, when it has fewer values than the query has sort
+  orders, the next sort order's value, where a key sorts above numbers,
+  strings and the rest);
+* a point has a side, after the row (a query scanning its index forward
+  ended there) or before it (one scanning backward, its first order
+  descending, ended there); read by a query that scans the other way, the
+  row itself comes first: ``ORDER BY n``'s cursor after ``n = 1`` on
+  ``ORDER BY n DESC`` gives ``n = 1`` and then ``n = 0``;
+* a point with more values than the other query has sort orders, or from
+  another kind or namespace, is refused.
+
+So a cursor (``GDSC3``) carries both: the digest of the query that issued
+it with its exact position, and the point. Cursors of the earlier formats
+(``GDSC2``: digest and position; ``GDSC1``: the position alone) continue
+only their own query.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Iterable
+
+from gds_counter.errors import BadValueError
+from gds_counter.gateway.embedded._encoding import descending
+from gds_counter.gateway.embedded._planner import Plan
+from gds_counter.gateway.query import KEY_PROPERTY, Query
+
+__all__ = ["Point", "cursor_owner", "decode_cursor", "encode_cursor", "read_cursor"]
+
+_V1, _V2, _V3 = b"GDSC1", b"GDSC2", b"GDSC3"
+#: The side of a point from a query whose key is an index value (see ``_keyed``).
+_KEYED = b"!"
+_OWNER_SIZE = 8
+#: A key as a sort value (``_encoding.sortable``'s tag for keys).
+_KEY_TAG = b"\x70"
+
+
+def cursor_owner(kind: str | None, namespace: str, orders: Iterable[Any], row_properties: Iterable[str]) -> bytes:
+    """What a position means, as 8 bytes: the kind, the namespace, the sort
+    orders with their directions, the row's properties."""
+    shape = repr((kind, namespace, [(o.name, o.descending) for o in orders], list(row_properties)))
+    return hashlib.blake2b(shape.encode("utf-8", "surrogatepass"), digest_size=_OWNER_SIZE).digest()
+
+
+def _parts(data: bytes, at: int) -> list[bytes] | None:
+    parts: list[bytes] = []
+    while at < len(data):
+        length = int.from_bytes(data[at : at + 4], "big")
+        parts.append(data[at + 4 : at + 4 + length])
+        at += 4 + length
+    return parts if at == len(data) else None
+
+
+def _joined(parts: Iterable[bytes]) -> bytes:
+    return b"".join(len(part).to_bytes(4, "big") + part for part in parts)
+
+
+def _columns(plan: Plan) -> int:
+    """How many of the plan's sort orders are index values: all but a last
+    order by key, which is the index's own key."""
+    orders = plan.orders
+    return len(orders) - 1 if orders and orders[-1].name == KEY_PROPERTY else len(orders)
+
+
+def _key_at(plan: Plan) -> int:
+    """Where a row's position holds the index's key (in its direction)."""
+    columns = _columns(plan)
+    return columns if columns < len(plan.orders) else len(plan.orders)
+
+
+def _key_descending(plan: Plan) -> bool:
+    if _columns(plan) < len(plan.orders):
+        return plan.orders[-1].descending
+    return plan.key_descending
+
+
+def _scans_backward(plan: Plan) -> bool:
+    return bool(plan.orders) and plan.orders[0].descending
+
+
+def _as_value(encoded_key: bytes, desc: bool) -> bytes:
+    """A key sort order's component (raw key bytes) as an index value."""
+    plain = descending(encoded_key) if desc else encoded_key
+    value = _KEY_TAG + plain
+    return descending(value) if desc else value
+
+
+def _keyed(plan: Plan) -> bool:
+    """Whether a sort order by key comes before another (the key is then an
+    index value, and Datastore continues no cursor of such a query)."""
+    return any(order.name == KEY_PROPERTY for order in plan.orders[: _columns(plan)])
+
+
+def encode_cursor(position: tuple[bytes, ...], owner: bytes, plan: Plan | None = None) -> bytes:
+    """The cursor after ``position``: its own query's (``owner``) and, given
+    the ``plan`` that made it, the point too (see the module's notes)."""
+    if plan is None:
+        return _V2 + owner + _joined(position)
+    if _keyed(plan):
+        side, values = _KEYED, []
+    else:
+        side = b"<" if _scans_backward(plan) else b">"  # before the row or after it, in index order
+        values = [descending(position[at]) if plan.orders[at].descending else position[at] for at in range(_columns(plan))]
+    key = position[_key_at(plan)]
+    key = descending(key) if _key_descending(plan) else key
+    return _V3 + owner + _joined([side, *values, key]) + b"|" + _joined(position)
+
+
+def decode_cursor(cursor: bytes, size: int, owner: bytes) -> tuple[bytes, ...]:
+    """The position of a cursor that ``owner``'s query issued (of ``size``
+    parts); ``BadValueError`` for any other."""
+    found = read_cursor(cursor, size, owner)
+    if isinstance(found, Point):
+        raise BadValueError(
+            "cursor belongs to another query (another kind, namespace, sort order or direction, or projection)"
+        )
+    return found
+
+
+class Point:
+    """A cursor read by a query other than the one that issued it."""
+
+    __slots__ = ("side", "values", "key", "_bound")
+
+    def __init__(self, side: bytes, values: list[bytes], key: bytes) -> None:
+        self.side, self.values, self.key = side, values, key
+        self._bound: tuple[tuple[bytes, ...], bool] | None = None
+
+    def check(self, query: Query) -> None:
+        """Refuse a point from another namespace or kind, as Datastore does."""
+        namespace, kind = key_place(self.key)
+        if namespace != query.namespace:
+            raise BadValueError(
+                f"cursor's position is in namespace {namespace!r}, not the query's {query.namespace!r}"
+            )
+        if query.kind is not None and kind != query.kind:
+            raise BadValueError(f"cursor's position is of kind {kind!r}, not the query's {query.kind!r}")
+
+    def bound(self, plan: Plan) -> tuple[tuple[bytes, ...], bool]:
+        """The point as a prefix of ``plan``'s row positions (index values,
+        then the key), and whether it lies after the rows equal to it, in
+        the plan's row order."""
+        if self._bound is None:
+            columns = _columns(plan)
+            if len(self.values) > columns:
+                raise BadValueError(
+                    f"cursor does not match the query: its position has {len(self.values)} sort value(s), "
+                    f"the query sorts by {columns} value(s) before the key"
+                )
+            if len(self.values) == columns and _keyed(plan):
+                raise BadValueError(
+                    "cursor does not match the query: the query sorts by __key__ before a property, and the "
+                    "cursor's position has a value for each of its sort orders"
+                )
+            prefix = [descending(v) if plan.orders[at].descending else v for at, v in enumerate(self.values)]
+            after = (self.side == b">") != _scans_backward(plan)
+            if len(self.values) < columns:
+                # The point names the rows whose first values are its own:
+                # a point after them lies after all of them, one before them
+                # before all of them (as a Firestore cursor with fewer values
+                # than sort orders).
+                prefix.append(b"\xff" if after else b"")
+            else:
+                prefix.append(descending(self.key) if _key_descending(plan) else self.key)
+            self._bound = (tuple(prefix), after)
+        return self._bound
+
+    def admits_from(self, plan: Plan, position: tuple[bytes, ...]) -> bool:
+        """Whether a row at ``position`` comes after this point (a start cursor)."""
+        prefix, after = self.bound(plan)
+        mine = _row_prefix(plan, position, len(prefix))
+        return mine > prefix or (mine == prefix and not after)
+
+    def admits_until(self, plan: Plan, position: tuple[bytes, ...]) -> bool:
+        """Whether a row at ``position`` comes before this point (an end cursor)."""
+        prefix, after = self.bound(plan)
+        mine = _row_prefix(plan, position, len(prefix))
+        return mine < prefix or (mine == prefix and after)
+
+
+def _row_prefix(plan: Plan, position: tuple[bytes, ...], size: int) -> tuple[bytes, ...]:
+    """A row's index values then its key, cut to ``size``, in its plan's
+    order (a sort order by key among the values as a key value)."""
+    columns = _columns(plan)
+    out = []
+    for at in range(min(size, columns)):
+        order = plan.orders[at]
+        out.append(_as_value(position[at], order.descending) if order.name == KEY_PROPERTY else position[at])
+    if size > columns:
+        out.append(position[_key_at(plan)])
+    return tuple(out)
+
+
+def read_cursor(cursor: bytes, size: int, owner: bytes) -> tuple[bytes, ...] | Point:
+    """A cursor given to the query ``owner`` names (rows of ``size`` parts):
+    its exact position when that query issued it, else its point."""
+    if not isinstance(cursor, bytes) or not cursor.startswith((_V1, _V2, _V3)):
+        raise BadValueError(f"cursor {cursor!r} was not issued by the embedded gateway")
+    at = len(_V1)
+    position: list[bytes] | None
+    if cursor.startswith(_V1):
+        position = _parts(cursor, at)
+    else:
+        issued_by = cursor[at : at + _OWNER_SIZE]
+        at += _OWNER_SIZE
+        point = None
+        if cursor.startswith(_V3):
+            end = _point_end(cursor, at)
+            point = _parts(cursor[:end], at) if end is not None else None
+            if end is None or not point or point[0] not in (b"<", b">", _KEYED) or len(point) < 2:
+                raise BadValueError(f"cursor {cursor!r} is damaged")
+            if point[0] == _KEYED:
+                raise BadValueError(
+                    "a cursor of a query sorted by __key__ before another property (or projecting a property "
+                    "it does not sort by first) cannot be continued: Datastore refuses it (index data should "
+                    "not include primary key); sort by __key__ last"
+                )
+            at = end + 1
+        if issued_by != owner:
+            if point is None:
+                raise BadValueError(
+                    "cursor belongs to another query (another kind, namespace, sort order or direction, or "
+                    "projection), and was issued before cursors carried their point; continue it in its own query"
+                )
+            return Point(point[0], point[1:-1], point[-1])
+        position = _parts(cursor, at)
+    if position is None or len(position) != size:
+        raise BadValueError("cursor does not belong to this query (different sort orders or projection)")
+    return tuple(position)
+
+
+def _point_end(cursor: bytes, at: int) -> int | None:
+    """Where the point's parts end (at the ``|`` before the position)."""
+    while at < len(cursor):
+        if cursor[at : at + 1] == b"|":
+            return at
+        at += 4 + int.from_bytes(cursor[at : at + 4], "big")
+    return None
+
+
+def key_place(encoded: bytes) -> tuple[str, str]:
+    """The namespace and the kind of the key ``encoded`` (``_encoding.key_bytes``)."""
+    texts: list[str] = []
+    at = 0
+    kind = ""
+
+    def text() -> str:
+        nonlocal at
+        end = at
+        while not (encoded[end : end + 2] == b"\x00\x01"):
+            end += 2 if encoded[end : end + 1] == b"\x00" else 1
+            if end >= len(encoded):
+                raise BadValueError("cursor's key is damaged")
+        raw = encoded[at:end].replace(b"\x00\xff", b"\x00")
+        at = end + 2
+        try:
+            return raw.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            raise BadValueError("cursor's key is damaged") from None
+
+    texts.append(text())
+    while at < len(encoded) and encoded[at : at + 1] == b"\x02":
+        at += 1
+        kind = text()
+        tag = encoded[at : at + 1]
+        at += 1
+        if tag == b"\x01":
+            at += 8 if encoded[at : at + 8] != bytes(8) else 16
+        elif tag == b"\x02":
+            text()
+    return texts[0], kind

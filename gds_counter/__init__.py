@@ -16,6 +16,7 @@ from gds_counter.counter import (  # noqa: E402
     get_counts,
 )
 from gds_counter.errors import (  # noqa: E402
+    AlreadyExists,
     BadKeyError,
     BadValueError,
     CommitUnknown,
@@ -25,6 +26,7 @@ from gds_counter.errors import (  # noqa: E402
     GatewayError,
     GDSError,
     GQLError,
+    NotFound,
     SchemaError,
     TotalUnavailable,
     TransformsIgnored,
@@ -45,6 +47,7 @@ __all__ = [
     "NDB_GENERAL",
     "PHP_ARTICLE",
     "get_counts",
+    "AlreadyExists",
     "BadKeyError",
     "BadValueError",
     "CommitUnknown",
@@ -57,6 +60,7 @@ __all__ = [
     "Geopoint",
     "GQLError",
     "Key",
+    "NotFound",
     "PropertyType",
     "RetryPolicy",
     "Schema",

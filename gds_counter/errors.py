@@ -64,6 +64,19 @@ class Contention(GDSError):
         self.attempts = attempts
 
 
+class AlreadyExists(GDSError):
+    """An insert named an entity that exists (Datastore's ALREADY_EXISTS):
+    that entity was not written. Nor was anything else of a transaction;
+    a commit without one keeps the mutations before the one that failed
+    (Datastore applies it in order and stops there)."""
+
+
+class NotFound(GDSError):
+    """An update named an entity that does not exist (Datastore's
+    NOT_FOUND): nothing was written for it. Nor was anything else of a
+    transaction; a commit without one keeps the mutations before it."""
+
+
 class GatewayError(GDSError):
     """Storage failed for a reason that is neither contention nor bad input."""
 

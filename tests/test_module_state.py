@@ -21,7 +21,7 @@ REGISTRIES = {
 OTHER_STATE = {
     ("gateway/_forks.py", "_LOCK"): "the fork registry's lock, held across a fork",
     ("gateway/_forks.py", "_FORKING"): "the members of the fork in progress (empty between forks)",
-    ("gateway/embedded/_connections.py", "_ABANDONED"): (
+    ("gateway/embedded/_files.py", "ABANDONED"): (
         "connections a forked child inherited: kept for ever, since closing one (even when its gateway is "
         "collected) would release the parent's SQLite locks"
     ),

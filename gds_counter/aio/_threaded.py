@@ -114,6 +114,9 @@ class ThreadedGateway:
     async def allocate_ids(self, keys: Sequence[Key]) -> list[Key]:
         return await self._in_pool(self.blocking.allocate_ids, keys)
 
+    async def reserve_ids(self, keys: Sequence[Key]) -> None:
+        await self._in_pool(self.blocking.reserve_ids, keys)
+
     async def close(self) -> None:
         """End the pool (after the calls in it) and, if owned, the gateway."""
         await asyncio.get_running_loop().run_in_executor(None, self._close_now)

@@ -17,7 +17,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterable, Sequence, 
 from gds_counter.aio._gateway import AsyncGateway, resolve_gateway
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import Mutation
+from gds_counter.gateway.mutations import Insert, Mutation, Update
 from gds_counter.gateway.query import AggregationQuery, Query
 from gds_counter.gds._store_core import StoreCore
 from gds_counter.gds.entity import Entity
@@ -88,6 +88,14 @@ class Store(StoreCore):
         """Write entities (checked before anything is sent); allocated ids
         are written back to them."""
         await self._run(self._upsert(entities))
+
+    async def insert(self, entities: Entity | Iterable[Entity]) -> None:
+        """``upsert`` of entities that must not exist (``gds_counter.Store.insert``)."""
+        await self._run(self._upsert(entities, Insert))
+
+    async def update(self, entities: Entity | Iterable[Entity]) -> None:
+        """``upsert`` of entities that must exist (``gds_counter.Store.update``)."""
+        await self._run(self._upsert(entities, Update))
 
     async def increment(self, entity: Entity, name: str, amount: int | float = 1) -> int | float:
         """Add ``amount`` to ``name`` on the server (a transform, no read)

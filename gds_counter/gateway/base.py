@@ -35,9 +35,8 @@ from gds_counter._checks import check_int, check_text
 from gds_counter.errors import BadKeyError, BadValueError, GatewayError, Unavailable
 from gds_counter.gateway import plan
 from gds_counter.gateway._aggregation import aggregate_rows, billed_reads, check_aggregation
-from gds_counter.gateway._paths import check_path
 from gds_counter.gateway.capabilities import Capabilities
-from gds_counter.gateway.keys import Key
+from gds_counter.gateway.keys import Key, require_complete
 from gds_counter.gateway.mutations import (
     MAX_MUTATIONS_PER_COMMIT,
     CommitResult,
@@ -46,6 +45,7 @@ from gds_counter.gateway.mutations import (
     Mutation,
     MutationResult,
     Upsert,
+    check_commit,
 )
 from gds_counter.gateway.query import (
     Aggregation,
@@ -57,7 +57,7 @@ from gds_counter.gateway.query import (
     check_query,
 )
 from gds_counter.gateway.stats import Stats
-from gds_counter.gateway.values import RawEntity, validate_entity
+from gds_counter.gateway.values import RawEntity
 
 __all__ = ["MAX_KEYS_PER_LOOKUP", "BaseGateway", "Gateway", "is_gateway"]
 
@@ -130,10 +130,13 @@ class Gateway(Protocol):
 
     def allocate_ids(self, keys: Sequence[Key]) -> list[Key]: ...
 
+    def reserve_ids(self, keys: Sequence[Key]) -> None: ...
+
     def close(self) -> None: ...
 
 
-_MEMBERS = tuple(name for name in dir(Gateway) if not name.startswith("_")) + ("stats", "namespace")
+#: What makes a gateway (``reserve_ids`` is optional: gateways written before it still are ones).
+_MEMBERS = tuple(name for name in dir(Gateway) if not name.startswith("_") and name != "reserve_ids") + ("stats", "namespace")
 
 
 def is_gateway(candidate: object) -> TypeIs[Gateway]:
@@ -289,28 +292,18 @@ class GatewayRules(Generic[T]):
             out += yield from _hook("_allocate_ids", keys[start : start + MAX_MUTATIONS_PER_COMMIT])
         return out
 
+    def _plan_reserve_ids(self, keys: Sequence[Key]) -> plan.Plan[None]:
+        keys = list(keys)
+        for key in keys:
+            if not isinstance(key, Key) or key.is_partial or key.id is None or key.id < 1:
+                # (the Firestore emulator fails with UNKNOWN on a negative id: no allocator hands one out)
+                raise BadKeyError(f"reserve_ids needs complete keys with positive numeric ids, got {key!r}")
+        for start in range(0, len(keys), MAX_MUTATIONS_PER_COMMIT):
+            yield from _hook("_reserve_ids", keys[start : start + MAX_MUTATIONS_PER_COMMIT])
+
     def _plan_commit(self, mutations: Sequence[Mutation], transaction: bytes | None) -> plan.Plan[CommitResult]:
         mutations = list(mutations)
-        for mutation in mutations:
-            check_mutation(mutation)
-        if transaction is None:
-            # Without a transaction, one complete key named twice (two
-            # upserts, an upsert and a delete) is refused before anything is
-            # written, as both emulators and Cloud Datastore refuse it
-            # (INVALID_ARGUMENT), instead of keeping whichever came last. In
-            # a transaction they accept it and apply the mutations in order
-            # (the last one wins), and so does every gateway. Incomplete
-            # keys are distinct entities: each gets its own id.
-            named: set[Key] = set()
-            for mutation in mutations:
-                key = mutation.key if isinstance(mutation, Delete) else mutation.entity.key
-                if key is not None and not key.is_partial:
-                    if key in named:
-                        raise BadValueError(
-                            f"{key} is named twice in one non-transactional commit; Datastore refuses that: "
-                            "send one mutation per key (a transaction applies them in order)"
-                        )
-                    named.add(key)
+        check_commit(mutations, transactional=transaction is not None)
         txn = self._transaction(transaction, use_up=True)
         if txn is not None:
             if txn.read_only and mutations:
@@ -467,6 +460,10 @@ class BaseGateway(GatewayRules[T], abc.ABC):
     def _allocate_ids(self, keys: list[Key]) -> list[Key]:
         """At most 500 incomplete keys, completed."""
 
+    @abc.abstractmethod
+    def _reserve_ids(self, keys: list[Key]) -> None:
+        """At most 500 complete keys with ids: never allocate those ids."""
+
     def _run_aggregation(self, aggregation: AggregationQuery, txn: T | None) -> AggregationResult:
         """A checked aggregation. The default computes it from the rows of
         the query (``gateway._aggregation.aggregate_rows``), read through this
@@ -515,6 +512,11 @@ class BaseGateway(GatewayRules[T], abc.ABC):
     def allocate_ids(self, keys: Sequence[Key]) -> list[Key]:
         return plan.run(self._plan_allocate_ids(keys), self)
 
+    def reserve_ids(self, keys: Sequence[Key]) -> None:
+        """Keep ``keys``' ids out of what ``allocate_ids`` hands out (keys a
+        caller numbered itself, or copied from elsewhere)."""
+        return plan.run(self._plan_reserve_ids(keys), self)
+
     def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult:
         return plan.run(self._plan_commit(mutations, transaction), self)
 
@@ -546,35 +548,11 @@ _PLANS: dict[str, Callable[..., plan.Plan[Any]]] = {
     "commit": lambda gateway, mutations, transaction=None: gateway._plan_commit(mutations, transaction),
     "rollback": lambda gateway, transaction: gateway._plan_rollback(transaction),
     "allocate_ids": lambda gateway, keys: gateway._plan_allocate_ids(keys),
+    "reserve_ids": lambda gateway, keys: gateway._plan_reserve_ids(keys),
 }
 
 
 # --- the checks every backend shares ----------------------------------------
-
-
-def require_complete(key: Any, what: str) -> Key:
-    if not isinstance(key, Key):
-        raise BadKeyError(f"{what} needs Key objects, got {type(key).__name__} {key!r}")
-    if key.is_partial:
-        raise BadKeyError(f"{what} needs complete keys; {key} has no id or name")
-    return key
-
-
-def check_mutation(mutation: Any) -> None:
-    """Every input check of one mutation, before anything is sent."""
-    if isinstance(mutation, Delete):
-        require_complete(mutation.key, "Delete")
-    elif isinstance(mutation, Upsert):
-        if not isinstance(mutation.entity, RawEntity) or not isinstance(mutation.entity.key, Key):
-            raise BadKeyError(f"an upserted entity needs a key, got {mutation.entity!r}")
-        validate_entity(mutation.entity)
-        for name in mutation.property_mask or ():
-            check_path(name, "property mask path")
-        for transform in mutation.transforms:
-            check_path(transform.name, "incremented property")
-            isinstance(transform.amount, float) or check_int(transform.amount, f"increment of {transform.name!r}")
-    else:
-        raise BadValueError(f"unknown mutation {mutation!r}")
 
 
 # --- following a query ---------------------------------------------------------

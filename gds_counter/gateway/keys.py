@@ -202,3 +202,11 @@ class Key:
         ns = f", namespace={self.namespace!r}" if self.namespace else ""
         return f"Key({inner}{ns})"
 
+
+def require_complete(key: Any, what: str) -> Key:
+    """``key``, which ``what`` needs to be a complete ``Key``."""
+    if not isinstance(key, Key):
+        raise BadKeyError(f"{what} needs Key objects, got {type(key).__name__} {key!r}")
+    if key.is_partial:
+        raise BadKeyError(f"{what} needs complete keys; {key} has no id or name")
+    return key

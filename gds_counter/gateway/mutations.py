@@ -1,15 +1,22 @@
-"""Writes as data: the mutations a commit carries and what it reports back."""
+"""Writes as data: the mutations a commit carries, the rules a commit's
+mutations must meet before anything is sent, and what it reports back."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Union
+from typing import Any, Iterable, Sequence, Union
 
 import attrs
 
-from gds_counter.gateway.keys import Key
-from gds_counter.gateway.values import RawEntity
+from gds_counter._checks import check_int
+from gds_counter.errors import BadKeyError, BadValueError
+from gds_counter.gateway._paths import check_path
+from gds_counter.gateway.keys import Key, require_complete
+from gds_counter.gateway.values import RawEntity, validate_entity
 
-__all__ = ["MAX_MUTATIONS_PER_COMMIT", "CommitResult", "Delete", "Increment", "Mutation", "MutationResult", "Upsert"]
+__all__ = [
+    "MAX_MUTATIONS_PER_COMMIT", "CommitResult", "Delete", "Increment", "Insert", "Mutation", "MutationResult", "Update",
+    "Upsert", "check_commit", "check_mutation",
+]
 
 #: Datastore's limit on the mutations of one commit.
 MAX_MUTATIONS_PER_COMMIT = 500
@@ -44,6 +51,20 @@ class Upsert:
 
 
 @attrs.frozen
+class Insert(Upsert):
+    """An upsert that requires the entity not to exist: the commit fails
+    with ``AlreadyExists`` (Datastore's ALREADY_EXISTS) and writes nothing
+    if it does. An incomplete key gets a new id, as with ``Upsert``."""
+
+
+@attrs.frozen
+class Update(Upsert):
+    """An upsert that requires the entity to exist: the commit fails with
+    ``NotFound`` (Datastore's NOT_FOUND) and writes nothing if it does not.
+    Its key must be complete."""
+
+
+@attrs.frozen
 class Delete:
     key: Key
 
@@ -66,3 +87,74 @@ class MutationResult:
 class CommitResult:
     mutation_results: tuple[MutationResult, ...]
 
+
+# --- the rules, checked before anything is sent ------------------------------------
+
+
+def check_commit(mutations: Sequence[Mutation], *, transactional: bool) -> None:
+    """Every mutation's checks, then the rules on keys named more than once.
+
+    Without a transaction, one complete key named twice (two upserts, an
+    upsert and a delete) is refused before anything is written, as both
+    emulators and Cloud Datastore refuse it (INVALID_ARGUMENT), instead of
+    keeping whichever came last. In a transaction they accept it and apply
+    the mutations in order (the last one wins), and so does every gateway,
+    but for ``check_sequences``. Incomplete keys are distinct entities: each
+    gets its own id."""
+    for mutation in mutations:
+        check_mutation(mutation)
+    if transactional:
+        check_sequences(mutations)
+        return
+    named: set[Key] = set()
+    for mutation in mutations:
+        key = _key_of(mutation)
+        if key is not None and not key.is_partial:
+            if key in named:
+                raise BadValueError(
+                    f"{key} is named twice in one non-transactional commit; Datastore refuses that: "
+                    "send one mutation per key (a transaction applies them in order)"
+                )
+            named.add(key)
+
+
+def _key_of(mutation: Mutation) -> Key | None:
+    return mutation.key if isinstance(mutation, Delete) else mutation.entity.key
+
+
+def _operation(mutation: Mutation) -> str:
+    return type(mutation).__name__.lower()
+
+
+def check_sequences(mutations: Sequence[Mutation]) -> None:
+    """In a transaction one key may be named more than once, but Datastore
+    (measured on the Firestore emulator) refuses an insert after any write
+    of the same key but a delete, and an update after a delete."""
+    last: dict[Key, str] = {}
+    for mutation in mutations:
+        key = _key_of(mutation)
+        if key is None or key.is_partial:
+            continue
+        this, before = _operation(mutation), last.get(key)
+        if (this == "insert" and before not in (None, "delete")) or (this == "update" and before == "delete"):
+            raise BadValueError(f"cannot {before} then {this} {key} in one commit; Datastore refuses that")
+        last[key] = this
+
+
+def check_mutation(mutation: Any) -> None:
+    """Every input check of one mutation, before anything is sent."""
+    if isinstance(mutation, Delete):
+        require_complete(mutation.key, "Delete")
+    elif isinstance(mutation, Upsert):
+        if not isinstance(mutation.entity, RawEntity) or not isinstance(mutation.entity.key, Key):
+            raise BadKeyError(f"an upserted entity needs a key, got {mutation.entity!r}")
+        if isinstance(mutation, Update):
+            require_complete(mutation.entity.key, "Update")
+        validate_entity(mutation.entity)
+        for name in mutation.property_mask or ():
+            check_path(name, "property mask path")
+        for transform in mutation.transforms:
+            check_path(transform.name, "incremented property")
+            isinstance(transform.amount, float) or check_int(transform.amount, f"increment of {transform.name!r}")
+    else:
+        raise BadValueError(f"unknown mutation {mutation!r}")

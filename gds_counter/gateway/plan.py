@@ -61,6 +61,7 @@ __all__ = [
     "query_all",
     "query_batches",
     "lookup",
+    "reserve_ids",
     "rollback",
     "run",
     "run_aggregation",
@@ -72,7 +73,10 @@ T = TypeVar("T")
 
 #: The gateway methods an ``Op`` may name ("capabilities" is the property).
 OP_NAMES = frozenset(
-    {"lookup", "run_query", "run_aggregation", "begin_transaction", "commit", "rollback", "allocate_ids", "capabilities"}
+    {
+        "lookup", "run_query", "run_aggregation", "begin_transaction", "commit", "rollback", "allocate_ids",
+        "reserve_ids", "capabilities",
+    }
 )
 
 
@@ -171,6 +175,10 @@ def rollback(transaction: bytes) -> Plan[None]:
 def allocate_ids(keys: Sequence[Key]) -> Plan[list[Key]]:
     result: list[Key] = yield from _op("allocate_ids", list(keys))
     return result
+
+
+def reserve_ids(keys: Sequence[Key]) -> Plan[None]:
+    yield from _op("reserve_ids", list(keys))
 
 
 def capabilities() -> Plan[Capabilities]:

@@ -29,7 +29,7 @@ from gds_counter.errors import (
 )
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import Delete, Increment, Mutation, Upsert
+from gds_counter.gateway.mutations import Delete, Increment, Mutation, Update, Upsert
 from gds_counter.gateway.query import Aggregation, AggregationQuery, Order, PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds import gql
@@ -128,16 +128,22 @@ class StoreCore:
 
     # --- writes -----------------------------------------------------------
 
-    def _upsert(self, entities: Entity | Iterable[Entity]) -> plan.Plan[None]:
+    def _upsert(self, entities: Entity | Iterable[Entity], mode: type[Upsert] = Upsert) -> plan.Plan[None]:
         """Every entity is checked before anything is sent, so one bad value
-        never leaves a batch half-written; allocated ids are written back."""
+        never leaves a batch half-written; allocated ids are written back.
+        ``mode``: ``Insert`` or ``Update`` to require that each entity does
+        not exist, or does (the commit then writes nothing)."""
         batch = [entities] if isinstance(entities, Entity) else list(entities)
         raws = [to_raw(entity, self._schema, self._namespace) for entity in batch]
+        if mode is Update:
+            for raw, entity in zip(raws, batch):
+                if raw.key is None or raw.key.is_partial:
+                    raise BadKeyError(f"cannot update {entity!r}: it has no complete key")
         if self._tx.block_mutations is not None:
             yield from self._allocate_into(batch, raws)
-            self._tx.block_mutations.extend(Upsert(raw) for raw in raws)
+            self._tx.block_mutations.extend(mode(raw) for raw in raws)
             return
-        result = yield from plan.commit([Upsert(raw) for raw in raws], transaction=self._take_token())
+        result = yield from plan.commit([mode(raw) for raw in raws], transaction=self._take_token())
         for entity, mutation_result in zip(batch, result.mutation_results):
             if mutation_result.key is not None and entity.get_key_id() is None and entity.get_key_name() is None:
                 entity.set_key_id(mutation_result.key.id)

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 from gds_counter.gateway import plan, resolve_gateway
 from gds_counter.gateway.base import Gateway, iterate_batches
 from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import Mutation
+from gds_counter.gateway.mutations import Insert, Mutation, Update
 from gds_counter.gateway.query import AggregationQuery, Query
 from gds_counter.gds._store_core import StoreCore
 from gds_counter.gds.entity import Entity
@@ -75,6 +75,18 @@ class Store(StoreCore):
         never leaves a batch half-written.
         """
         self._run(self._upsert(entities))
+
+    def insert(self, entities: Entity | Iterable[Entity]) -> None:
+        """``upsert``, for entities that must not exist yet: if one does,
+        ``AlreadyExists`` is raised and nothing of the batch is written
+        (php-gds has only upsert: docs/migrating-from-php.md)."""
+        self._run(self._upsert(entities, Insert))
+
+    def update(self, entities: Entity | Iterable[Entity]) -> None:
+        """``upsert``, for entities that must exist (each with a complete
+        key): if one does not, ``NotFound`` is raised and nothing of the
+        batch is written."""
+        self._run(self._upsert(entities, Update))
 
     def increment(self, entity: Entity, name: str, amount: int | float = 1) -> int | float:
         """Add ``amount`` to property ``name`` on the server, without

@@ -84,5 +84,9 @@ class FaultyAsyncGateway(FaultPlans):
     async def allocate_ids(self, keys: Sequence[Key]) -> list[Key]:
         return await plan.arun(self._allocate_ids_plan(keys), self.inner)
 
+    async def reserve_ids(self, keys: Sequence[Key]) -> None:
+        """Passed on without faults (not one of ``CALLS``)."""
+        await self.inner.reserve_ids(keys)
+
     async def close(self) -> None:
         await self.inner.close()

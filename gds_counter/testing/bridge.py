@@ -83,6 +83,9 @@ class BlockingBridge:
     def allocate_ids(self, keys: Sequence[Key]) -> list[Key]:
         return self.run(self.async_gateway.allocate_ids(keys))
 
+    def reserve_ids(self, keys: Sequence[Key]) -> None:
+        self.run(self.async_gateway.reserve_ids(keys))
+
     def close(self) -> None:
         if self._loop.is_closed():
             return

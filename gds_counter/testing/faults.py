@@ -394,6 +394,10 @@ class FaultyGateway(FaultPlans):
     def allocate_ids(self, keys: Sequence[Key]) -> list[Key]:
         return plan.run(self._allocate_ids_plan(keys), self.inner)
 
+    def reserve_ids(self, keys: Sequence[Key]) -> None:
+        """Passed on without faults (not one of ``CALLS``)."""
+        self.inner.reserve_ids(keys)
+
     def close(self) -> None:
         self.inner.close()
 

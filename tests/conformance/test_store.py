@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from gds_counter import (
+    AlreadyExists,
     BadKeyError,
     BadValueError,
     Contention,
@@ -19,6 +20,7 @@ from gds_counter import (
     Geopoint,
     GQLError,
     Key,
+    NotFound,
     Schema,
     SchemaError,
     Store,
@@ -148,6 +150,23 @@ def test_upsert_writes_allocated_ids_back_and_fetch_by_id_finds_them(books):
     assert first.get_key_id() != second.get_key_id()
     assert books.fetch_by_id(first.get_key_id()).title == "A"
     assert books.fetch_by_id(str(second.get_key_id())).title == "B"  # php-gds passes ids as strings
+
+
+def test_insert_refuses_an_existing_entity_and_update_a_missing_one(books):
+    book = books.create_entity({"title": "A"})
+    books.insert(book)  # a new id, written back
+    assert isinstance(book.get_key_id(), int)
+    with pytest.raises(AlreadyExists):
+        books.insert(book)
+    book.title = "B"
+    books.update(book)
+    missing = books.create_entity({"title": "C"})
+    missing.set_key_name("nowhere")
+    with pytest.raises(NotFound):
+        books.update(missing)
+    with pytest.raises(BadKeyError):
+        books.update(books.create_entity({"title": "D"}))  # no key: nothing to update
+    assert books.fetch_by_id(book.get_key_id()).title == "B" and books.fetch_by_name("nowhere") is None
 
 
 def test_batch_lookups_keep_input_order_with_none_for_missing(books):

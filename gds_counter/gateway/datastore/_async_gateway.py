@@ -148,6 +148,9 @@ class AsyncDatastoreGateway(DatastoreRequests):
     async def _allocate_ids(self, keys: list[Key]) -> list[Key]:
         return await plan.arun(self._allocate_ids_plan(keys), self)
 
+    async def _reserve_ids(self, keys: list[Key]) -> None:
+        await plan.arun(self._reserve_ids_plan(keys), self)
+
     # --- the public calls: GatewayRules' plans, awaited ---------------------------------
 
     @classmethod
@@ -176,6 +179,9 @@ class AsyncDatastoreGateway(DatastoreRequests):
 
     async def allocate_ids(self, keys: Sequence[Key]) -> list[Key]:
         return await plan.arun(self._plan_allocate_ids(keys), self)
+
+    async def reserve_ids(self, keys: Sequence[Key]) -> None:
+        await plan.arun(self._plan_reserve_ids(keys), self)
 
     @property
     def capabilities(self) -> Capabilities | None:

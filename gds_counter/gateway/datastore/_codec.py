@@ -27,7 +27,7 @@ from google.cloud.datastore_v1.types import query as _qry
 
 from gds_counter.errors import BadValueError, GatewayError
 from gds_counter.gateway.keys import Key, PathElement
-from gds_counter.gateway.mutations import Mutation, Upsert
+from gds_counter.gateway.mutations import Insert, Mutation, Update, Upsert
 from gds_counter.gateway.query import AggregationQuery, CompositeFilter, Cursor, Filter, PropertyFilter, Query
 from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity
 
@@ -287,7 +287,8 @@ class Codec:
     def mutation_to_pb(self, mutation: Mutation) -> Any:
         pb = _MutationPb()
         if isinstance(mutation, Upsert):
-            pb.upsert.CopyFrom(self.entity_to_pb(mutation.entity))
+            written = pb.insert if isinstance(mutation, Insert) else pb.update if isinstance(mutation, Update) else pb.upsert
+            written.CopyFrom(self.entity_to_pb(mutation.entity))
             if mutation.property_mask is not None:
                 # An empty mask would mean "write everything" to Datastore;
                 # naming only __key__ keeps every stored property instead.

@@ -141,6 +141,9 @@ class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState]):
     def _allocate_ids(self, keys: list[Key]) -> list[Key]:
         return plan.run(self._allocate_ids_plan(keys), self)
 
+    def _reserve_ids(self, keys: list[Key]) -> None:
+        plan.run(self._reserve_ids_plan(keys), self)
+
     def close(self) -> None:
         try:
             self._client.transport.close()

@@ -29,7 +29,7 @@ from gds_counter.gateway.base import GatewayRules, TransactionState
 from gds_counter.gateway.datastore._codec import Codec
 from gds_counter.gateway.datastore._retry import error_message, should_retry, translate_error
 from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import Delete, Mutation, Upsert
+from gds_counter.gateway.mutations import Delete, Insert, Mutation, Upsert
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
 from gds_counter.gateway.values import RawEntity
 
@@ -340,7 +340,8 @@ class DatastoreRequests(GatewayRules[TransactionState]):
         # at most once) and for whole upserts/deletes of complete keys; not for
         # increments or key allocation.
         idempotent = txn is not None or all(
-            isinstance(m, Delete) or (not m.transforms and m.entity.key is not None and not m.entity.key.is_partial)
+            isinstance(m, Delete)
+            or (not isinstance(m, Insert) and not m.transforms and m.entity.key is not None and not m.entity.key.is_partial)
             for m in chunk
         )
         response = (yield from _send("commit", _ds.CommitRequest(request), idempotent_commit=idempotent))._pb
@@ -362,3 +363,9 @@ class DatastoreRequests(GatewayRules[TransactionState]):
         response = (yield from _send("allocate_ids", _ds.AllocateIdsRequest(request)))._pb
         self._record("allocate_ids")
         return [self._codec.key_from_pb(k) for k in response.keys]
+
+    def _reserve_ids_plan(self, keys: list[Key]) -> plan.Plan[None]:
+        request = _ds.ReserveIdsRequest.pb()(project_id=self.project, database_id=self.database)
+        request.keys.extend(self._codec.key_to_pb(k) for k in keys)
+        yield from _send("reserve_ids", _ds.ReserveIdsRequest(request))
+        self._record("reserve_ids")

@@ -6,12 +6,14 @@ Retry and error policy (quoted by the README; ``should_retry`` and
 
 =====================  ==========================  ==================================  ===========================
 gRPC status            lookup, run_query,          commit                              raised when not retried /
-                       allocate_ids, begin_tx,                                         retries run out
-                       rollback (idempotent)
+                       allocate_ids, reserve_ids,                                      retries run out
+                       begin_tx, rollback
+                       (idempotent)
 =====================  ==========================  ==================================  ===========================
 UNAVAILABLE            retried                     retried if the commit is            ``Unavailable`` (commit:
                                                    idempotent (transactional, or only  ``CommitUnknown`` if any
-                                                   complete-key upserts/deletes        attempt may have arrived)
+                                                   complete-key upserts, updates and   attempt may have arrived)
+                                                   deletes
                                                    without transforms) or the error
                                                    shows the connection was never
                                                    made; else not retried
@@ -30,6 +32,10 @@ ABORTED, or a message  not retried here: the       not retried here: the caller 
                        transaction                                                     attempt: ``CommitUnknown``)
 INVALID_ARGUMENT       not retried                 not retried                         ``BadValueError`` (commit
                                                                                        after an unknown attempt:
+                                                                                       ``CommitUnknown``)
+ALREADY_EXISTS,        not retried                 not retried: an insert's entity     ``AlreadyExists``,
+NOT_FOUND                                          exists, an update's does not        ``NotFound`` (commit after
+                                                                                       an unknown attempt:
                                                                                        ``CommitUnknown``)
 anything else          not retried                 not retried                         ``GatewayError``
 =====================  ==========================  ==================================  ===========================
@@ -50,7 +56,16 @@ from typing import Sequence
 from google.api_core import exceptions as gexc
 from google.api_core.retry import AsyncRetry, Retry
 
-from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, GDSError, Unavailable
+from gds_counter.errors import (
+    AlreadyExists,
+    BadValueError,
+    CommitUnknown,
+    Contention,
+    GatewayError,
+    GDSError,
+    NotFound,
+    Unavailable,
+)
 
 #: Backoff shared by every call; per-call predicates are derived from it.
 #: ``timeout`` here is replaced by the gateway's own timeout.
@@ -61,7 +76,7 @@ DEFAULT_ASYNC_RETRY = AsyncRetry(
     multiplier=DEFAULT_RETRY._multiplier, timeout=DEFAULT_RETRY._timeout,
 )
 
-_IDEMPOTENT_CALLS = frozenset({"lookup", "run_query", "allocate_ids", "begin_transaction", "rollback"})
+_IDEMPOTENT_CALLS = frozenset({"lookup", "run_query", "allocate_ids", "reserve_ids", "begin_transaction", "rollback"})
 
 #: Fragments of gRPC messages that prove the request never reached a server
 #: (the connection was never made), so even a non-idempotent commit may be resent.
@@ -121,6 +136,12 @@ def _outcome_unknown(exc: BaseException) -> bool:
     )
 
 
+#: What an insert's or an update's failure left written.
+_STOPPED = (
+    "it was not written, nor anything else of a transaction; a commit without a transaction keeps the "
+    "mutations before it (Datastore applies them in order and stops at the first that fails)"
+)
+
 #: Errors that say a call ran out of time: google.api_core's ``GatewayTimeout``
 #: (``DeadlineExceeded`` is one), and the retries' own deadline when no
 #: attempt's error says more (a ``RetryError`` without a cause).
@@ -156,4 +177,8 @@ def translate_error(
         return Unavailable(f"{call}: Datastore did not answer in time ({type(exc).__name__}): {text}")
     if isinstance(exc, gexc.InvalidArgument):
         return BadValueError(f"{call}: rejected by Datastore: {text}")
+    if call == "commit" and isinstance(exc, gexc.AlreadyExists):
+        return AlreadyExists(f"commit refused, an inserted entity exists ({text}); {_STOPPED}")
+    if call == "commit" and isinstance(exc, gexc.NotFound):
+        return NotFound(f"commit refused, an updated entity does not exist ({text}); {_STOPPED}")
     return GatewayError(f"{call} failed: {type(exc).__name__}: {text}")

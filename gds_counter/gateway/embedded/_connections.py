@@ -55,7 +55,16 @@ from gds_counter.errors import Contention, GatewayError
 from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway import _forks as forks
 from gds_counter.gateway._interrupts import locked, own_again, release_if_held, surely
-from gds_counter.gateway.embedded._files import Connection, FileId, file_gone, file_id, open_connection, translate
+from gds_counter.gateway.embedded._files import (
+    ABANDONED,
+    Connection,
+    FileId,
+    close_connection,
+    file_gone,
+    file_id,
+    open_connection,
+    translate,
+)
 
 log = logging.getLogger("gds_counter.gateway.embedded")
 
@@ -238,7 +247,7 @@ class ConnectionPool:
                     self._held.pop(conn, None)
                 if opened and (self._closed or self._pid != os.getpid()):
                     self._count -= 1
-                    _close(conn)
+                    close_connection(conn)
                 elif conn not in self._idle:  # (interrupted before it was taken out of the idle list)
                     self._idle.append(conn)
                 reserved = False
@@ -331,7 +340,7 @@ class ConnectionPool:
     def _drop(self, conn: Connection, why: str) -> None:
         conn.dropped = why
         self._count -= 1
-        _close(conn)
+        close_connection(conn)
         self._cond.notify_all()
 
     def _check_usable(self) -> None:
@@ -357,7 +366,7 @@ class ConnectionPool:
                     f"{self._pid} through a fork that ran no Python at-fork hooks; SQLite cannot be used "
                     "safely on both sides of such a fork: open the database in a process started without it"
                 )
-                _ABANDONED.extend(self._idle)
+                ABANDONED.extend(self._idle)
                 self._idle.clear()
             self._pid = pid
 
@@ -374,11 +383,11 @@ class ConnectionPool:
         runs; only then out of ``_lent``."""
         if conn not in self._idle and conn not in self._retired:
             if conn.pid != os.getpid():
-                _ABANDONED.append(conn)  # a parent's connection: never closed here
+                ABANDONED.append(conn)  # a parent's connection: never closed here
                 self._retired.add(conn)
             elif self._closed or (conn.in_transaction and not self._rolled_back(conn) and self.path is not None):
                 # Closed under the lock, so that a fork never copies a close half done.
-                _close(conn)
+                close_connection(conn)
                 self._retired.add(conn)
                 self._count -= 1
             else:
@@ -420,7 +429,7 @@ class ConnectionPool:
                 return
             self._closed = True
             for conn in self._idle:
-                _close(conn)
+                close_connection(conn)
             self._count -= len(self._idle)
             self._idle.clear()
             for conn in [c for c in self._held if c not in self._lent]:
@@ -455,7 +464,7 @@ class ConnectionPool:
                 self._fork_trouble = f"the process forked while another thread had been in a call on it for {FORK_DRAIN_S:.0f} s"
         if self.path is not None:
             for conn in self._idle:
-                _close(conn)
+                close_connection(conn)
             self._count -= len(self._idle)
             self._idle.clear()
             for conn in [c for c in self._held if c not in self._lent]:
@@ -481,15 +490,15 @@ class ConnectionPool:
         self._fork_trouble = None
         if self._closed or os.getpid() == self._pid:
             return
-        _ABANDONED.extend(lent)  # the parent's, in use at the fork: never closed here
-        _ABANDONED.extend(c for c in held if c not in lent)
+        ABANDONED.extend(lent)  # the parent's, in use at the fork: never closed here
+        ABANDONED.extend(c for c in held if c not in lent)
         self._pid = os.getpid()
         if self.path is None:
             for conn in self._idle:
                 conn.pid = self._pid  # the child's own copy of the memory
         else:
             self._count = 0  # the idle ones were closed before the fork
-            _ABANDONED.extend(self._idle)  # (none, unless the file was refused already)
+            ABANDONED.extend(self._idle)  # (none, unless the file was refused already)
             self._idle.clear()
         if trouble is not None:
             self._refused = (
@@ -513,8 +522,7 @@ class HeldLease:
             return self._lend(pool, conn)
         except BaseException:
             release_if_held(pool._lock)  # (as in Lease.__enter__)
-            lent = pool._lent.get(conn)
-            if lent is not None and lent[1]() is self:  # lent, then interrupted as ``_lend`` returned
+            if (lent := pool._lent.get(conn)) is not None and lent[1]() is self:  # interrupted as ``_lend`` returned
                 self._give_back()
             raise
 
@@ -558,10 +566,8 @@ class Lease:
         # ``_acquire`` records the connection here before it returns: an
         # interrupt as it returns (where a signal's handler runs) would
         # otherwise leave the connection lent to no one, for good.
-        # Everything after it runs inside the ``try`` too: an interrupt
-        # there skips ``__exit__``, and the traceback it leaves (kept by a
-        # REPL as ``sys.last_traceback``) keeps this lease alive, so
-        # ``_reclaim_lost`` would never take the connection back.
+        # All of it in the ``try``: an interrupt after ``_acquire`` skips ``__exit__``, and a kept
+        # traceback (a REPL's ``sys.last_traceback``) keeps the lease alive for ``_reclaim_lost``.
         self._conn: Connection | None = None
         try:
             conn = self._pool._acquire(into=self)
@@ -592,19 +598,3 @@ def _surely_release(pool: ConnectionPool, conn: Connection) -> None:
     release_if_held(pool._lock)  # (kept by an interrupt as a ``with`` took it: nothing outside the pool holds it)
     if pending is not None:
         raise pending
-
-
-def _close(conn: Connection) -> None:
-    """Close a connection this process opened; keep (never close) one it
-    inherited, since closing it could release the parent's locks."""
-    if conn.pid != os.getpid():
-        _ABANDONED.append(conn)
-        return
-    try:
-        conn.close()
-    except sqlite3.Error as exc:  # closing cannot lose a commit that returned
-        log.warning("closing a SQLite connection failed: %s", exc)
-
-
-#: Connections a child inherited: referenced for ever so they are never closed.
-_ABANDONED: list[sqlite3.Connection] = []

@@ -20,28 +20,33 @@ from typing import Any, Callable, Generator, Hashable, Iterator
 
 import attrs
 
-from gds_counter.errors import BadValueError, CommitUnknown, Contention, GDSError, Unavailable
+from gds_counter.errors import AlreadyExists, BadValueError, CommitUnknown, Contention, GDSError, NotFound
 from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
 from gds_counter.gateway.embedded._cursors import Point, cursor_owner, encode_cursor, read_cursor
 from gds_counter.gateway.embedded._encoding import key_bytes, load_entity, load_indexed
-from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, Batch, GroupCommit, Request
+from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, Batch, GroupCommit, for_another
 from gds_counter.gateway.embedded._metadata import metadata_batch
-from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter
+from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter, sql_is_exact
 from gds_counter.gateway.embedded._storage import (
+    Stopped,
     Transaction,
     allocate,
+    check_exists,
     check_unchanged,
     commit_seq,
+    reserve,
+    stopped_after,
     stored_texts,
     upsert,
+    upserted_keys,
     write_transaction,
 )
 from gds_counter.gateway.keys import METADATA_KINDS, Key
 from gds_counter.gateway.mutations import Delete, Mutation, Upsert
-from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, PropertyFilter, Query, QueryResult
+from gds_counter.gateway.query import Query, QueryResult
 from gds_counter.gateway.values import RawEntity
 
 # Logged under the package's name, as before the package was split by idea,
@@ -370,6 +375,12 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         self._record("allocate_ids")
         return [key.completed(new_id) for key, new_id in zip(keys, ids)]
 
+    def _reserve_ids(self, keys: list[Key]) -> None:
+        with self._db() as conn, self._pool.write_lock, write_transaction(conn, conn.busy_timeout):  # (as _apply)
+            reserve(conn, (key.id for key in keys if key.id is not None))
+            conn.execute("COMMIT")
+        self._record("reserve_ids")
+
     def _commit(self, mutations: list[Mutation], txn: Transaction | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
         try:
             if txn is not None and not mutations:
@@ -391,7 +402,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     def _apply(self, mutations: list[Mutation], txn: Transaction | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
         if txn is None and self.path is not None:
             results: list[tuple[Key | None, tuple[Any, ...] | None]] = self._group.commit(
-                mutations, self._pool.write_lock, self._write_group, _for_another,
+                mutations, self._pool.write_lock, self._write_group, for_another,
                 wait_s=deadlines.remaining(DEFAULT_WAIT_S),
             )
             return results
@@ -414,18 +425,27 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         """One write transaction: validate ``txn``'s reads, apply the
         mutations, commit (or roll back on any error)."""
         with write_transaction(conn, conn.busy_timeout):
-            return self._write_within(conn, mutations, txn)
+            results, stopped = self._write_within(conn, mutations, txn)
+        if stopped is not None:
+            raise stopped
+        return results
 
     def _write_within(
         self, conn: Connection, mutations: list[Mutation], txn: Transaction | None, batch: Batch | None = None
-    ) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
-        """``_write`` in the write transaction already begun on ``conn``."""
-        seq, results = self._mutate(conn, mutations, txn)
+    ) -> tuple[list[tuple[Key | None, tuple[Any, ...] | None]], GDSError | None]:
+        """``_write`` in the write transaction already begun on ``conn``: the
+        results, and the error of a commit without a transaction that
+        stopped part way (``Stopped``), raised once the part is committed."""
+        stopped: GDSError | None = None
+        try:
+            seq, results = self._mutate(conn, mutations, txn)
+        except Stopped as stop:
+            seq, results, stopped = stop.seq, [], stop.error
         self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
         self._commit_now(conn, batch)
         if self.path is None:
             self._memory_seq = seq
-        return results
+        return results, stopped
 
     def _commit_now(self, conn: Connection, batch: Batch | None) -> None:
         """``COMMIT``, with the truth about a failure: while SQLite keeps the
@@ -464,9 +484,9 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         with self._db() as conn, write_transaction(conn, conn.busy_timeout):
             batch = take()
             if len(batch) == 1:
-                batch[0].results = self._write_within(conn, batch[0].mutations, None, take)
+                batch[0].results, batch[0].error = self._write_within(conn, batch[0].mutations, None, take)
                 return
-            stored = stored_texts(conn, _upserted_keys(batch))
+            stored = stored_texts(conn, upserted_keys(batch))
             # One commit number each, taken at once (a failed one leaves a gap).
             last = conn.execute("UPDATE meta SET value = value + ? WHERE name = 'commit_seq' RETURNING value", (len(batch),)).fetchall()[0][0]
             for seq, request in enumerate(batch, start=last - len(batch) + 1):
@@ -478,6 +498,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
                 try:
                     # Handed out only once COMMIT returned (GroupCommit).
                     request.results = self._mutate(conn, request.mutations, None, seq, stored)[1]
+                except Stopped as stop:
+                    request.error = stop.error  # the mutations before it stay written
                 except sqlite3.Error:
                     raise  # the file, not this commit: the whole transaction fails
                 except Exception as exc:
@@ -526,6 +548,12 @@ class EmbeddedGateway(BaseGateway[Transaction]):
                 key = mutation.entity.key
                 assert key is not None  # checked by BaseGateway.commit
                 key = key.completed(next(new_ids)) if key.is_partial else key
+                try:
+                    check_exists(conn, mutation, key, stored)
+                except (AlreadyExists, NotFound) as exc:
+                    if txn is not None or not results:
+                        raise  # a transaction writes all or nothing; here nothing was written yet
+                    raise Stopped(stopped_after(exc, len(results)), seq) from None
                 self._check_write_rate(conn, key, now)
                 results.append(upsert(conn, mutation, key, seq, now, stored))
         return seq, results
@@ -548,48 +576,6 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         if row is not None and now - row[0] < self._min_write_gap:
             self.stats.bump("write_rate_aborts")
             raise Contention(f"{key} was written {now - row[0]:.3f}s ago; the model allows one write per {self._min_write_gap:.3f}s")
-
-
-#: Filter values whose index encoding never changed (floats, geopoints and
-#: timestamps may meet rows an older release indexed with another encoding).
-_STABLE_VALUES = (str, bytes, int, Key, type(None))
-
-
-def sql_is_exact(f: Filter | None) -> bool:
-    """Whether the keys ``candidate_sql`` reads for ``f`` are exactly the
-    entities ``compile_filter(f)`` matches (the planner's index SQL, read
-    here), so that no candidate needs the Python check: an equality on one property or on ``__key__`` (an index
-    lookup of that very encoding), or an AND of such (SQL intersects them),
-    with values of a type whose encoding never changed."""
-    if isinstance(f, PropertyFilter):
-        return f.op == "=" and isinstance(f.value, _STABLE_VALUES) and (f.name != KEY_PROPERTY or isinstance(f.value, Key))
-    return isinstance(f, CompositeFilter) and f.op == "AND" and bool(f.filters) and all(sql_is_exact(c) for c in f.filters)
-
-
-def _upserted_keys(batch: list[Request]) -> Iterator[bytes]:
-    """The encoded keys a group's upserts write (those with a complete key)."""
-    for request in batch:
-        for mutation in request.mutations:
-            if isinstance(mutation, Upsert) and mutation.entity.key is not None and not mutation.entity.key.is_partial:
-                yield key_bytes(mutation.entity.key)
-
-
-def _for_another(exc: BaseException) -> BaseException:
-    """The error for a caller whose commit was in a group transaction that
-    failed with ``exc`` (so nothing of it was written): its own instance,
-    of the same type where that type takes a message alone, so that
-    ``Contention`` is still retried."""
-    if isinstance(exc, Contention):
-        return Contention(str(exc), attempts=exc.attempts)
-    if isinstance(exc, GDSError):
-        try:
-            return type(exc)(str(exc))
-        except TypeError:
-            pass
-    # Not applied and safe to retry, as Unavailable says (a GatewayError
-    # would leave its caller to read "not written" in the message only).
-    return Unavailable(f"the commit was to be written together with others, and that failed before anything was "
-                       f"written ({exc!r}), so it was NOT written")
 
 
 def _answer(batch: list[Row], last: tuple[bytes, ...] | None, more: bool) -> Hashable:

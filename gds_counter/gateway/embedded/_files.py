@@ -2,10 +2,12 @@
 that remembers who opened it, how a connection to it is opened and
 prepared, how a file is identified (to notice it was deleted or replaced),
 and how SQLite's failures become gds_counter errors that name the file
-and, where it can be told, why."""
+and, where it can be told, why; and how one is closed (never one a
+forked child inherited, whose closing could release the parent's locks)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 from pathlib import Path
@@ -13,7 +15,12 @@ from pathlib import Path
 from gds_counter.errors import Contention, GatewayError, GDSError
 from gds_counter.gateway.embedded._storage import create_schema, is_busy, schema_ready
 
-__all__ = ["Connection", "FileId", "file_gone", "file_id", "open_connection", "translate", "why_unopenable"]
+__all__ = [
+    "ABANDONED", "Connection", "FileId", "close_connection", "file_gone", "file_id", "open_connection", "translate",
+    "why_unopenable",
+]
+
+log = logging.getLogger("gds_counter.gateway.embedded")
 
 FileId = tuple[int, int]
 
@@ -133,3 +140,19 @@ def why_unopenable(path: str, known: FileId | None) -> str:
     if not os.path.lexists(path) and not os.access(parent, os.W_OK | os.X_OK):
         return f"permission denied to create it in {parent}"
     return ""
+
+
+def close_connection(conn: Connection) -> None:
+    """Close a connection this process opened; keep (never close) one it
+    inherited, since closing it could release the parent's locks."""
+    if conn.pid != os.getpid():
+        ABANDONED.append(conn)
+        return
+    try:
+        conn.close()
+    except sqlite3.Error as exc:  # closing cannot lose a commit that returned
+        log.warning("closing a SQLite connection failed: %s", exc)
+
+
+#: Connections a child inherited: referenced for ever so they are never closed.
+ABANDONED: list[sqlite3.Connection] = []

@@ -44,7 +44,7 @@ import os
 import threading
 from typing import Any, Callable
 
-from gds_counter.errors import CommitUnknown, Contention, GDSError
+from gds_counter.errors import CommitUnknown, Contention, GDSError, Unavailable
 from gds_counter.gateway._interrupts import release_if_held, surely
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S
 
@@ -352,3 +352,21 @@ def _note(exc: BaseException, text: str) -> None:
         except AttributeError:
             return
     notes.append(text)
+
+
+def for_another(exc: BaseException) -> BaseException:
+    """The error for a caller whose commit was in a group transaction that
+    failed with ``exc`` (so nothing of it was written): its own instance,
+    of the same type where that type takes a message alone, so that
+    ``Contention`` is still retried."""
+    if isinstance(exc, Contention):
+        return Contention(str(exc), attempts=exc.attempts)
+    if isinstance(exc, GDSError):
+        try:
+            return type(exc)(str(exc))
+        except TypeError:
+            pass
+    # Not applied and safe to retry, as Unavailable says (a GatewayError
+    # would leave its caller to read "not written" in the message only).
+    return Unavailable(f"the commit was to be written together with others, and that failed before anything was "
+                       f"written ({exc!r}), so it was NOT written")

@@ -465,3 +465,19 @@ class Plan:
                 seen.add(group)
                 out.append(row)
         return out
+
+
+#: Filter values whose index encoding never changed (floats, geopoints and
+#: timestamps may meet rows an older release indexed with another encoding).
+_STABLE_VALUES = (str, bytes, int, Key, type(None))
+
+
+def sql_is_exact(f: Filter | None) -> bool:
+    """Whether the keys ``candidate_sql`` reads for ``f`` are exactly the
+    entities ``compile_filter(f)`` matches (the planner's index SQL, read
+    here), so that no candidate needs the Python check: an equality on one property or on ``__key__`` (an index
+    lookup of that very encoding), or an AND of such (SQL intersects them),
+    with values of a type whose encoding never changed."""
+    if isinstance(f, PropertyFilter):
+        return f.op == "=" and isinstance(f.value, _STABLE_VALUES) and (f.name != KEY_PROPERTY or isinstance(f.value, Key))
+    return isinstance(f, CompositeFilter) and f.op == "AND" and bool(f.filters) and all(sql_is_exact(c) for c in f.filters)

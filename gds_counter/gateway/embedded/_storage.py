@@ -46,7 +46,7 @@ from typing import Any, Hashable, Iterable, Iterator
 import attrs
 
 from gds_counter._checks import INT64_MAX, INT64_MIN
-from gds_counter.errors import Contention, GatewayError, GDSError
+from gds_counter.errors import AlreadyExists, Contention, GatewayError, GDSError, NotFound
 from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway import _paths as paths
 from gds_counter.gateway.base import TransactionState
@@ -58,7 +58,7 @@ from gds_counter.gateway.embedded._encoding import (
     load_indexed,
 )
 from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import Upsert
+from gds_counter.gateway.mutations import Insert, Update, Upsert
 from gds_counter.gateway.query import Query
 from gds_counter.gateway.values import RawEntity, check_entity_limits
 
@@ -211,13 +211,57 @@ def _scatter(sequence: int) -> int:
     return int(f"{sequence:052b}"[::-1], 2)
 
 
+#: Ids ``reserve_ids`` kept out of ``allocate``. Made by the first
+#: ``reserve`` (not by ``SCHEMA``), so that a file written before it still
+#: opens read-only and an allocation on it costs no extra read.
+RESERVED_IDS = "CREATE TABLE IF NOT EXISTS reserved_ids (id INTEGER PRIMARY KEY)"
+
+
 def allocate(conn: sqlite3.Connection, count: int) -> list[int]:
-    if not count:
-        return []
-    end = conn.execute("UPDATE meta SET value = value + ? WHERE name = 'next_id' RETURNING value", (count,)).fetchall()[0][0]
-    if end >= 2**52:
-        raise GatewayError("the id allocator is exhausted")
-    return [_scatter(n) for n in range(end - count, end)]
+    """``count`` new ids, none of them reserved (``reserve``)."""
+    out: list[int] = []
+    while len(out) < count:
+        wanted = count - len(out)
+        end = conn.execute("UPDATE meta SET value = value + ? WHERE name = 'next_id' RETURNING value", (wanted,)).fetchall()[0][0]
+        if end >= 2**52:
+            raise GatewayError("the id allocator is exhausted")
+        fresh = [_scatter(n) for n in range(end - wanted, end)]
+        taken = _reserved(conn, fresh)
+        out += [new_id for new_id in fresh if new_id not in taken]
+    return out
+
+
+def _reserved(conn: sqlite3.Connection, ids: list[int]) -> set[int]:
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'reserved_ids'").fetchone() is None:
+        return set()
+    found: set[int] = set()
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        found.update(row[0] for row in conn.execute(f"SELECT id FROM reserved_ids WHERE id IN ({marks})", chunk))
+    return found
+
+
+def reserve(conn: sqlite3.Connection, ids: Iterable[int]) -> None:
+    """Keep ``ids`` out of every later ``allocate`` (inside a write transaction)."""
+    conn.execute(RESERVED_IDS)
+    conn.executemany("INSERT OR IGNORE INTO reserved_ids VALUES (?)", [(i,) for i in ids])
+
+
+def check_exists(conn: sqlite3.Connection, mutation: Upsert, key: Key, stored: dict[bytes, str | None] | None) -> None:
+    """Refuse an ``Insert`` of an entity that exists and an ``Update`` of one
+    that does not (before anything of the mutation is written)."""
+    if not isinstance(mutation, (Insert, Update)):
+        return
+    kb = key_bytes(key)
+    if stored is not None and kb in stored:
+        exists = stored[kb] is not None
+    else:
+        exists = conn.execute("SELECT 1 FROM entities WHERE key_bytes = ?", (kb,)).fetchone() is not None
+    if isinstance(mutation, Insert) and exists:
+        raise AlreadyExists(f"cannot insert {key}: it exists; nothing of this commit was written")
+    if isinstance(mutation, Update) and not exists:
+        raise NotFound(f"cannot update {key}: no such entity; nothing of this commit was written")
 
 
 def stored_texts(conn: sqlite3.Connection, keys: Iterable[bytes]) -> dict[bytes, str | None]:
@@ -232,6 +276,35 @@ def stored_texts(conn: sqlite3.Connection, keys: Iterable[bytes]) -> dict[bytes,
         marks = ", ".join("?" * len(chunk))
         texts.update(conn.execute(f"SELECT key_bytes, data FROM entities WHERE key_bytes IN ({marks})", chunk).fetchall())
     return texts
+
+
+class Stopped(Exception):
+    """A commit without a transaction stopped at a mutation whose entity
+    exists (an insert) or does not (an update): the mutations before it are
+    written, as Datastore applies such a commit in order up to the first
+    that fails (measured on the Firestore emulator; the v1 reference says a
+    non-transactional commit "may not apply as all or none")."""
+
+    def __init__(self, error: GDSError, seq: int) -> None:
+        super().__init__(str(error))
+        self.error, self.seq = error, seq
+
+
+def stopped_after(exc: AlreadyExists | NotFound, written: int) -> GDSError:
+    """``exc``, saying what of its commit was written."""
+    text = str(exc).replace("; nothing of this commit was written", "")
+    return type(exc)(
+        f"{text}; the {written} mutation(s) before it in this commit were written and the rest were not "
+        "(a commit without a transaction stops at the first mutation that fails: use a transaction for all or nothing)"
+    )
+
+
+def upserted_keys(batch: Iterable[Any]) -> Iterator[bytes]:
+    """The encoded keys a group's upserts write (those with a complete key)."""
+    for request in batch:
+        for mutation in request.mutations:
+            if isinstance(mutation, Upsert) and mutation.entity.key is not None and not mutation.entity.key.is_partial:
+                yield key_bytes(mutation.entity.key)
 
 
 def incremented(current: Any, amount: int | float) -> int | float:

@@ -84,7 +84,8 @@ def _check_name(name: Any, what: str) -> None:
 def check_aggregation(aggregation: Any) -> AggregationQuery:
     """Datastore's rules for an aggregation query, each error naming the
     value: one to five aggregations, ``COUNT_UP_TO`` a 64-bit count from 0,
-    ``SUM``/``AVG`` of a property other than ``__key__``, aliases unique
+    ``SUM``/``AVG`` of a property other than ``__key__`` that the query
+    (not keys only) projects if it is a projection, aliases unique
     (defaults included) and not ``__x__``, the query's limit and offset."""
     if not isinstance(aggregation, AggregationQuery):
         raise BadValueError(f"run_aggregation needs an AggregationQuery, got {type(aggregation).__name__} {aggregation!r}")
@@ -113,6 +114,13 @@ def check_aggregation(aggregation: Any) -> AggregationQuery:
             if item.property == KEY_PROPERTY:
                 raise BadValueError(f"{item.kind} cannot aggregate __key__")
             _check_name(item.property, f"{item.kind} property")
+            # As the Firestore emulator refuses them:
+            if query.keys_only or query.projection == (KEY_PROPERTY,):
+                raise BadValueError(f"{item.kind}({item.property}) cannot run over a keys-only query: it has no values")
+            if query.projection and item.property not in query.projection:
+                raise BadValueError(
+                    f"{item.kind}({item.property}): {item.property!r} is not in the projection of the query it runs over"
+                )
         if item.alias is not None and item.alias != "":
             _check_name(item.alias, "aggregation alias")
     aliases = aggregation.aliases()

@@ -10,8 +10,10 @@ again.
 Literal rules that are decided here (the grammar itself is described in
 ``gds_counter.gds.gql``): strings take a doubled quote or one of a closed
 list of backslash escapes, and an unknown escape is an error rather than a
-guess; integers must fit in 64 bits and doubles must be finite, because
-Datastore could not store anything else; a binding name is ASCII and
+guess (``\\%`` and ``\\_`` keep their backslash, as the Firestore emulator
+keeps it); integers must fit in 64 bits, because Datastore could not
+store anything else, while a double too large is an infinity (``1e400``),
+as the emulator reads it; ``5.`` and ``.5`` are doubles; a binding name is ASCII and
 ``@__x__`` is reserved, as the Datastore API has it; a lone surrogate
 anywhere in the text is refused, as no UTF-8 encoder takes it. Every
 error names the 1-based column, and ``GQLError.position`` is the 0-based
@@ -65,6 +67,9 @@ _STRING_ESCAPES = {
     "r": "\r",
     "t": "\t",
     "Z": "\x1a",
+    # Kept with their backslash, as the Firestore emulator keeps them (LIKE's escapes in MySQL's grammar).
+    "%": "\\%",
+    "_": "\\_",
 }
 
 # Token kinds.
@@ -100,12 +105,18 @@ def column(pos: int) -> int:
     return pos + 1
 
 
+#: The whitespace between tokens. The Firestore emulator refuses \v and
+#: \f, and reads any other character beyond ASCII (a no-break space too)
+#: as part of a name, as the ones below do.
+WHITESPACE = " \t\n\r"
+
+
 def _is_name_start(char: str) -> bool:
-    return char.isalpha() or char in "_$"
+    return char in _ASCII_LETTERS or char in "_$" or not char.isascii()
 
 
 def _is_name_char(char: str) -> bool:
-    return char.isalnum() or char in "_$"
+    return _is_name_start(char) or char in DIGITS
 
 
 def shorten(text: str, limit: int = 30) -> str:
@@ -136,18 +147,21 @@ class Lexer:
         i = 0
         while i < self.n:
             char = self.text[i]
-            if char.isspace():
+            if char in WHITESPACE:
                 i += 1
                 continue
-            token = self._read(i)
+            token = self._read(i, out[-1] if out else None)
             out.append(token)
             i = token.pos + len(token.text)
         out.append(Token(END, "", None, self.n))
         return out
 
-    def _read(self, i: int) -> Token:
+    def _read(self, i: int, before: Token | None) -> Token:
         text = self.text
         char = text[i]
+        after_name = before is not None and (before.kind in (WORD, QUOTED) or before.text == ")")
+        if char == "." and not after_name and i + 1 < self.n and text[i + 1] in DIGITS:
+            return self._number(i)  # .5 (after a name, the dot of a.b)
         if char in "'\"":
             return self._quoted(i, STRING, "string")
         if char == "`":
@@ -194,7 +208,7 @@ class Lexer:
                 if escaped not in _STRING_ESCAPES:
                     raise GQLError(
                         f"unknown escape '\\{escaped}' in {what} at column {column(i)} "
-                        "(known: \\\\ \\' \\\" \\` \\0 \\b \\n \\r \\t \\Z)",
+                        "(known: \\\\ \\' \\\" \\` \\0 \\b \\n \\r \\t \\Z \\% \\_)",
                         i,
                     )
                 out.append(_STRING_ESCAPES[escaped])
@@ -240,7 +254,7 @@ class Lexer:
         while i < self.n and text[i] in DIGITS:
             i += 1
         is_double = False
-        if i + 1 < self.n and text[i] == "." and text[i + 1] in DIGITS:
+        if i < self.n and text[i] == ".":  # 1.5, and 5. and .5 as the emulator reads them
             is_double = True
             i += 1
             while i < self.n and text[i] in DIGITS:
@@ -261,10 +275,7 @@ class Lexer:
             raise GQLError(f"malformed number {shorten(text[start:end])!r} at column {column(start)}", start)
         raw = text[start:i]
         if is_double:
-            double = float(raw)
-            if double in (float("inf"), float("-inf")):
-                raise GQLError(f"double {shorten(raw)} at column {column(start)} is out of range", start)
-            return Token(DOUBLE, raw, double, start)
+            return Token(DOUBLE, raw, float(raw), start)  # beyond a double's range: an infinity, as the emulator reads it
         digits = raw.lstrip("-").lstrip("0") or "0"
         # More than 19 digits cannot fit; not converting them keeps int() off
         # hostile input thousands of digits long.

@@ -47,6 +47,9 @@ _MAX_NESTING = 64
 #: name somewhere a name is allowed, which is how php-gds lost conditions.
 RESERVED = frozenset(
     "SELECT DISTINCT FROM WHERE AND OR NOT IS NULL TRUE FALSE IN CONTAINS HAS ORDER ASC DESC LIMIT OFFSET".split()
+    # ... and these, which the Firestore emulator refuses as bare names too
+    + "PARENT CHILD SUM AVG COUNT COUNT_UP_TO OVER AS AGGREGATE BY ON GROUP HAVING CURSOR LIKE BETWEEN JOIN ALL ANY "
+    "ANCESTOR DESCENDANT".split()
 )
 _MIRRORED = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 #: The aggregation words, keywords before ``(`` (``_gql_aggregation`` parses them).
@@ -228,10 +231,10 @@ class Parser(TokenStream):
             names.append(self.property_name("a property name"))
         seen: set[str] = set()
         for name in names:
-            if name in seen:
+            if name in seen and name != KEY_PROPERTY:  # (__key__ twice is __key__, as the emulator reads it)
                 self.error(f"property {name!r} is listed twice", start)
             seen.add(name)
-        return tuple(names)
+        return tuple(dict.fromkeys(names))
 
     def name(self, what: str) -> str:
         token = self.tok
@@ -266,8 +269,14 @@ class Parser(TokenStream):
 
     # LIMIT / OFFSET
 
+    def unary_plus(self) -> Token:
+        """Past a ``+`` before a number (``+1``, as the emulator reads it): the number."""
+        if self.at_punct("+") and self.peek().kind in (INT, DOUBLE):
+            self.advance()
+        return self.tok
+
     def position(self, clause: str) -> tuple[int | Cursor, Token]:
-        token = self.tok
+        token = self.unary_plus()
         if token.kind == INT:
             self.advance()
             value: Any = token.value
@@ -353,6 +362,7 @@ class Parser(TokenStream):
     def starts_value(self) -> bool:
         return (
             self.tok.kind in (STRING, INT, DOUBLE, PARAM)
+            or (self.at_punct("+") and self.peek().kind in (INT, DOUBLE))
             or self.at_word("TRUE", "FALSE", "NULL")
             or self.at_call("KEY", "ARRAY", "BLOB", "DATETIME")
         )
@@ -376,11 +386,14 @@ class Parser(TokenStream):
         if self.at_word("CONTAINS"):
             self.advance()
             value_token = self.tok
-            return self.make(name, "=", self.scalar(), name_token, value_token)
+            value = self.value()
+            if isinstance(value, list):  # CONTAINS ARRAY(...) is IN, as the emulator reads it
+                return self.make(name, "IN", self.checked_list(value, "CONTAINS", value_token), name_token, value_token)
+            return self.make(name, "=", self.checked_scalar(value, value_token), name_token, value_token)
         if self.at_word("IN"):
             self.advance()
             value_token = self.tok
-            return self.make(name, "IN", self.values("IN"), name_token, value_token)
+            return self.make(name, "IN", self.values("IN", one=True), name_token, value_token)
         if self.at_word("NOT"):
             self.advance()
             self.expect_word("IN")
@@ -397,8 +410,14 @@ class Parser(TokenStream):
 
     def reversed_condition(self) -> Filter:
         value_token = self.tok
-        value = self.scalar()
+        value = self.value()
         token = self.tok
+        if isinstance(value, list) and self.at_word("IN"):  # ARRAY(...) IN p: p IN ARRAY(...), as the emulator reads it
+            self.advance()
+            name_token = self.tok
+            name = self.property_name("a property name after IN")
+            return self.make(name, "IN", self.checked_list(value, "IN", value_token), name_token, value_token)
+        value = self.checked_scalar(value, value_token)
         if token.kind == PUNCT and token.value in COMPARATORS:
             self.advance()
             name_token = self.tok
@@ -439,7 +458,9 @@ class Parser(TokenStream):
 
     def scalar(self) -> Any:
         token = self.tok
-        value = self.value()
+        return self.checked_scalar(self.value(), token)
+
+    def checked_scalar(self, value: Any, token: Token) -> Any:
         if isinstance(value, list):
             shown = "ARRAY(...)" if token.word == "ARRAY" else token.text
             self.error(f"a list ({shown}) goes only with IN or NOT IN", token)
@@ -447,9 +468,16 @@ class Parser(TokenStream):
             self.error(f"a Cursor ({token.text}) goes only in LIMIT or OFFSET", token)
         return value
 
-    def values(self, op: str) -> tuple[Any, ...]:
+    def values(self, op: str, *, one: bool = False) -> tuple[Any, ...]:
+        """A list for ``op``; with ``one``, a single value is a list of one
+        (``n IN 1``, as the emulator reads it)."""
         token = self.tok
         value = self.value()
+        if one and not isinstance(value, (list, Cursor)):
+            return (value,)
+        return self.checked_list(value, op, token)
+
+    def checked_list(self, value: Any, op: str, token: Token) -> tuple[Any, ...]:
         if isinstance(value, Cursor):
             self.error(f"a Cursor ({token.text}) goes only in LIMIT or OFFSET", token)
         if not isinstance(value, list):
@@ -459,7 +487,7 @@ class Parser(TokenStream):
         return tuple(value)
 
     def value(self) -> Any:
-        token = self.tok
+        token = self.unary_plus()
         if token.kind in (STRING, INT, DOUBLE):
             self.advance()
             return token.value

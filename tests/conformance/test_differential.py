@@ -279,6 +279,11 @@ def deliberate(spec: Spec, rows: list[Any]) -> list[Any]:
     each entity kept once, at its first row."""
     if not repeats_per_element(spec.query.order, spec.query.projection, spec.query.filter):
         return rows
+    return first_rows(rows)
+
+
+def first_rows(rows: list[Any]) -> list[Any]:
+    """Each entity once (``row[0]`` is its key), at its first row."""
     seen = set()
     out = []
     for row in rows:

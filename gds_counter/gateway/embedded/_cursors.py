@@ -41,6 +41,8 @@ __all__ = ["Point", "cursor_owner", "decode_cursor", "encode_cursor", "read_curs
 _V1, _V2, _V3 = b"GDSC1", b"GDSC2", b"GDSC3"
 #: The side of a point from a query whose key is an index value (see ``_keyed``).
 _KEYED = b"!"
+#: The first part of a point after its row: the side ``>``, length-prefixed.
+_SIDE_AFTER = (1).to_bytes(4, "big") + b">"
 _OWNER_SIZE = 8
 #: A key as a sort value (``_encoding.sortable``'s tag for keys).
 _KEY_TAG = b"\x70"
@@ -63,7 +65,7 @@ def _parts(data: bytes, at: int) -> list[bytes] | None:
 
 
 def _joined(parts: Iterable[bytes]) -> bytes:
-    return b"".join(len(part).to_bytes(4, "big") + part for part in parts)
+    return b"".join([len(part).to_bytes(4, "big") + part for part in parts])
 
 
 def _columns(plan: Plan) -> int:
@@ -107,6 +109,9 @@ def encode_cursor(position: tuple[bytes, ...], owner: bytes, plan: Plan | None =
     the ``plan`` that made it, the point too (see the module's notes)."""
     if plan is None:
         return _V2 + owner + _joined(position)
+    if not plan.orders:  # key order (a counter's total): the point is the key, after it
+        key = position[0]
+        return b"".join((_V3, owner, _SIDE_AFTER, len(key).to_bytes(4, "big"), key, b"|", _joined(position)))
     if _keyed(plan):
         side, values = _KEYED, []
     else:

@@ -32,7 +32,7 @@ import attrs
 from typing_extensions import TypeIs
 
 from gds_counter._checks import check_int, check_text
-from gds_counter.errors import BadKeyError, BadValueError, GatewayError, Unavailable
+from gds_counter.errors import AlreadyExists, BadKeyError, BadValueError, GatewayError, NotFound, Unavailable
 from gds_counter.gateway import plan
 from gds_counter.gateway._aggregation import aggregate_rows, billed_reads, check_aggregation
 from gds_counter.gateway.capabilities import Capabilities
@@ -321,7 +321,16 @@ class GatewayRules(Generic[T]):
             ]
         results: list[MutationResult] = []
         for chunk in chunks:
-            for mutation, (key, values) in zip(chunk, (yield from _hook("_commit", chunk, txn))):
+            try:
+                answers = yield from _hook("_commit", chunk, txn)
+            except (AlreadyExists, NotFound) as exc:
+                if not results:
+                    raise
+                raise type(exc)(
+                    f"{exc}; before this commit, the {len(results)} mutation(s) of the call's earlier commits "
+                    f"({MAX_MUTATIONS_PER_COMMIT} to a commit) were written"
+                ) from exc
+            for mutation, (key, values) in zip(chunk, answers):
                 results.append(self._result(mutation, key, values))
         return CommitResult(tuple(results))
 

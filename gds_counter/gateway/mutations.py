@@ -52,16 +52,17 @@ class Upsert:
 
 @attrs.frozen
 class Insert(Upsert):
-    """An upsert that requires the entity not to exist: the commit fails
-    with ``AlreadyExists`` (Datastore's ALREADY_EXISTS) and writes nothing
-    if it does. An incomplete key gets a new id, as with ``Upsert``."""
+    """An upsert that requires the entity not to exist: if it does, the
+    commit fails with ``AlreadyExists`` (Datastore's ALREADY_EXISTS) and
+    this entity is not written (see ``errors.AlreadyExists`` for the rest of
+    the commit). An incomplete key gets a new id, as with ``Upsert``."""
 
 
 @attrs.frozen
 class Update(Upsert):
-    """An upsert that requires the entity to exist: the commit fails with
-    ``NotFound`` (Datastore's NOT_FOUND) and writes nothing if it does not.
-    Its key must be complete."""
+    """An upsert that requires the entity to exist: if it does not, the
+    commit fails with ``NotFound`` (Datastore's NOT_FOUND) and this entity
+    is not written (see ``errors.NotFound``). Its key must be complete."""
 
 
 @attrs.frozen

@@ -29,7 +29,7 @@ from gds_counter.errors import (
 )
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import Delete, Increment, Mutation, Update, Upsert
+from gds_counter.gateway.mutations import Delete, Increment, Insert, Mutation, Update, Upsert
 from gds_counter.gateway.query import Aggregation, AggregationQuery, Order, PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds import gql
@@ -69,10 +69,15 @@ def encode_cursor(cursor: bytes | None) -> str | None:
 def decode_cursor(cursor: str | bytes | None) -> bytes | None:
     if cursor is None or isinstance(cursor, bytes):
         return cursor
+    if not isinstance(cursor, str):
+        raise BadValueError(f"a cursor is the text Store.cursor gave, got {type(cursor).__name__} {cursor!r}")
     try:
-        return base64.urlsafe_b64decode(cursor.encode("ascii"))
+        decoded = base64.urlsafe_b64decode(cursor.encode("ascii"))
     except (binascii.Error, UnicodeEncodeError, ValueError):
-        raise BadValueError(f"not a cursor from this library: {cursor!r}") from None
+        decoded = b""
+    if not decoded:  # (also "" and "!!!!", which decode to nothing: no cursor restarts the query)
+        raise BadValueError(f"not a cursor from this library: {cursor!r}")
+    return decoded
 
 
 class TransactionSlot(Protocol):
@@ -139,8 +144,13 @@ class StoreCore:
             for raw, entity in zip(raws, batch):
                 if raw.key is None or raw.key.is_partial:
                     raise BadKeyError(f"cannot update {entity!r}: it has no complete key")
-        if self._tx.block_mutations is not None:
+        if self._tx.block_mutations is not None or mode is Insert:
+            # Ids now (callers expect them at once in a transaction block),
+            # and always for inserts: a batch that stops at an entity that
+            # exists keeps the ones before it, which must carry their ids,
+            # or inserting the batch again would store them twice.
             yield from self._allocate_into(batch, raws)
+        if self._tx.block_mutations is not None:
             self._tx.block_mutations.extend(mode(raw) for raw in raws)
             return
         result = yield from plan.commit([mode(raw) for raw in raws], transaction=self._take_token())

@@ -78,14 +78,18 @@ class Store(StoreCore):
 
     def insert(self, entities: Entity | Iterable[Entity]) -> None:
         """``upsert``, for entities that must not exist yet: if one does,
-        ``AlreadyExists`` is raised and nothing of the batch is written
-        (php-gds has only upsert: docs/migrating-from-php.md)."""
+        ``AlreadyExists`` is raised and it is not written. In a transaction
+        nothing is; without one, the entities before it in the batch are
+        written (with their ids, allocated first) and the rest are not, and
+        the error says how many (php-gds has only upsert:
+        docs/migrating-from-php.md)."""
         self._run(self._upsert(entities, Insert))
 
     def update(self, entities: Entity | Iterable[Entity]) -> None:
         """``upsert``, for entities that must exist (each with a complete
-        key): if one does not, ``NotFound`` is raised and nothing of the
-        batch is written."""
+        key): if one does not, ``NotFound`` is raised and it is not written;
+        as with ``insert``, a batch without a transaction keeps the entities
+        before it."""
         self._run(self._upsert(entities, Update))
 
     def increment(self, entity: Entity, name: str, amount: int | float = 1) -> int | float:

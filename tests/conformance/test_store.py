@@ -169,6 +169,24 @@ def test_insert_refuses_an_existing_entity_and_update_a_missing_one(books):
     assert books.fetch_by_id(book.get_key_id()).title == "B" and books.fetch_by_name("nowhere") is None
 
 
+def test_a_batch_insert_that_stops_at_an_existing_entity_gave_ids_to_the_ones_it_wrote(books):
+    """Without a transaction the entities before the existing one are
+    written; they carry their ids, so inserting the batch again refuses
+    them instead of storing them twice (a fresh-eyes finding)."""
+    existing = books.create_entity({"title": "there"})
+    existing.set_key_name("there")
+    books.upsert(existing)
+    first, second = books.create_entity({"title": "1"}), books.create_entity({"title": "2"})
+    again = books.create_entity({"title": "x"})
+    again.set_key_name("there")
+    with pytest.raises(AlreadyExists, match="before it"):
+        books.insert([first, second, again])
+    assert isinstance(first.get_key_id(), int) and books.fetch_by_id(first.get_key_id()).title == "1"
+    with pytest.raises(AlreadyExists):
+        books.insert([first, second])
+    assert sorted(b.title for b in books.fetch_all()) == ["1", "2", "there"]
+
+
 def test_batch_lookups_keep_input_order_with_none_for_missing(books):
     books.upsert([make_book(books, name, title=name.upper()) for name in ("a", "b", "c")])
     got = books.fetch_by_names(["c", "missing", "a"])

@@ -800,3 +800,15 @@ def test_a_cursor_is_refused_where_datastore_refuses_it(gw):
     damaged = by_n_then_x[:-3]
     with pytest.raises(BadValueError):
         gw.run_query(Query("C", order=(Order("n"), Order("x")), start_cursor=damaged))
+
+
+def test_a_query_sorted_by_key_before_a_property_still_reads_past_one_batch(gw):
+    """Its cursors are refused as Datastore refuses them, but the engine's
+    own batches of it go on (the emulator returns such a query whole):
+    the cursor work broke ``fetch_all`` and ``count`` past 300 rows."""
+    put(gw, *(RawEntity(Key.of("C", f"c{i:04d}"), {"n": i % 7}) for i in range(BATCH_SIZE * 2 + 5)))
+    query = Query("C", order=(Order("__key__"), Order("n")), projection=("n",))
+    assert len(list(run_query_all(gw, query))) == BATCH_SIZE * 2 + 5
+    first = gw.run_query(query.replace(limit=2))
+    with pytest.raises(BadValueError, match="sorted by __key__ before another property"):
+        gw.run_query(query.replace(start_cursor=first.end_cursor))

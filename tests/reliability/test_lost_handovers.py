@@ -17,6 +17,7 @@ leaves, and check that the next caller is served.
 from __future__ import annotations
 
 import gc
+import sqlite3
 import threading
 import time
 from typing import Any, Callable
@@ -28,6 +29,8 @@ from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway._rounds import Gate
 from gds_counter.gateway.embedded import EmbeddedGateway
 from gds_counter.gateway.embedded._connections import ConnectionPool, HeldLease
+from gds_counter.gateway.embedded._group_commit import WRITE, GroupCommit, Request
+from gds_counter.gateway.embedded._storage import write_transaction
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Upsert
 from gds_counter.gateway.values import RawEntity
@@ -326,3 +329,42 @@ def test_a_counter_read_ends_at_the_counters_deadline_when_no_connection_comes_b
     finally:
         lease.__exit__(None, None, None)
         gateway.close()
+
+
+# -- a write transaction's start, and the group commit's hand-over (fresh-eyes findings) ----------
+
+
+def test_an_interrupt_as_a_write_transaction_begins_leaves_no_transaction_behind(tmp_path):
+    """An interrupt as ``BEGIN IMMEDIATE`` returns (a signal's handler runs
+    as a call returns): the ``contextlib`` generator this was kept its
+    transaction open and was left suspended holding the connection, whose
+    cleanup later rolled back another caller's transaction on it (half of a
+    batch written, a fresh-eyes finding). The start undoes its ``BEGIN``."""
+
+    class InterruptedAtBegin(sqlite3.Connection):
+        def execute(self, sql: str, *args: Any) -> Any:  # type: ignore[override]
+            result = super().execute(sql, *args)
+            if sql == "BEGIN IMMEDIATE":
+                raise Injected()
+            return result
+
+    conn = sqlite3.connect(tmp_path / "w.db", isolation_level=None, factory=InterruptedAtBegin)
+    with pytest.raises(Injected):
+        with write_transaction(conn, 1.0):
+            pass
+    assert not conn.in_transaction
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 1000
+    conn.close()
+
+
+def test_a_hand_over_run_again_wakes_the_next_writer_it_marked():
+    """An interrupt as the hand-over's wake was entered left the next
+    commit marked to write and asleep; the hand-over, run again, skipped
+    it (marked already), and every caller waited 75 s."""
+    group = GroupCommit()
+    nxt = Request([])
+    group._queue.append(nxt)
+    nxt.state = WRITE  # marked by the interrupted hand-over, never woken
+    with group._lock:
+        group._hand_over()
+    assert nxt.signalled and nxt.woken.acquire(timeout=1)

@@ -39,8 +39,11 @@ from gds_counter.gateway.query import KEY_PROPERTY, Query
 __all__ = ["Point", "cursor_owner", "decode_cursor", "encode_cursor", "read_cursor"]
 
 _V1, _V2, _V3 = b"GDSC1", b"GDSC2", b"GDSC3"
-#: The side of a point from a query whose key is an index value (see ``_keyed``).
-_KEYED = b"!"
+#: The side of a point from a query whose key is an index value (see
+#: ``_keyed``): Datastore continues no cursor of such a query, but the
+#: Firestore emulator returns it whole, so the embedded engine's own batches
+#: of it (``_BATCH``) go on in that very query.
+_KEYED, _BATCH = b"!", b"="
 #: The first part of a point after its row: the side ``>``, length-prefixed.
 _SIDE_AFTER = (1).to_bytes(4, "big") + b">"
 _OWNER_SIZE = 8
@@ -104,16 +107,17 @@ def _keyed(plan: Plan) -> bool:
     return any(order.name == KEY_PROPERTY for order in plan.orders[: _columns(plan)])
 
 
-def encode_cursor(position: tuple[bytes, ...], owner: bytes, plan: Plan | None = None) -> bytes:
+def encode_cursor(position: tuple[bytes, ...], owner: bytes, plan: Plan | None = None, *, batch: bool = False) -> bytes:
     """The cursor after ``position``: its own query's (``owner``) and, given
-    the ``plan`` that made it, the point too (see the module's notes)."""
+    the ``plan`` that made it, the point too (see the module's notes).
+    ``batch``: the query has more rows than its batch held (not a LIMIT)."""
     if plan is None:
         return _V2 + owner + _joined(position)
     if not plan.orders:  # key order (a counter's total): the point is the key, after it
         key = position[0]
         return b"".join((_V3, owner, _SIDE_AFTER, len(key).to_bytes(4, "big"), key, b"|", _joined(position)))
     if _keyed(plan):
-        side, values = _KEYED, []
+        side, values = (_BATCH if batch else _KEYED), []
     else:
         side = b"<" if _scans_backward(plan) else b">"  # before the row or after it, in index order
         values = [descending(position[at]) if plan.orders[at].descending else position[at] for at in range(_columns(plan))]
@@ -223,9 +227,9 @@ def read_cursor(cursor: bytes, size: int, owner: bytes) -> tuple[bytes, ...] | P
         if cursor.startswith(_V3):
             end = _point_end(cursor, at)
             point = _parts(cursor[:end], at) if end is not None else None
-            if end is None or not point or point[0] not in (b"<", b">", _KEYED) or len(point) < 2:
+            if end is None or not point or point[0] not in (b"<", b">", _KEYED, _BATCH) or len(point) < 2:
                 raise BadValueError(f"cursor {cursor!r} is damaged")
-            if point[0] == _KEYED:
+            if point[0] == _KEYED or (point[0] == _BATCH and issued_by != owner):
                 raise BadValueError(
                     "a cursor of a query sorted by __key__ before another property (or projecting a property "
                     "it does not sort by first) cannot be continued: Datastore refuses it (index data should "

@@ -229,7 +229,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         if txn is None:
             batch, last, more = self._read_batch(query)
             self._record("run_query", reads=len(batch))
-            return QueryResult(tuple(r.entity for r in batch), self._cursor(query, last), more)
+            return QueryResult(tuple(r.entity for r in batch), self._cursor(query, last, more), more)
         with self._snapshot(txn) as conn:
             batch, last, more = self._batch(conn, query)
         for row in batch:
@@ -239,14 +239,14 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         if not txn.read_only:  # checked again at commit: a phantom changes the answer
             txn.queries.append((query, _answer(batch, last, more)))
         self._record("run_query", reads=len(batch))
-        return QueryResult(tuple(r.entity for r in batch), self._cursor(query, last), more)
+        return QueryResult(tuple(r.entity for r in batch), self._cursor(query, last, more), more)
 
-    def _cursor(self, query: Query, last: tuple[bytes, ...] | None) -> bytes | None:
+    def _cursor(self, query: Query, last: tuple[bytes, ...] | None, more: bool) -> bytes | None:
         """The cursor after ``last``; with no row read, the one the query began at."""
         if last is None:
             return query.start_cursor
         plan = self._compiled(query).plan
-        return encode_cursor(last, _owner(query, plan), plan)
+        return encode_cursor(last, _owner(query, plan), plan, batch=more)
 
     def _read_batch(self, query: Query) -> _Batch:
         with self._db() as conn:

@@ -230,7 +230,10 @@ class GroupCommit:
         writes (under the lock)."""
         if not self._queue:
             self._writing = False
-        elif self._queue[0].state != WRITE:
+        else:
+            # Woken whether or not it was marked already: an interrupt as
+            # ``_wake`` was entered leaves it marked and asleep, and the
+            # hand-over, run again, must still wake it (``_wake`` is once).
             self._queue[0].state = WRITE
             _wake(self._queue[0])
 

@@ -37,10 +37,10 @@ from aborting each other.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sqlite3
 import time
+from types import TracebackType
 from typing import Any, Hashable, Iterable, Iterator
 
 import attrs
@@ -49,6 +49,7 @@ from gds_counter._checks import INT64_MAX, INT64_MIN
 from gds_counter.errors import AlreadyExists, Contention, GatewayError, GDSError, NotFound
 from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway import _paths as paths
+from gds_counter.gateway._interrupts import surely
 from gds_counter.gateway.base import TransactionState
 from gds_counter.gateway.embedded._encoding import (
     dump_entity,
@@ -139,8 +140,7 @@ class Transaction(TransactionState):
 WRITE_LOCK_POLL_S = 0.0002
 
 
-@contextlib.contextmanager
-def write_transaction(conn: sqlite3.Connection, timeout: float) -> Iterator[None]:
+class write_transaction:
     """A write transaction: ``BEGIN IMMEDIATE`` takes the file's write
     lock, waiting up to ``timeout`` seconds (the connection's busy timeout),
     or until the caller's deadline if that is sooner, for another process
@@ -156,28 +156,53 @@ def write_transaction(conn: sqlite3.Connection, timeout: float) -> Iterator[None
     wait and back on once the transaction has ended, so that neither
     statement runs while this connection holds the lock the other processes
     wait for. Writers of one process never meet here: they queue on the
-    pool's write lock first."""
-    conn.execute("PRAGMA busy_timeout = 0")
-    try:
-        # The caller's deadline may come sooner (``gateway._deadlines``): a
-        # writer behind a frozen lock holder gives up then, not 30 s later.
-        deadline = time.monotonic() + deadlines.remaining(timeout)
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                break
-            except sqlite3.OperationalError as exc:
-                if not is_busy(exc) or time.monotonic() >= deadline:
-                    raise
-            time.sleep(WRITE_LOCK_POLL_S)
+    pool's write lock first.
+
+    A class, not a ``contextlib`` generator: an interrupt that lands as a
+    generator's ``__enter__`` returns (after ``BEGIN``) leaves the generator
+    suspended, holding the connection. The pool then lends that connection
+    to another caller, and the generator's cleanup, whenever the garbage
+    collector runs it, rolled back the other caller's transaction in the
+    middle (its later statements then committed one by one: half a batch
+    written). Here ``__enter__`` undoes its own ``BEGIN`` before the
+    interrupt leaves it, and nothing runs later."""
+
+    __slots__ = ("_conn", "_timeout")
+
+    def __init__(self, conn: sqlite3.Connection, timeout: float) -> None:
+        self._conn, self._timeout = conn, timeout
+
+    def __enter__(self) -> None:
+        conn = self._conn
         try:
-            yield
-        finally:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-    finally:
+            conn.execute("PRAGMA busy_timeout = 0")
+            # The caller's deadline may come sooner (``gateway._deadlines``): a
+            # writer behind a frozen lock holder gives up then, not 30 s later.
+            deadline = time.monotonic() + deadlines.remaining(self._timeout)
+            while True:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    if not is_busy(exc) or time.monotonic() >= deadline:
+                        raise
+                time.sleep(WRITE_LOCK_POLL_S)
+        except BaseException:
+            surely(self._end)
+            raise
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        pending = surely(self._end)
+        if exc is None and pending is not None:
+            raise pending
+
+    def _end(self) -> None:
+        """Roll back what did not commit; switch the busy handler back on."""
+        conn = self._conn
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
         except sqlite3.Error as exc:  # never turn a write that committed into an error
             log.warning("could not switch SQLite's busy handler back on: %r", exc)
 

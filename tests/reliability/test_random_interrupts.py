@@ -15,29 +15,36 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 SCRIPT = Path(__file__).with_name("interrupted_counter.py")
 
 
+def counted_at_most_once(script: Path, args: list[str], faults: str, label: str, tally: Any) -> None:
+    """Run ``script``; it must end (no hang) with a JSON line whose totals
+    show the faults landed and each call counted at most once (the stored
+    total between the calls acknowledged and those plus the ones whose
+    outcome is unknown); the row goes to the reliability table."""
+    run = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"the program hung or failed:\n{run.stderr[-6000:]}"
+    counts = json.loads(run.stdout.strip().splitlines()[-1])
+    assert counts[faults] > 100, counts  # (the faults did land)
+    assert counts["acked"] <= counts["stored"] <= counts["acked"] + counts["maybe"], counts
+    tally.add(
+        label, operations=counts["acked"] + counts["maybe"],
+        faults_injected=counts[faults], increments_lost=max(0, counts["acked"] - counts["stored"]),
+        double_counts=max(0, counts["stored"] - counts["acked"] - counts["maybe"]), reported_unknown=counts["maybe"],
+    )
+
+
 @pytest.mark.parametrize("where", ["memory", "file"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_interrupts_hang_nothing_and_count_each_call_at_most_once(tmp_path, where, seed, tally):
     url = "memory://" if where == "memory" else f"sqlite:///{tmp_path / 'interrupted.db'}"
-    run = subprocess.run(
-        [sys.executable, str(SCRIPT), url, "1500", "2", "0.0015", str(seed)],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert run.returncode == 0, f"the program hung or failed:\n{run.stderr[-6000:]}"
-    counts = json.loads(run.stdout.strip().splitlines()[-1])
-    assert counts["interrupts"] > 100, counts  # (the interrupts did land)
-    assert counts["acked"] <= counts["stored"] <= counts["acked"] + counts["maybe"], counts
-    tally.add(
-        f"random Ctrl-C while counting ({where})", operations=counts["acked"] + counts["maybe"],
-        faults_injected=counts["interrupts"], increments_lost=max(0, counts["acked"] - counts["stored"]),
-        double_counts=max(0, counts["stored"] - counts["acked"] - counts["maybe"]), reported_unknown=counts["maybe"],
-    )
+    counted_at_most_once(SCRIPT, [url, "1500", "2", "0.0015", str(seed)], "interrupts",
+                         f"random Ctrl-C while counting ({where})", tally)
 
 
 CANCELLING = Path(__file__).with_name("cancelled_tasks.py")
@@ -49,15 +56,5 @@ def test_random_cancellations_hang_no_task_and_count_each_call_at_most_once(tmp_
     cancellation, which lands here anywhere in 6 tasks' ``add()``, 0 to
     4 ms in, 800 times."""
     url = "memory://" if where == "memory" else f"sqlite:///{tmp_path / 'cancelled.db'}"
-    run = subprocess.run(
-        [sys.executable, str(CANCELLING), url, "800", "6", "0.004", "1"], capture_output=True, text=True, timeout=300,
-    )
-    assert run.returncode == 0, f"a task hung or the program failed:\n{run.stderr[-6000:]}"
-    counts = json.loads(run.stdout.strip().splitlines()[-1])
-    assert counts["cancels"] > 100, counts  # (the cancellations did land)
-    assert counts["acked"] <= counts["stored"] <= counts["acked"] + counts["maybe"], counts
-    tally.add(
-        f"random task cancellations while counting, asyncio face ({where})", operations=counts["acked"] + counts["maybe"],
-        faults_injected=counts["cancels"], increments_lost=max(0, counts["acked"] - counts["stored"]),
-        double_counts=max(0, counts["stored"] - counts["acked"] - counts["maybe"]), reported_unknown=counts["maybe"],
-    )
+    counted_at_most_once(CANCELLING, [url, "800", "6", "0.004", "1"], "cancels",
+                         f"random task cancellations while counting, asyncio face ({where})", tally)

@@ -109,7 +109,14 @@ class PathElement:
 
 
 def _path(elements: Iterable[PathElement]) -> tuple[PathElement, ...]:
-    return tuple(elements)
+    path = tuple(elements) if not isinstance(elements, str) else (elements,)
+    for element in path:
+        if not isinstance(element, PathElement):
+            raise BadKeyError(
+                f"Key(path, namespace) takes PathElements, got {element!r}; for kinds and ids or names "
+                "write Key.of('Kind', 'name'), as keys print in messages"
+            )
+    return path
 
 
 @attrs.frozen(cache_hash=True)

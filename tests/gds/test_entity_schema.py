@@ -106,6 +106,13 @@ def test_bad_key_names(bad, message):
         Entity().set_key_name(bad)
 
 
+def test_a_key_built_like_its_printed_form_says_how_to_build_it():
+    """Keys print as ``Key('Item', 'k03')``; calling that raised
+    AttributeError from deep inside (a fresh-eyes finding)."""
+    with pytest.raises(BadKeyError, match=r"write Key.of\('Kind', 'name'\)"):
+        Key("Item", "k03")
+
+
 @pytest.mark.parametrize("bad", [0, 2**63, -(2**63) - 1, True, "abc"])
 def test_bad_key_ids(bad):
     with pytest.raises(BadKeyError):

@@ -28,7 +28,7 @@ from gds_counter.errors import (
     TransformsIgnored,
 )
 from gds_counter.gateway import plan
-from gds_counter.gateway.keys import Key
+from gds_counter.gateway.keys import Key, require_complete
 from gds_counter.gateway.mutations import Delete, Increment, Insert, Mutation, Update, Upsert
 from gds_counter.gateway.query import Aggregation, AggregationQuery, Order, PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
@@ -140,10 +140,9 @@ class StoreCore:
         not exist, or does (the commit then writes nothing)."""
         batch = [entities] if isinstance(entities, Entity) else list(entities)
         raws = [to_raw(entity, self._schema, self._namespace) for entity in batch]
-        if mode is Update:
-            for raw, entity in zip(raws, batch):
-                if raw.key is None or raw.key.is_partial:
-                    raise BadKeyError(f"cannot update {entity!r}: it has no complete key")
+        if mode is Update:  # now, not at the end of a transaction block
+            for raw in raws:
+                require_complete(raw.key, "Store.update")
         if self._tx.block_mutations is not None or mode is Insert:
             # Ids now (callers expect them at once in a transaction block),
             # and always for inserts: a batch that stops at an entity that

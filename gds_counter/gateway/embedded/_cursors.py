@@ -32,7 +32,7 @@ import hashlib
 from typing import Any, Iterable
 
 from gds_counter.errors import BadValueError
-from gds_counter.gateway.embedded._encoding import descending
+from gds_counter.gateway.embedded._encoding import descending, key_place, key_value
 from gds_counter.gateway.embedded._planner import Plan
 from gds_counter.gateway.query import KEY_PROPERTY, Query
 
@@ -47,8 +47,6 @@ _KEYED, _BATCH = b"!", b"="
 #: The first part of a point after its row: the side ``>``, length-prefixed.
 _SIDE_AFTER = (1).to_bytes(4, "big") + b">"
 _OWNER_SIZE = 8
-#: A key as a sort value (``_encoding.sortable``'s tag for keys).
-_KEY_TAG = b"\x70"
 
 
 def cursor_owner(kind: str | None, namespace: str, orders: Iterable[Any], row_properties: Iterable[str]) -> bytes:
@@ -73,15 +71,11 @@ def _joined(parts: Iterable[bytes]) -> bytes:
 
 def _columns(plan: Plan) -> int:
     """How many of the plan's sort orders are index values: all but a last
-    order by key, which is the index's own key."""
+    order by key, which is the index's own key. Also where a row's position
+    holds that key (that last order's component, else the key after the
+    orders), in its direction (``_key_descending``)."""
     orders = plan.orders
     return len(orders) - 1 if orders and orders[-1].name == KEY_PROPERTY else len(orders)
-
-
-def _key_at(plan: Plan) -> int:
-    """Where a row's position holds the index's key (in its direction)."""
-    columns = _columns(plan)
-    return columns if columns < len(plan.orders) else len(plan.orders)
 
 
 def _key_descending(plan: Plan) -> bool:
@@ -96,8 +90,7 @@ def _scans_backward(plan: Plan) -> bool:
 
 def _as_value(encoded_key: bytes, desc: bool) -> bytes:
     """A key sort order's component (raw key bytes) as an index value."""
-    plain = descending(encoded_key) if desc else encoded_key
-    value = _KEY_TAG + plain
+    value = key_value(descending(encoded_key) if desc else encoded_key)
     return descending(value) if desc else value
 
 
@@ -121,7 +114,7 @@ def encode_cursor(position: tuple[bytes, ...], owner: bytes, plan: Plan | None =
     else:
         side = b"<" if _scans_backward(plan) else b">"  # before the row or after it, in index order
         values = [descending(position[at]) if plan.orders[at].descending else position[at] for at in range(_columns(plan))]
-    key = position[_key_at(plan)]
+    key = position[_columns(plan)]
     key = descending(key) if _key_descending(plan) else key
     return _V3 + owner + _joined([side, *values, key]) + b"|" + _joined(position)
 
@@ -207,7 +200,7 @@ def _row_prefix(plan: Plan, position: tuple[bytes, ...], size: int) -> tuple[byt
         order = plan.orders[at]
         out.append(_as_value(position[at], order.descending) if order.name == KEY_PROPERTY else position[at])
     if size > columns:
-        out.append(position[_key_at(plan)])
+        out.append(position[columns])
     return tuple(out)
 
 
@@ -256,36 +249,3 @@ def _point_end(cursor: bytes, at: int) -> int | None:
             return at
         at += 4 + int.from_bytes(cursor[at : at + 4], "big")
     return None
-
-
-def key_place(encoded: bytes) -> tuple[str, str]:
-    """The namespace and the kind of the key ``encoded`` (``_encoding.key_bytes``)."""
-    texts: list[str] = []
-    at = 0
-    kind = ""
-
-    def text() -> str:
-        nonlocal at
-        end = at
-        while not (encoded[end : end + 2] == b"\x00\x01"):
-            end += 2 if encoded[end : end + 1] == b"\x00" else 1
-            if end >= len(encoded):
-                raise BadValueError("cursor's key is damaged")
-        raw = encoded[at:end].replace(b"\x00\xff", b"\x00")
-        at = end + 2
-        try:
-            return raw.decode("utf-8", "surrogatepass")
-        except UnicodeDecodeError:
-            raise BadValueError("cursor's key is damaged") from None
-
-    texts.append(text())
-    while at < len(encoded) and encoded[at : at + 1] == b"\x02":
-        at += 1
-        kind = text()
-        tag = encoded[at : at + 1]
-        at += 1
-        if tag == b"\x01":
-            at += 8 if encoded[at : at + 8] != bytes(8) else 16
-        elif tag == b"\x02":
-            text()
-    return texts[0], kind

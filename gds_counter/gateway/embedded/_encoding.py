@@ -91,6 +91,42 @@ def key_bytes(key: Key) -> bytes:
     return b"".join(out)
 
 
+def key_value(encoded: bytes) -> bytes:
+    """A key's encoding (``key_bytes``) as an indexed value's (``sortable``)."""
+    return _KEY + encoded
+
+
+def key_place(encoded: bytes) -> tuple[str, str]:
+    """The namespace and the kind of the key ``encoded`` (``key_bytes``'s
+    inverse, as far as a cursor's check needs it); ``BadValueError`` when
+    the bytes are not such an encoding."""
+    at = 0
+
+    def text() -> str:  # one ``escaped`` string, from ``at``
+        nonlocal at
+        end = at
+        while encoded[end : end + 2] != b"\x00\x01":
+            end += 2 if encoded[end : end + 1] == b"\x00" else 1
+            if end >= len(encoded):
+                raise BadValueError("cursor's key is damaged")
+        raw, at = encoded[at:end].replace(b"\x00\xff", b"\x00"), end + 2
+        try:
+            return raw.decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            raise BadValueError("cursor's key is damaged") from None
+
+    namespace, kind = text(), ""
+    while encoded[at : at + 1] == b"\x02":  # a path element: its kind, then an id or a name
+        at += 1
+        kind = text()
+        tag, at = encoded[at : at + 1], at + 1
+        if tag == b"\x01":
+            at += 8 if encoded[at : at + 8] != bytes(8) else 16
+        elif tag == b"\x02":
+            text()
+    return namespace, kind
+
+
 def _id_bytes(key_id: int) -> bytes:
     """An id's sortable encoding. A positive id is its 8 bytes, as it has
     always been stored; a negative one (which Datastore stores too) is 8
@@ -128,7 +164,7 @@ def sortable(value: Any) -> bytes:
     if isinstance(value, Geopoint):
         return _GEO + _f64(value.latitude) + _f64(value.longitude)
     if isinstance(value, Key):
-        return _KEY + key_bytes(value)
+        return key_value(key_bytes(value))
     raise BadValueError(f"a {type(value).__name__} ({value!r}) cannot be indexed, filtered or sorted on")
 
 

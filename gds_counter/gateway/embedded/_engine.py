@@ -38,7 +38,6 @@ from gds_counter.gateway.embedded._storage import (
     check_unchanged,
     commit_seq,
     reserve,
-    stopped_after,
     stored_texts,
     upsert,
     upserted_keys,
@@ -548,12 +547,13 @@ class EmbeddedGateway(BaseGateway[Transaction]):
                 key = mutation.entity.key
                 assert key is not None  # checked by BaseGateway.commit
                 key = key.completed(next(new_ids)) if key.is_partial else key
+                written = len(results) if txn is None else 0  # (a transaction writes all or nothing)
                 try:
-                    check_exists(conn, mutation, key, stored)
+                    check_exists(conn, mutation, key, stored, written)
                 except (AlreadyExists, NotFound) as exc:
-                    if txn is not None or not results:
-                        raise  # a transaction writes all or nothing; here nothing was written yet
-                    raise Stopped(stopped_after(exc, len(results)), seq) from None
+                    if not written:
+                        raise
+                    raise Stopped(exc, seq) from None
                 self._check_write_rate(conn, key, now)
                 results.append(upsert(conn, mutation, key, seq, now, stored))
         return seq, results

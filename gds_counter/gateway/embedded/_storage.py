@@ -273,9 +273,14 @@ def reserve(conn: sqlite3.Connection, ids: Iterable[int]) -> None:
     conn.executemany("INSERT OR IGNORE INTO reserved_ids VALUES (?)", [(i,) for i in ids])
 
 
-def check_exists(conn: sqlite3.Connection, mutation: Upsert, key: Key, stored: dict[bytes, str | None] | None) -> None:
+def check_exists(
+    conn: sqlite3.Connection, mutation: Upsert, key: Key, stored: dict[bytes, str | None] | None, written: int = 0,
+) -> None:
     """Refuse an ``Insert`` of an entity that exists and an ``Update`` of one
-    that does not (before anything of the mutation is written)."""
+    that does not (before anything of the mutation is written). ``written``:
+    how many mutations of its commit before it stay written if it is
+    refused (a commit without a transaction: ``Stopped``), which the error
+    says."""
     if not isinstance(mutation, (Insert, Update)):
         return
     kb = key_bytes(key)
@@ -283,10 +288,14 @@ def check_exists(conn: sqlite3.Connection, mutation: Upsert, key: Key, stored: d
         exists = stored[kb] is not None
     else:
         exists = conn.execute("SELECT 1 FROM entities WHERE key_bytes = ?", (kb,)).fetchone() is not None
+    what = "nothing of this commit was written" if not written else (
+        f"the {written} mutation(s) before it in this commit were written and the rest were not (a commit without a "
+        "transaction stops at the first mutation that fails: use a transaction for all or nothing)"
+    )
     if isinstance(mutation, Insert) and exists:
-        raise AlreadyExists(f"cannot insert {key}: it exists; nothing of this commit was written")
+        raise AlreadyExists(f"cannot insert {key}: it exists; {what}")
     if isinstance(mutation, Update) and not exists:
-        raise NotFound(f"cannot update {key}: no such entity; nothing of this commit was written")
+        raise NotFound(f"cannot update {key}: no such entity; {what}")
 
 
 def stored_texts(conn: sqlite3.Connection, keys: Iterable[bytes]) -> dict[bytes, str | None]:
@@ -313,15 +322,6 @@ class Stopped(Exception):
     def __init__(self, error: GDSError, seq: int) -> None:
         super().__init__(str(error))
         self.error, self.seq = error, seq
-
-
-def stopped_after(exc: AlreadyExists | NotFound, written: int) -> GDSError:
-    """``exc``, saying what of its commit was written."""
-    text = str(exc).replace("; nothing of this commit was written", "")
-    return type(exc)(
-        f"{text}; the {written} mutation(s) before it in this commit were written and the rest were not "
-        "(a commit without a transaction stops at the first mutation that fails: use a transaction for all or nothing)"
-    )
 
 
 def upserted_keys(batch: Iterable[Any]) -> Iterator[bytes]:

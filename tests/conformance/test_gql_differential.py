@@ -106,7 +106,7 @@ from gds_counter.gateway.base import iterate_batches
 from gds_counter.gateway.datastore._codec import Codec
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Upsert
-from gds_counter.gateway.query import CompositeFilter, Cursor, Order, PropertyFilter
+from gds_counter.gateway.query import CompositeFilter, Cursor, GqlSource, Order, PropertyFilter, Query
 from gds_counter.gateway.values import Geopoint, RawEntity
 from gds_counter.gds import gql
 
@@ -1008,18 +1008,9 @@ class Oracle:
         self.channel.close()
 
     def _gql(self, text: str, named: dict[str, Any], positional: list[Any]) -> Any:
-        pb = q_types.GqlQuery.pb()(query_string=text, allow_literals=True)
-        for name, value in named.items():
-            self._param(value, pb.named_bindings[name])
-        for value in positional:
-            self._param(value, pb.positional_bindings.add())
-        return pb
-
-    def _param(self, value: Any, out: Any) -> None:
-        if isinstance(value, Cursor):
-            out.cursor = value.value
-        else:
-            self.codec.value_to_pb(value, False, out.value)
+        """The text as sent, its bindings encoded as our gateway encodes
+        them (``Codec.gql_to_pb`` only encodes values: the text is not read)."""
+        return self.codec.gql_to_pb(Query(gql=GqlSource(text, tuple(named.items()), tuple(positional))))
 
     def query(self, ns: str, text: str, named: dict[str, Any], positional: list[Any]) -> tuple[list[RawEntity], bytes | None]:
         request = ds_types.RunQueryRequest.pb()(project_id=self.project)

@@ -73,19 +73,16 @@ COMPILED_QUERIES = 256
 class _Compiled:
     """What a query compiles to, whatever its cursors, limit and offset: its
     plan, the Python filter check (None when SQL's candidates are exactly the
-    matches) and the SQL of its first batch."""
+    matches), the SQL of its first batch, and whose its cursors are
+    (``_cursors.cursor_owner``)."""
 
     plan: Plan
     matches: Callable[[Doc], bool] | None
     sql: str
     params: tuple[Any, ...]
+    owner: bytes
 
 __all__ = ["BATCH_SIZE", "BUSY_TIMEOUT_S", "CAPABILITIES", "EmbeddedGateway"]
-
-
-def _owner(query: Query, plan: Plan) -> bytes:
-    """Whose a cursor is (``_cursors.cursor_owner``)."""
-    return cursor_owner(query.kind, query.namespace, plan.orders, plan.row_properties)
 
 
 class EmbeddedGateway(BaseGateway[Transaction]):
@@ -244,8 +241,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         """The cursor after ``last``; with no row read, the one the query began at."""
         if last is None:
             return query.start_cursor
-        plan = self._compiled(query).plan
-        return encode_cursor(last, _owner(query, plan), plan, batch=more)
+        compiled = self._compiled(query)
+        return encode_cursor(last, compiled.owner, compiled.plan, batch=more)
 
     def _read_batch(self, query: Query) -> _Batch:
         with self._db() as conn:
@@ -256,8 +253,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         read (offset included) and whether there are more."""
         compiled = self._compiled(query)
         plan = compiled.plan
-        start = self._bound(query, query.start_cursor, plan)
-        end = self._bound(query, query.end_cursor, plan)
+        start = self._bound(query, query.start_cursor, compiled)
+        end = self._bound(query, query.end_cursor, compiled)
         wanted = BATCH_SIZE if query.limit is None else min(query.limit, BATCH_SIZE)
         batch: list[Row] = []
         last = None
@@ -284,14 +281,14 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         return batch, last, more
 
     @staticmethod
-    def _bound(query: Query, cursor: bytes | None, plan: Plan) -> tuple[bytes, ...] | Point | None:
+    def _bound(query: Query, cursor: bytes | None, compiled: _Compiled) -> tuple[bytes, ...] | Point | None:
         """A cursor given to ``query``: a position in it, or a point (``_cursors``)."""
         if cursor is None:
             return None
-        found = read_cursor(cursor, plan.width, _owner(query, plan))
+        found = read_cursor(cursor, compiled.plan.width, compiled.owner)
         if isinstance(found, Point):
             found.check(query)
-            found.bound(plan)  # refused now if it cannot be read in this query's order
+            found.bound(compiled.plan)  # refused now if it cannot be read in this query's order
         return found
 
     def explain_query(self, query: Query) -> str:
@@ -315,7 +312,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
             plan = Plan.of(query)
             exact = query.filter is None or sql_is_exact(query.filter)
             matches = None if exact or query.filter is None else compile_filter(query.filter)
-            found = _Compiled(plan, matches, *candidate_sql(query, plan, None))
+            owner = cursor_owner(query.kind, query.namespace, plan.orders, plan.row_properties)
+            found = _Compiled(plan, matches, *candidate_sql(query, plan, None), owner)
             if len(self._compiled_queries) >= COMPILED_QUERIES:
                 self._compiled_queries.clear()
             self._compiled_queries[shape] = found

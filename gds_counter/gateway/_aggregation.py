@@ -9,14 +9,16 @@ answers must be Datastore's. Measured on the Firestore emulator in Datastore
 mode (the oracle; ``tests/conformance/test_aggregation.py`` compares the two):
 
 * An aggregation reads index rows, not entities. ``SUM(p)``/``AVG(p)`` add
-  ``p`` to the query's sort order (after its own orders and any inequality
-  property; several aggregated properties in name order; in the direction
-  of the last explicit order, else ascending). So an entity without an
-  indexed ``p`` is no row, and a list is one row per element (per
-  combination, for several lists), and ``LIMIT``/``OFFSET`` count rows in
-  that order. ``COUNT(*)`` counts those rows; alone, it counts the query's
-  rows (entities, unless an order, inequality or projection on a list
-  property makes one row per element).
+  ``p`` to what the query projects, so the rows come in the order the query
+  would give that projection: its own orders, then DISTINCT ON, its
+  inequalities, ``__key__`` after a key inequality, then the projected
+  properties by name, in the direction of the last explicit order. So an
+  entity without an indexed ``p`` is no row, and a list is one row per
+  element (per combination, for several lists), and ``LIMIT``/``OFFSET``
+  and cursors (points in that order) count rows in it. A kindless query is
+  aggregated the same way. ``COUNT(*)`` counts those rows; alone, it counts
+  the query's rows (entities, unless an order, inequality or projection on
+  a list property makes one row per element).
 * Only numbers count: integers, doubles, and timestamps (the index keeps a
   timestamp as integer microseconds since the epoch, and the emulator sums
   that). Booleans, strings, blobs, keys, geopoints, embedded entities and
@@ -28,9 +30,8 @@ mode (the oracle; ``tests/conformance/test_aggregation.py`` compares the two):
 * ``COUNT_UP_TO(n)`` is ``min(COUNT(*), n)``.
 * An aggregated property that also has an ``=`` filter takes the filter's
   value (Datastore cannot project it); with ``IN``, the first listed value
-  the entity holds.
-* A query with a cursor is aggregated in its own order (a cursor is a
-  position in it): each of its rows adds every indexed value it holds.
+  the entity holds; with an equality only in an OR branch, the values it
+  holds.
 
 Datastore bills one entity read per started 1,000 index rows, at least one;
 ``billed_reads`` says how many.
@@ -55,9 +56,9 @@ from gds_counter.gateway.query import (
     AggregationQuery,
     CompositeFilter,
     Filter,
-    Order,
     PropertyFilter,
     Query,
+    leaves_of,
 )
 from gds_counter.gateway.values import EPOCH, MAX_PROPERTY_NAME_BYTES, RawEntity
 
@@ -203,45 +204,49 @@ def _aggregated(aggregation: AggregationQuery) -> list[str]:
     return sorted({a.property for a in aggregation.aggregations if a.property is not None})
 
 
-def _fixed(aggregation: AggregationQuery) -> dict[str, PropertyFilter]:
-    """Aggregated properties an ``=`` or ``IN`` filter fixes (the first one each)."""
+def _fixed(aggregation: AggregationQuery) -> dict[str, PropertyFilter | None]:
+    """Aggregated properties that an equality makes unprojectable, each
+    with the ``=`` or ``IN`` conjunct that fixes its value (the first one),
+    or None when the equality is only in an OR branch (the stored value
+    counts then)."""
     names = set(_aggregated(aggregation))
-    fixed: dict[str, PropertyFilter] = {}
-    for f in _conjuncts(aggregation.query.filter):
+    query = aggregation.query
+    fixed: dict[str, PropertyFilter | None] = {}
+    for f in _conjuncts(query.filter):
         if f.op in ("=", "IN") and f.name in names:
             fixed.setdefault(f.name, f)
+    for f in leaves_of(query.filter) if query.filter is not None else ():
+        if f.op in ("=", "IN") and f.name in names:
+            fixed.setdefault(f.name, None)
     return fixed
 
 
 def row_query(aggregation: AggregationQuery) -> Query:
-    """The query whose results are the aggregation's rows.
+    """The query whose results are the aggregation's rows: the query itself,
+    projecting what makes rows when it is not a projection already (its
+    orders, its inequalities, its DISTINCT ON, the aggregated properties),
+    so a list gives one row per element; keys only when nothing does.
 
-    Without a cursor: a projection of every property that makes rows (its
-    orders, its inequalities, its projection, the aggregated properties),
-    sorted as Datastore sorts an aggregation (see the module docstring), so a
-    list gives one row per element; keys only when nothing does. With a
-    cursor: the query itself (a cursor is a position in its own order), as
-    whole entities when values are needed. Only ``COUNT_UP_TO``: no more
-    rows than the largest count asked for.
+    No sort order is added here: the engine's planner implies the orders as
+    for any projection (DISTINCT ON, the inequalities, ``__key__`` for a key
+    inequality, then the projected properties by name, in the direction of
+    the last explicit order), which is the order the Firestore emulator
+    aggregates in, LIMIT, OFFSET and cursors included (a cursor is a point
+    in that order). A property with an equality anywhere in the filter is
+    not projected (Datastore cannot project it); ``_fixed`` supplies its
+    value. Only ``COUNT_UP_TO``: no more rows than the largest count asked
+    for.
     """
     query = aggregation.query
-    aggregated = _aggregated(aggregation)
-    if query.start_cursor is not None or query.end_cursor is not None:
-        rows = query.replace(keys_only=not aggregated and not query.projection)
+    if query.projection or query.keys_only:
+        rows = query
     else:
-        filters = _conjuncts(query.filter)
-        equal = {f.name for f in filters if f.op in ("=", "IN")}
-        direction = query.order[-1].descending if query.order else False
-        orders = list(query.order)
-        for name in [f.name for f in filters if f.op in _RANGES] + aggregated:
-            if name != KEY_PROPERTY and name not in equal and all(o.name != name for o in orders):
-                orders.append(Order(name, direction))
-        projected = [o.name for o in orders] + list(query.projection)
-        projection = tuple(dict.fromkeys(n for n in projected if n != KEY_PROPERTY and n not in equal))
-        if projection:
-            rows = query.replace(projection=projection, keys_only=False, order=tuple(orders))
-        else:
-            rows = query.replace(keys_only=True, projection=(), order=tuple(orders))
+        leaves = list(leaves_of(query.filter)) if query.filter is not None else []
+        equal = {f.name for f in leaves if f.op in ("=", "IN")}
+        made = [o.name for o in query.order] + [f.name for f in _conjuncts(query.filter) if f.op in _RANGES]
+        made += [*query.distinct_on, *_aggregated(aggregation)]
+        projection = tuple(dict.fromkeys(n for n in made if n != KEY_PROPERTY and n not in equal))
+        rows = query.replace(projection=projection) if projection else query.replace(keys_only=True)
     if all(a.kind == "COUNT_UP_TO" for a in aggregation.aggregations):
         most = max(a.up_to or 0 for a in aggregation.aggregations)
         rows = rows.replace(limit=most if rows.limit is None else min(rows.limit, most))
@@ -273,25 +278,23 @@ def aggregate_rows(
 ) -> tuple[tuple[tuple[str, Any], ...], int]:
     """The aggregation's values by alias, and the index rows read, from the
     rows ``batches(row_query(aggregation))`` yields; ``lookup`` reads the
-    entities whose ``IN``-fixed value a projection cannot give."""
+    entities whose value a projection cannot give (``_choices``)."""
     names = _aggregated(aggregation)
     fixed = _fixed(aggregation)
     query = row_query(aggregation)
-    from_entities = query.start_cursor is not None or query.end_cursor is not None
     totals = {name: Totals() for name in names}
     count = 0
     for batch in batches(query):
-        choices = _choices(batch, fixed, lookup) if not from_entities else {}
+        choices = _choices(batch, fixed, lookup)
         for row in batch:
             values = []
             for name in names:
-                if name in fixed and not from_entities:
-                    f = fixed[name]
-                    values.append([f.value] if f.op == "=" else choices.get((row.key, name), []) if row.key is not None else [])
-                elif from_entities and not query.projection:
-                    values.append(indexed_values(row, name))
-                else:
+                if name not in fixed:
                     values.append([row.properties[name]] if name in row.properties else [])
+                elif (f := fixed[name]) is not None and f.op == "=":
+                    values.append([f.value])
+                else:
+                    values.append(choices.get((row.key, name), []) if row.key is not None else [])
             for combination in itertools.product(*values):
                 count += 1
                 for name, value in zip(names, combination):
@@ -311,12 +314,13 @@ def aggregate_rows(
 
 def _choices(
     batch: Sequence[RawEntity],
-    fixed: dict[str, PropertyFilter],
+    fixed: dict[str, PropertyFilter | None],
     lookup: Callable[[list[Key]], list[RawEntity | None]],
 ) -> dict[tuple[Key, str], list[Any]]:
-    """For each row and ``IN``-fixed property, the first listed value the
-    stored entity holds (a projection may not name that property)."""
-    among = {name: f for name, f in fixed.items() if f.op == "IN"}
+    """For each row and property a projection cannot give: for an
+    ``IN``-fixed one, the first listed value the stored entity holds; for
+    one with an equality only in an OR branch, its stored indexed values."""
+    among = {name: f for name, f in fixed.items() if f is None or f.op == "IN"}
     keys = [row.key for row in batch if row.key is not None]
     if not among or not keys:
         return {}
@@ -324,5 +328,5 @@ def _choices(
     for key, entity in zip(keys, lookup(keys)):
         for name, f in among.items():
             held = indexed_values(entity, name) if entity is not None else []
-            out[(key, name)] = [v for v in f.value if any(_same(v, h) for h in held)][:1]
+            out[(key, name)] = held if f is None else [v for v in f.value if any(_same(v, h) for h in held)][:1]
     return out

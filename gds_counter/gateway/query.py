@@ -17,6 +17,7 @@ from gds_counter.gateway.keys import Key, namespace_name
 from gds_counter.gateway.values import RawEntity
 
 __all__ = [
+    "leaves_of",
     "AGGREGATION_KINDS",
     "KEY_PROPERTY",
     "MAX_AGGREGATIONS",
@@ -70,6 +71,15 @@ Filter = Union[PropertyFilter, CompositeFilter]
 class Order:
     name: str
     descending: bool = False
+
+
+def leaves_of(f: Filter) -> Iterator[PropertyFilter]:
+    """Every property filter in ``f``, OR branches included."""
+    if isinstance(f, PropertyFilter):
+        yield f
+    else:
+        for child in f.filters:
+            yield from leaves_of(child)
 
 
 def _orders(orders: Iterable[Order]) -> tuple[Order, ...]:

@@ -18,7 +18,11 @@ key, and continues *another* query of the same kind and namespace from it
   row itself comes first: ``ORDER BY n``'s cursor after ``n = 1`` on
   ``ORDER BY n DESC`` gives ``n = 1`` and then ``n = 0``;
 * a point with more values than the other query has sort orders, or from
-  another kind or namespace, is refused.
+  another kind or namespace, is refused;
+* a DISTINCT query's point holds its row's values but no key: it stands
+  after (or before) every row with those values; and a DISTINCT query
+  continued from a point starts its groups afresh there, its own cursor
+  included (only its own next batch goes on exactly).
 
 So a cursor (``GDSC3``) carries both: the digest of the query that issued
 it with its exact position, and the point. Cursors of the earlier formats
@@ -44,6 +48,10 @@ _V1, _V2, _V3 = b"GDSC1", b"GDSC2", b"GDSC3"
 #: Firestore emulator returns it whole, so the embedded engine's own batches
 #: of it (``_BATCH``) go on in that very query.
 _KEYED, _BATCH = b"!", b"="
+#: The sides of a DISTINCT query's point: after (or before) every row with
+#: its values, whatever the key (the Firestore emulator's cursor of such a
+#: query holds no key: continued elsewhere, the rest of its group follows).
+_GROUP_AFTER, _GROUP_BEFORE = b"]", b"["
 #: The first part of a point after its row: the side ``>``, length-prefixed.
 _SIDE_AFTER = (1).to_bytes(4, "big") + b">"
 _OWNER_SIZE = 8
@@ -112,7 +120,9 @@ def encode_cursor(position: tuple[bytes, ...], owner: bytes, plan: Plan | None =
     if _keyed(plan):
         side, values = (_BATCH if batch else _KEYED), []
     else:
-        side = b"<" if _scans_backward(plan) else b">"  # before the row or after it, in index order
+        backward = _scans_backward(plan)  # before the row or after it, in index order
+        grouped = plan.distinct_on and not batch  # its own next batch goes on exactly, groups and all
+        side = (_GROUP_BEFORE if backward else _GROUP_AFTER) if grouped else (b"<" if backward else b">")
         values = [descending(position[at]) if plan.orders[at].descending else position[at] for at in range(_columns(plan))]
     key = position[_columns(plan)]
     key = descending(key) if _key_descending(plan) else key
@@ -166,12 +176,12 @@ class Point:
                     "cursor's position has a value for each of its sort orders"
                 )
             prefix = [descending(v) if plan.orders[at].descending else v for at, v in enumerate(self.values)]
-            after = (self.side == b">") != _scans_backward(plan)
-            if len(self.values) < columns:
+            after = (self.side in (b">", _GROUP_AFTER)) != _scans_backward(plan)
+            if len(self.values) < columns or self.side in (_GROUP_AFTER, _GROUP_BEFORE):
                 # The point names the rows whose first values are its own:
                 # a point after them lies after all of them, one before them
                 # before all of them (as a Firestore cursor with fewer values
-                # than sort orders).
+                # than sort orders, or a DISTINCT query's).
                 prefix.append(b"\xff" if after else b"")
             else:
                 prefix.append(descending(self.key) if _key_descending(plan) else self.key)
@@ -220,7 +230,7 @@ def read_cursor(cursor: bytes, size: int, owner: bytes) -> tuple[bytes, ...] | P
         if cursor.startswith(_V3):
             end = _point_end(cursor, at)
             point = _parts(cursor[:end], at) if end is not None else None
-            if end is None or not point or point[0] not in (b"<", b">", _KEYED, _BATCH) or len(point) < 2:
+            if end is None or not point or point[0] not in (b"<", b">", _GROUP_BEFORE, _GROUP_AFTER, _KEYED, _BATCH) or len(point) < 2:
                 raise BadValueError(f"cursor {cursor!r} is damaged")
             if point[0] == _KEYED or (point[0] == _BATCH and issued_by != owner):
                 raise BadValueError(
@@ -229,7 +239,7 @@ def read_cursor(cursor: bytes, size: int, owner: bytes) -> tuple[bytes, ...] | P
                     "not include primary key); sort by __key__ last"
                 )
             at = end + 1
-        if issued_by != owner:
+        if issued_by != owner or (point is not None and point[0] in (_GROUP_AFTER, _GROUP_BEFORE)):
             if point is None:
                 raise BadValueError(
                     "cursor belongs to another query (another kind, namespace, sort order or direction, or "

@@ -329,13 +329,9 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         sorted by a property quadratic. A point (another query's cursor)
         is checked on each row: SQL seeks only to a position of this query."""
         plan, matches, streams, keyed = compiled.plan, compiled.matches, compiled.plan.streams, compiled.plan.key_width is not None
-        if isinstance(start, Point):
-            point = start
-            for row in self._rows(conn, query, compiled, None):
-                if point.admits_from(plan, row.position):
-                    yield row
-            return
-        sql, params = (compiled.sql, compiled.params) if start is None else candidate_sql(query, plan, start)
+        point = start if isinstance(start, Point) else None
+        after = None if isinstance(start, Point) else start
+        sql, params = (compiled.sql, compiled.params) if after is None else candidate_sql(query, plan, after)
         cursor = conn.execute(sql, params)
         examined = 0
         try:
@@ -347,18 +343,24 @@ class EmbeddedGateway(BaseGateway[Transaction]):
                 if matches is not None and not matches(doc):
                     continue
                 if keyed:
-                    yield plan.key_row(doc)
+                    row = plan.key_row(doc)
+                    if point is None or point.admits_from(plan, row.position):
+                        yield row
                 elif streams:
-                    yield from plan.rows(doc)
+                    yield from (row for row in plan.rows(doc) if point is None or point.admits_from(plan, row.position))
                 else:
                     docs.append(doc)
             if streams:
                 return
             rows = sorted((row for doc in docs for row in plan.rows(doc)), key=lambda r: r.position)
+            if point is not None:
+                # Another query's cursor: DISTINCT starts its groups afresh
+                # at the point, as the Firestore emulator does.
+                rows = [row for row in rows if point.admits_from(plan, row.position)]
             if plan.distinct_on:
                 rows = plan.first_of_each(rows)
             for row in rows:
-                if start is None or row.position > start:
+                if after is None or row.position > after:
                     yield row
         finally:
             cursor.close()

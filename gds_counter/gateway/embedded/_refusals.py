@@ -17,11 +17,11 @@ from typing import Any, Iterator
 
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.keys import Key
-from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, PropertyFilter, Query
+from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, PropertyFilter, Query, leaves_of
 
 __all__ = [
     "MAX_DISJUNCTIONS", "MAX_IN_VALUES", "MAX_NOT_IN_VALUES", "check_filter", "check_shape", "composites", "conjuncts",
-    "disjunctions", "leaves_of",
+    "disjunctions",
 ]
 
 
@@ -30,14 +30,6 @@ def conjuncts(f: Filter) -> list[Filter]:
     if isinstance(f, CompositeFilter) and f.op == "AND":
         return [leaf for child in f.filters for leaf in conjuncts(child)]
     return [f]
-
-
-def leaves_of(f: Filter) -> Iterator[PropertyFilter]:
-    if isinstance(f, PropertyFilter):
-        yield f
-    else:
-        for child in f.filters:
-            yield from leaves_of(child)
 
 
 #: Beyond this many disjunctions the ancestor rule is not worked out

@@ -15,10 +15,12 @@ import attrs
 from gds_counter._checks import INT64_MAX, INT64_MIN, check_text, is_int, utf8_size
 from gds_counter.errors import BadKeyError
 
-__all__ = ["MAX_KEY_NAME_BYTES", "METADATA_KINDS", "RESERVED_NAME", "Key", "PathElement"]
+__all__ = ["MAX_KEY_NAME_BYTES", "MAX_KEY_PATH", "METADATA_KINDS", "RESERVED_NAME", "Key", "PathElement"]
 
 #: Datastore's limit on a key name (and kind), in UTF-8 bytes.
 MAX_KEY_NAME_BYTES = 1500
+#: Datastore's longest key path ("Key path is too long. Cannot exceed 100 elements.").
+MAX_KEY_PATH = 100
 
 #: Names of the form ``__x__`` belong to Datastore.
 RESERVED_NAME = re.compile(r"^__.+__$", re.DOTALL)  # (the emulator takes "____": nothing between)
@@ -135,6 +137,11 @@ class Key:
     def __attrs_post_init__(self) -> None:
         if not self.path:
             raise BadKeyError("a key needs at least one path element")
+        if len(self.path) > MAX_KEY_PATH:
+            raise BadKeyError(
+                f"key path of {len(self.path)} elements (from {self.path[0].kind!r}) is too long: "
+                f"Datastore takes at most {MAX_KEY_PATH}"
+            )
         for element in self.path[:-1]:
             if element.id_or_name is None:
                 raise BadKeyError(f"ancestor {element.kind!r} in a key path must have an id or a name")

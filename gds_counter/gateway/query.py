@@ -11,10 +11,10 @@ from typing import Any, Iterable, Iterator, Literal, Mapping, Union
 
 import attrs
 
-from gds_counter._checks import INT64_MAX, INT64_MIN, check_text, is_int
+from gds_counter._checks import INT64_MAX, INT64_MIN, check_text, is_int, utf8_size
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.keys import Key, namespace_name
-from gds_counter.gateway.values import RawEntity
+from gds_counter.gateway.values import MAX_INDEXED_STRING_BYTES, RawEntity
 
 __all__ = [
     "leaves_of",
@@ -214,7 +214,17 @@ def _check_filter(node: object) -> None:
 
 def _check_filter_value(name: str, value: object) -> None:
     if isinstance(value, str):
-        check_text(value, f"filter on {name!r}: string")
+        size = utf8_size(value, f"filter on {name!r}: string")
+        if size > MAX_INDEXED_STRING_BYTES:
+            raise BadValueError(
+                f"filter on {name!r}: a string of {size} bytes ({value[:20]!r}...) is longer than "
+                f"the {MAX_INDEXED_STRING_BYTES} bytes an index holds: no indexed value can equal or bound it"
+            )
+    elif isinstance(value, bytes) and len(value) > MAX_INDEXED_STRING_BYTES:
+        raise BadValueError(
+            f"filter on {name!r}: {len(value)} bytes ({value[:20]!r}...) is longer than the "
+            f"{MAX_INDEXED_STRING_BYTES} bytes an index holds: no indexed value can equal or bound it"
+        )
     elif is_int(value) and not INT64_MIN <= value <= INT64_MAX:
         raise BadValueError(f"filter on {name!r}: {value} is outside the 64-bit integers Datastore stores")
     elif isinstance(value, (list, tuple)):

@@ -271,9 +271,14 @@ class Parser(TokenStream):
 
     def unary_plus(self) -> Token:
         """Past a ``+`` before a number (``+1``, as the emulator reads it): the number."""
-        if self.at_punct("+") and self.peek().kind in (INT, DOUBLE):
+        if self.at_plus_number():
             self.advance()
         return self.tok
+
+    def at_plus_number(self) -> bool:
+        """At ``+`` before an unsigned number (``+-1`` is refused, as the emulator refuses it)."""
+        following = self.peek()
+        return self.at_punct("+") and following.kind in (INT, DOUBLE) and not following.text.startswith("-")
 
     def position(self, clause: str) -> tuple[int | Cursor, Token]:
         token = self.unary_plus()
@@ -362,7 +367,7 @@ class Parser(TokenStream):
     def starts_value(self) -> bool:
         return (
             self.tok.kind in (STRING, INT, DOUBLE, PARAM)
-            or (self.at_punct("+") and self.peek().kind in (INT, DOUBLE))
+            or self.at_plus_number()
             or self.at_word("TRUE", "FALSE", "NULL")
             or self.at_call("KEY", "ARRAY", "BLOB", "DATETIME")
         )

@@ -152,7 +152,7 @@ def decode_blob(text: str, token: Token) -> bytes:
     try:
         if "=" in text or "+" in text or "/" in text or len(text) % 4 == 1:
             raise ValueError("Datastore takes URL-safe base64 without padding ('-' and '_', no '=')")
-        return base64.urlsafe_b64decode((text + "=" * (-len(text) % 4)).encode("ascii"))
+        return base64.b64decode((text + "=" * (-len(text) % 4)).encode("ascii"), altchars=b"-_", validate=True)
     except (binascii.Error, ValueError) as exc:
         raise GQLError(f"BLOB at column {column(token.pos)} is not valid base64: {exc}", token.pos) from exc
 

@@ -20,7 +20,7 @@ from gds_counter.gateway.keys import Key
 from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, PropertyFilter, Query, leaves_of
 
 __all__ = [
-    "MAX_DISJUNCTIONS", "MAX_IN_VALUES", "MAX_NOT_IN_VALUES", "check_filter", "check_shape", "composites", "conjuncts",
+    "MAX_DISJUNCTIONS", "MAX_IN_VALUES", "MAX_NOT_IN_VALUES", "MAX_QUERY_TERMS", "check_filter", "check_shape", "composites", "conjuncts",
     "disjunctions",
 ]
 
@@ -40,6 +40,10 @@ _MAX_DISJUNCTIONS = 1000
 MAX_DISJUNCTIONS = 30
 MAX_IN_VALUES = 30
 MAX_NOT_IN_VALUES = 10
+#: Filters (an IN or NOT IN counts its values), sort orders and an ancestor,
+#: together: "The query may not have more than 100 filters + sort orders +
+#: ancestor total." (the Firestore emulator).
+MAX_QUERY_TERMS = 100
 
 
 def disjunctions(f: Filter) -> list[list[PropertyFilter]] | None:
@@ -149,7 +153,8 @@ def check_shape(query: Query) -> None:
     not show: a kindless query filtered on anything but ``__key__`` or
     ordered by anything but ``__key__`` ascending (Datastore has no
     kindless index of other properties), a key filter or ancestor in
-    another namespace than the query's, and a property ordered twice."""
+    another namespace than the query's, a property ordered twice, and more
+    than ``MAX_QUERY_TERMS`` filters, sort orders and ancestor together."""
     if query.kind is None:
         for leaf in leaves_of(query.filter) if query.filter is not None else ():
             if leaf.name != KEY_PROPERTY:
@@ -172,3 +177,20 @@ def check_shape(query: Query) -> None:
         if order.name in seen:
             raise BadValueError(f"order by clause cannot contain duplicate fields {order.name}")
         seen.add(order.name)
+    filters = _terms(query.filter) if query.filter is not None else 0
+    ancestor = query.filter is not None and any(leaf.op == "HAS_ANCESTOR" for leaf in leaves_of(query.filter))
+    if filters + len(query.order) + ancestor > MAX_QUERY_TERMS:
+        raise BadValueError(
+            f"the query has {filters} filters (an IN or NOT IN counts its values), {len(query.order)} sort orders "
+            f"and {'an' if ancestor else 'no'} ancestor filter: Datastore takes at most {MAX_QUERY_TERMS} in all"
+        )
+
+
+def _terms(f: Filter) -> int:
+    """How many filters Datastore counts in ``f`` (a repeated one once)."""
+    if isinstance(f, PropertyFilter):
+        if f.op == "HAS_ANCESTOR":
+            return 0
+        return len(f.value) if f.op in ("IN", "NOT_IN") and isinstance(f.value, (list, tuple)) else 1
+    children = conjuncts(f) if f.op == "AND" else list(f.filters)
+    return sum(_terms(child) for child in dict.fromkeys(children))

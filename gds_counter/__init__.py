@@ -13,6 +13,7 @@ from gds_counter.counter import (  # noqa: E402
     CounterShardEntity,
     GeneralCounter,
     Layout,
+    TotalAsOf,
     get_counts,
 )
 from gds_counter.errors import (  # noqa: E402
@@ -46,6 +47,7 @@ __all__ = [
     "Layout",
     "NDB_GENERAL",
     "PHP_ARTICLE",
+    "TotalAsOf",
     "get_counts",
     "AlreadyExists",
     "BadKeyError",

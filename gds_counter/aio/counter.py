@@ -18,10 +18,12 @@ from typing_extensions import Unpack
 from gds_counter.aio._gateway import AsyncGateway, resolve_gateway
 from gds_counter.aio.store import Store
 from gds_counter.counter._arguments import check_counters, locate
-from gds_counter.counter._engine import CounterCore, by_gateway, counts_plan
+from gds_counter.counter._engine import CounterCore
+from gds_counter.counter._totals import by_gateway, get_counts_plan
 from gds_counter.counter.article import article_counter_args
 from gds_counter.counter.layout import NDB_GENERAL, Layout
 from gds_counter.counter.options import CounterChanges, CounterOptions, options_of
+from gds_counter.counter.rollup import TotalAsOf
 from gds_counter.counter.runtime import Runtime
 from gds_counter.errors import BadValueError
 from gds_counter.gateway import plan
@@ -76,9 +78,13 @@ class ShardedCounter(CounterCore):
         gateway: AsyncGateway = self._gateway
         return gateway
 
-    async def get_count(self, method: str = "auto") -> int:
-        """The total (``gds_counter.ShardedCounter.get_count``)."""
-        return await _run(self._get_count(method), self._gateway)
+    async def get_count(self, method: str = "auto", *, max_age: float | None = None) -> int:
+        """The total (``gds_counter.ShardedCounter.get_count``; ``max_age``: from the rollup)."""
+        return await _run(self._get_count(method, max_age), self._gateway)
+
+    async def get_count_as_of(self, method: str = "auto", *, max_age: float | None = None) -> TotalAsOf:
+        """The total and when it was true (``gds_counter.ShardedCounter.get_count_as_of``)."""
+        return await _run(self._get_count_as_of(method, max_age), self._gateway)
 
     async def shards(self, method: str = "auto") -> list[tuple[int, int]]:
         """``(shard number, count)`` per shard (``ShardedCounter.shards``)."""
@@ -153,13 +159,15 @@ class GeneralCounter(ShardedCounter):
         )
 
 
-async def get_counts(counters: Iterable[ShardedCounter], *, use_cache: bool = True) -> list[int]:
+async def get_counts(
+    counters: Iterable[ShardedCounter], *, use_cache: bool = True, max_age: float | None = None
+) -> list[int]:
     """Totals of many counters in input order, one batch lookup per gateway
-    (``gds_counter.get_counts``)."""
+    (``gds_counter.get_counts``; ``max_age``: from their rollups)."""
     listed = check_counters(counters, ShardedCounter)
     totals = [0] * len(listed)
     for gateway, indexes in by_gateway(listed).items():
-        found = await _run(counts_plan([listed[i] for i in indexes], use_cache=use_cache), gateway)
+        found = await _run(get_counts_plan([listed[i] for i in indexes], use_cache=use_cache, max_age=max_age), gateway)
         for i, total in zip(indexes, found):
             totals[i] = total
     return totals

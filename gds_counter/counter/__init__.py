@@ -8,6 +8,7 @@ from gds_counter.counter.entity import CounterShardEntity
 from gds_counter.counter.general import GeneralCounter
 from gds_counter.counter.layout import NDB_GENERAL, PHP_ARTICLE, Layout
 from gds_counter.counter.options import AutoGrow, CounterOptions
+from gds_counter.counter.rollup import TotalAsOf
 from gds_counter.counter.runtime import Runtime
 from gds_counter.counter.shard_choice import AffinityShards, RandomShards, ShardChooser
 from gds_counter.counter.sharded import ShardedCounter, get_counts
@@ -32,6 +33,7 @@ __all__ = [
     "ShardChooser",
     "ShardedCounter",
     "Strategy",
+    "TotalAsOf",
     "Wrote",
     "get_counts",
     "make_target",

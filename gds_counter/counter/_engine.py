@@ -45,9 +45,11 @@ from gds_counter._checks import INT64_MAX, check_int
 from gds_counter.counter._arguments import check_name, check_num_shards
 from gds_counter.counter._combined import Combine
 from gds_counter.counter._shared_reads import SharedRead
-from gds_counter.counter.cache import CountCache, Ticket
+from gds_counter.counter._totals import counts_plan, read_shards_plan, through_cache
+from gds_counter.counter.cache import CountCache
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.options import AutoGrow, CounterOptions
+from gds_counter.counter.rollup import TotalAsOf, check_max_age, exact_plan, total_as_of_plan
 from gds_counter.counter.runtime import Runtime
 from gds_counter.counter.shard_choice import Holding, ShardChooser, told
 from gds_counter.counter.strategy import Shard, Wrote, add_plan, get_strategy
@@ -60,7 +62,7 @@ from gds_counter.gateway.query import PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds.transaction import retry_plan
 
-__all__ = ["CounterCore", "by_gateway", "counts_plan"]
+__all__ = ["CounterCore"]
 
 log = logging.getLogger("gds_counter.counter.sharded")  # the name logging configuration knows
 
@@ -251,10 +253,23 @@ class CounterCore:
             )
         return method
 
-    def _get_count(self, method: str = "auto") -> plan.Plan[int]:
+    def _get_count(self, method: str = "auto", max_age: float | None = None) -> plan.Plan[int]:
         """The total, served from the cache when one is set and fresh (see
-        ``ShardedCounter.get_count`` for the methods), within the policy's deadline."""
-        return deadlines.bounded(self._total(self._read_method(method), use_cache=True), self._retry.deadline)
+        ``ShardedCounter.get_count`` for the methods), or with ``max_age``
+        from the rollup (``counter.rollup``), within the policy's deadline."""
+        if max_age is not None:
+            found: TotalAsOf = yield from self._get_count_as_of(method, max_age)
+            return found.total
+        total: int = yield from deadlines.bounded(self._total(self._read_method(method), use_cache=True), self._retry.deadline)
+        return total
+
+    def _get_count_as_of(self, method: str = "auto", max_age: float | None = None) -> plan.Plan[TotalAsOf]:
+        """The total and when it was true: exact now (``max_age`` None), else
+        the rollup if it is at most ``max_age`` seconds old (``counter.rollup``)."""
+        read = self._read_method(method)
+        work = exact_plan(self, read) if max_age is None else total_as_of_plan(self, read, check_max_age(max_age))
+        found: TotalAsOf = yield from deadlines.bounded(work, self._retry.deadline)
+        return found
 
     def _total(self, method: str, *, use_cache: bool) -> plan.Plan[int]:
         if method == "lookup":
@@ -275,7 +290,7 @@ class CounterCore:
             )
             return total
 
-        result: int = yield from _through_cache(self, shared_read, use_cache=use_cache)
+        result: int = yield from through_cache(self, shared_read, use_cache=use_cache)
         return result
 
     def _query_shards(self) -> plan.Plan[list[tuple[Key, int]]]:
@@ -312,7 +327,7 @@ class CounterCore:
         """``(shard number, count)`` for every shard a read covers (see
         ``ShardedCounter.shards``)."""
         if self._read_method(method) == "lookup":
-            [counts] = yield from _read_shards_plan([self])
+            [counts] = yield from read_shards_plan([self])
             return sorted(counts.items())
         # A breakdown also lists recorded shards nobody has written yet.
         [config] = yield from plan.lookup([self._config_key])
@@ -514,87 +529,3 @@ class CounterCore:
                     f"counter {self}: the increment by {amount}{together} was NOT counted; {why}. Last: {exc}",
                     attempts=attempts,
                 ) from exc
-
-
-def counts_plan(counters: Sequence[CounterCore], *, use_cache: bool = True) -> plan.Plan[list[int]]:
-    """Totals of many counters in input order, with one batch lookup per
-    gateway (for up to 1000 keys). Counters with a fresh cached total are
-    not read. (All ``counters`` are on the gateway the plan runs against.)"""
-    totals: list[int | None] = [None] * len(counters)
-    tickets: list[Ticket] = [None] * len(counters)
-    for i, counter in enumerate(counters):
-        if counter._cache is not None:
-            if use_cache:
-                totals[i] = counter._cache.get(counter._identity())
-            tickets[i] = counter._cache.reading(counter._identity())
-    todo = [i for i, total in enumerate(totals) if total is None]
-    read = yield from _read_shards_plan([counters[i] for i in todo])
-    for i, counts in zip(todo, read):
-        total = totals[i] = sum(counts.values())
-        cache = counters[i]._cache
-        if cache is not None:
-            cache.store(counters[i]._identity(), total, tickets[i])
-    return [int(total or 0) for total in totals]
-
-
-def by_gateway(counters: Sequence[CounterCore]) -> dict[Any, list[int]]:
-    """Counter indexes grouped by the gateway each lives on."""
-    groups: dict[Any, list[int]] = {}
-    for i, counter in enumerate(counters):
-        groups.setdefault(counter._gateway, []).append(i)
-    return groups
-
-
-def _through_cache(counter: CounterCore, read: Callable[[], plan.Plan[int]], *, use_cache: bool) -> plan.Plan[int]:
-    """``read()`` a counter's total, served from and kept in its cache (a
-    total is kept only if no write of it overlapped the read)."""
-    cache = counter._cache
-    if cache is None:
-        total: int = yield from read()
-        return total
-    key = counter._identity()
-    if use_cache:
-        cached = cache.get(key)
-        if cached is not None:
-            return cached
-    ticket = cache.reading(key)
-    total = yield from read()
-    cache.store(key, total, ticket)
-    return total
-
-
-def _read_shards_plan(counters: Sequence[CounterCore]) -> plan.Plan[list[dict[int, int]]]:
-    """Every counter's shard counts: one lookup of all their shard and config
-    keys, plus one more only for counters found to have grown beyond what
-    this process knew. (All on the gateway the plan runs against.)"""
-    results: list[dict[int, int]] = [{} for _ in counters]
-    if not counters:
-        return results
-    spans: list[tuple[int, int]] = []  # (counter index, shards read)
-    keys: list[Key] = []
-    for i, counter in enumerate(counters):
-        shard_keys = counter._shard_keys(counter._read_shards())
-        spans.append((i, len(shard_keys)))
-        keys += [counter._config_key, *shard_keys]
-    found = iter((yield from plan.lookup(keys)))
-    grown: list[tuple[int, int]] = []  # (counter index, shards read before)
-    for i, width in spans:
-        counter = counters[i]
-        counter._learn(counter.layout.config_of(next(found)))
-        numbers = counter.layout.shard_numbers(width)
-        results[i] = {n: counter.layout.count_of(next(found)) for n in numbers}
-        if counter._read_shards() > width:
-            grown.append((i, width))
-    if grown:
-        extra: list[tuple[int, int, Key]] = []
-        for i, width in grown:
-            counter = counters[i]
-            numbers = counter.layout.shard_numbers(counter._read_shards())[width:]
-            extra += zip([i] * len(numbers), numbers, counter._shard_keys(counter._read_shards())[width:])
-        more = yield from plan.lookup([key for _, _, key in extra])
-        for (i, number, _), raw in zip(extra, more):
-            results[i][number] = counters[i].layout.count_of(raw)
-    for counter, counts in zip(counters, results):  # for this process's next shard choice
-        told(counter._chooser, "seen", counter._identity(), counts, every=False)
-    return results
-

@@ -93,6 +93,20 @@ class Layout:
     def config_key(self, target: str, namespace: str = "") -> Key:
         return Key.of(self.config_kind, target, namespace=namespace)
 
+    @property
+    def rollup_kind(self) -> str:
+        """Where a counter's rollup lives (``counter.rollup``): a kind of its
+        own, which neither PHP's target query nor ndb's key reads ever see."""
+        return self.shard_kind + "Rollup"
+
+    def rollup_key(self, target: str, namespace: str = "") -> Key:
+        return Key.of(self.rollup_kind, target, namespace=namespace)
+
+    def claim_key(self, target: str, generation: str, namespace: str = "") -> Key:
+        """The claim on refreshing the rollup of ``generation`` (a child of
+        the rollup's key, so its name stays short whatever the target)."""
+        return Key.of(self.rollup_kind, target, self.rollup_kind + "Claim", generation, namespace=namespace)
+
     def shard_schema(self) -> Schema:
         schema = Schema(self.shard_kind)
         if self.target_property is not None:

@@ -13,9 +13,11 @@ from typing import Iterable
 from typing_extensions import Unpack
 
 from gds_counter.counter._arguments import check_counters, locate
-from gds_counter.counter._engine import CounterCore, by_gateway, counts_plan
+from gds_counter.counter._engine import CounterCore
+from gds_counter.counter._totals import by_gateway, get_counts_plan
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.options import CounterChanges, CounterOptions, options_of
+from gds_counter.counter.rollup import TotalAsOf
 from gds_counter.gateway import plan, resolve_gateway
 from gds_counter.gateway.base import Gateway
 from gds_counter.gds.store import Store
@@ -62,7 +64,7 @@ class ShardedCounter(CounterCore):
 
     # --- reads ------------------------------------------------------------------
 
-    def get_count(self, method: str = "auto") -> int:
+    def get_count(self, method: str = "auto", *, max_age: float | None = None) -> int:
         """The total, served from the cache when one is set and fresh.
 
         ``"query"``: the PHP article's ``SELECT * FROM <kind> WHERE target =
@@ -75,8 +77,19 @@ class ShardedCounter(CounterCore):
         library's writers do; the article's PHP writers do not).
         ``"auto"`` (default): ``"query"`` for layouts that store a target
         (the PHP article's), ``"lookup"`` for the others (ndb's, whose
-        writers all follow the config entity)."""
-        return plan.run(self._get_count(method), self._gateway)
+        writers all follow the config entity).
+
+        ``max_age`` (seconds): a total at most that old, from the counter's
+        rollup when it is fresh enough (1 RPC, 1 entity read, whatever the
+        shard count), else read as above and rolled up for the next reader
+        (``gds_counter.counter.rollup``). Without it the total is exact."""
+        return plan.run(self._get_count(method, max_age), self._gateway)
+
+    def get_count_as_of(self, method: str = "auto", *, max_age: float | None = None) -> TotalAsOf:
+        """The total and the moment it was true (``TotalAsOf``): exact now
+        without ``max_age`` (the cache is not asked), else as ``get_count``
+        with ``max_age`` reads it, with the age that read allowed."""
+        return plan.run(self._get_count_as_of(method, max_age), self._gateway)
 
     def shards(self, method: str = "auto") -> list[tuple[int, int]]:
         """``(shard number, count)`` for every shard a read covers, missing
@@ -118,14 +131,18 @@ class ShardedCounter(CounterCore):
         return plan.run(self._increase_shards(num_shards), self._gateway)
 
 
-def get_counts(counters: Iterable[ShardedCounter], *, use_cache: bool = True) -> list[int]:
+def get_counts(
+    counters: Iterable[ShardedCounter], *, use_cache: bool = True, max_age: float | None = None
+) -> list[int]:
     """Totals of many counters in input order, with one batch lookup per
     gateway (for up to 1000 keys): a page listing 30 counters costs one RPC,
-    not 30. Counters with a fresh cached total are not read."""
+    not 30. Counters with a fresh cached total are not read. With
+    ``max_age``: one lookup of their rollups, each total at most that old
+    (stale ones read exactly and rolled up)."""
     listed = check_counters(counters, ShardedCounter)
     totals = [0] * len(listed)
     for gateway, indexes in by_gateway(listed).items():
-        found = plan.run(counts_plan([listed[i] for i in indexes], use_cache=use_cache), gateway)
+        found = plan.run(get_counts_plan([listed[i] for i in indexes], use_cache=use_cache, max_age=max_age), gateway)
         for i, total in zip(indexes, found):
             totals[i] = total
     return totals

@@ -1,0 +1,115 @@
+"""Exact totals of counters, read from their shards: many counters in one
+batch lookup, one counter through its cache. The plans here serve
+``CounterCore`` (``_engine``), ``get_counts`` in both faces, and rollups
+(``rollup``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from gds_counter.counter.cache import Ticket
+from gds_counter.counter.rollup import check_max_age, totals_as_of_plan
+from gds_counter.counter.shard_choice import told
+from gds_counter.gateway import plan
+from gds_counter.gateway.keys import Key
+
+if TYPE_CHECKING:
+    from gds_counter.counter._engine import CounterCore
+
+__all__ = ["by_gateway", "counts_plan", "get_counts_plan", "read_shards_plan", "through_cache"]
+
+
+def counts_plan(counters: Sequence[CounterCore], *, use_cache: bool = True) -> plan.Plan[list[int]]:
+    """Totals of many counters in input order, with one batch lookup per
+    gateway (for up to 1000 keys). Counters with a fresh cached total are
+    not read. (All ``counters`` are on the gateway the plan runs against.)"""
+    totals: list[int | None] = [None] * len(counters)
+    tickets: list[Ticket] = [None] * len(counters)
+    for i, counter in enumerate(counters):
+        if counter._cache is not None:
+            if use_cache:
+                totals[i] = counter._cache.get(counter._identity())
+            tickets[i] = counter._cache.reading(counter._identity())
+    todo = [i for i, total in enumerate(totals) if total is None]
+    read = yield from read_shards_plan([counters[i] for i in todo])
+    for i, counts in zip(todo, read):
+        total = totals[i] = sum(counts.values())
+        cache = counters[i]._cache
+        if cache is not None:
+            cache.store(counters[i]._identity(), total, tickets[i])
+    return [int(total or 0) for total in totals]
+
+
+def get_counts_plan(counters: Sequence[CounterCore], *, use_cache: bool, max_age: float | None) -> plan.Plan[list[int]]:
+    """What ``get_counts`` reads for the counters of one gateway: exact
+    totals (``counts_plan``), or with ``max_age`` their rollups, each at most
+    that old (``rollup.totals_as_of_plan``; stale ones are read exactly and
+    rolled up)."""
+    if max_age is None:
+        totals: list[int] = yield from counts_plan(counters, use_cache=use_cache)
+        return totals
+    found, _ = yield from totals_as_of_plan(counters, check_max_age(max_age))
+    return [f.total for f in found]
+
+
+def by_gateway(counters: Sequence[CounterCore]) -> dict[Any, list[int]]:
+    """Counter indexes grouped by the gateway each lives on."""
+    groups: dict[Any, list[int]] = {}
+    for i, counter in enumerate(counters):
+        groups.setdefault(counter._gateway, []).append(i)
+    return groups
+
+
+def through_cache(counter: CounterCore, read: Callable[[], plan.Plan[int]], *, use_cache: bool) -> plan.Plan[int]:
+    """``read()`` a counter's total, served from and kept in its cache (a
+    total is kept only if no write of it overlapped the read)."""
+    cache = counter._cache
+    if cache is None:
+        total: int = yield from read()
+        return total
+    key = counter._identity()
+    if use_cache:
+        cached = cache.get(key)
+        if cached is not None:
+            return cached
+    ticket = cache.reading(key)
+    total = yield from read()
+    cache.store(key, total, ticket)
+    return total
+
+
+def read_shards_plan(counters: Sequence[CounterCore]) -> plan.Plan[list[dict[int, int]]]:
+    """Every counter's shard counts: one lookup of all their shard and config
+    keys, plus one more only for counters found to have grown beyond what
+    this process knew. (All on the gateway the plan runs against.)"""
+    results: list[dict[int, int]] = [{} for _ in counters]
+    if not counters:
+        return results
+    spans: list[tuple[int, int]] = []  # (counter index, shards read)
+    keys: list[Key] = []
+    for i, counter in enumerate(counters):
+        shard_keys = counter._shard_keys(counter._read_shards())
+        spans.append((i, len(shard_keys)))
+        keys += [counter._config_key, *shard_keys]
+    found = iter((yield from plan.lookup(keys)))
+    grown: list[tuple[int, int]] = []  # (counter index, shards read before)
+    for i, width in spans:
+        counter = counters[i]
+        counter._learn(counter.layout.config_of(next(found)))
+        numbers = counter.layout.shard_numbers(width)
+        results[i] = {n: counter.layout.count_of(next(found)) for n in numbers}
+        if counter._read_shards() > width:
+            grown.append((i, width))
+    if grown:
+        extra: list[tuple[int, int, Key]] = []
+        for i, width in grown:
+            counter = counters[i]
+            numbers = counter.layout.shard_numbers(counter._read_shards())[width:]
+            extra += zip([i] * len(numbers), numbers, counter._shard_keys(counter._read_shards())[width:])
+        more = yield from plan.lookup([key for _, _, key in extra])
+        for (i, number, _), raw in zip(extra, more):
+            results[i][number] = counters[i].layout.count_of(raw)
+    for counter, counts in zip(counters, results):  # for this process's next shard choice
+        told(counter._chooser, "seen", counter._identity(), counts, every=False)
+    return results
+

@@ -20,6 +20,7 @@ of stdout went away, as in ``gds-counter list | head -1``, with no message.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import logging
 import math
@@ -31,10 +32,12 @@ from typing import Any, Callable, Sequence, TextIO
 import attrs
 
 from gds_counter import __version__, demo
-from gds_counter.counter import PHP_ARTICLE, STRATEGIES, CounterShardDS, Layout, make_target
+from gds_counter.counter import PHP_ARTICLE, STRATEGIES, CounterShardDS, Layout, ShardedCounter, make_target
 from gds_counter.counter._arguments import check_num_shards
+from gds_counter.counter.inventory import counter_names_plan, rollup_all_plan
+from gds_counter.counter.planning import DEFAULT_WRITES_PER_SHARD, plan_shards
 from gds_counter.errors import BadValueError, CommitUnknown, GDSError, Unavailable
-from gds_counter.gateway import Gateway, open_gateway
+from gds_counter.gateway import Gateway, open_gateway, plan
 from gds_counter.gateway.base import MAX_KEYS_PER_LOOKUP, run_query_all
 from gds_counter.gateway.query import Query
 from gds_counter.gds.transaction import DEFAULT_RETRY
@@ -156,9 +159,58 @@ def _decrement(ctx: Context) -> int:
 @command("count")
 def _count(ctx: Context) -> int:
     counter = ctx.counter()
-    method = ctx.args.method
-    total = counter.get_count() if method is None else counter.get_count(method=method)
-    ctx.emit({"target": counter.target, "count": total}, str(total))
+    method = ctx.args.method or "auto"
+    if ctx.args.max_age is None:
+        total = counter.get_count(method=method)
+        ctx.emit({"target": counter.target, "count": total}, str(total))
+        return EXIT_OK
+    found = counter.get_count_as_of(method, max_age=ctx.args.max_age)
+    ctx.emit({"target": counter.target, "count": found.total, "as_of": found.as_of.isoformat(),
+              "from_rollup": found.from_rollup}, str(found.total))
+    return EXIT_OK
+
+
+def _counters(ctx: Context) -> tuple[list[str], Callable[[str], ShardedCounter]]:
+    """Every PHP-layout counter in the storage, found by key only
+    (``counter.inventory``), and how to build one by name."""
+    gateway = ctx.gateway()
+    names = plan.run(counter_names_plan(PHP_ARTICLE, gateway.namespace), gateway)
+    retry = attrs.evolve(DEFAULT_RETRY, deadline=max(ctx.left(), 0.001))
+    return names, lambda name: ShardedCounter(name, layout=PHP_ARTICLE, gateway=gateway, retry=retry)
+
+
+def _as_of(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@command("rollup")
+def _rollup(ctx: Context) -> int:
+    """Refresh the rollup of every counter older than ``--max-age`` (0: all),
+    25 counters per transaction. Safe to run from cron, several at once."""
+    names, make = _counters(ctx)
+    rolled = plan.run(rollup_all_plan(names, make, ctx.args.max_age), ctx.gateway())
+    fresh = sum(found.from_rollup for _, found in rolled.totals)
+    data = {"counters": len(names), "fresh": fresh, "read": len(names) - fresh, "written": rolled.written}
+    ctx.emit(data, f"{len(names)} counters: {fresh} rollups fresh, {len(names) - fresh} read from their shards, "
+                   f"{rolled.written} rollups written")
+    return EXIT_OK
+
+
+@command("plan")
+def _plan(ctx: Context) -> int:
+    found = plan_shards(ctx.args.rate, ctx.args.per_shard)
+    data = attrs.asdict(found)
+    rows = [
+        ("increments per second", f"{found.rate:g}"),
+        ("writes per second per shard", f"{found.per_shard:g}"),
+        ("shards needed", f"{found.shards:,}"),
+        ("exact read: entity reads", f"{found.exact_reads:,}"),
+        ("exact read: RPCs (batch lookup)", f"{found.exact_rpcs:,}"),
+        ("rollup read: entity reads", f"{found.rollup_reads:,}"),
+        ("rollup read: RPCs", f"{found.rollup_rpcs:,}"),
+    ]
+    width = max(len(label) for label, _ in rows)
+    ctx.emit(data, "\n".join(f"{label.ljust(width)}  {value}" for label, value in rows))
     return EXIT_OK
 
 
@@ -195,7 +247,19 @@ def _list(ctx: Context) -> int:
     layout's default of 20, as every reader assumes), which is what
     ``increase-shards`` changes and how many shards readers look up; and
     ``written``, how many shard entities exist (a shard is written on its
-    first increment, so fewer on a counter that is rarely incremented)."""
+    first increment, so fewer on a counter that is rarely incremented).
+
+    With ``--max-age``: each counter's total at most that old, from its
+    rollup (1 entity read) or else read from its shards and rolled up, and
+    when it was true; counters are found by key only (``counter.inventory``)."""
+    if ctx.args.max_age is not None:
+        names, make = _counters(ctx)
+        rolled = plan.run(rollup_all_plan(names, make, ctx.args.max_age), ctx.gateway())
+        data = [{"target": name, "count": f.total, "as_of": f.as_of.isoformat(), "from_rollup": f.from_rollup}
+                for name, f in rolled.totals]
+        aged: list[tuple[object, ...]] = [(f.total, _as_of(f.as_of), name) for name, f in rolled.totals]
+        ctx.emit(data, _table(("count", "as of (UTC)", "target"), aged, text_last=True))
+        return EXIT_OK
     gateway = ctx.gateway()
     layout = PHP_ARTICLE
     counters = _listed_counters(gateway, layout)
@@ -298,6 +362,16 @@ def _whole_number(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
+def _seconds_from_zero(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds from 0 up, got {text!r}")
+    return value
+
+
 def _url(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("the URL is empty (leave --url out for the default storage)")
@@ -347,13 +421,30 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
         p = add(name, f"{verb} a counter and print its new total")
         p.add_argument("-n", type=_whole_number, default=1, metavar="N", help="amount (default 1)")
         p.add_argument("--strategy", choices=sorted(STRATEGIES), default="auto", help="how to write (default auto)")
+    max_age_help = ("a total at most this many seconds old, from the counter's rollup when it is fresh enough "
+                    "(one entity read), else read from the shards and rolled up")
     p = add("count", "print a counter's total")
     p.add_argument("--method", choices=("lookup", "query"),
                    help="lookup: one batch read of the shard keys and the config entity; query: the article's "
                    "GQL query on target (default: the library's get_count() default)")
+    p.add_argument("--max-age", type=_seconds_from_zero, metavar="SECONDS", help=max_age_help)
     add("shards", "print each shard's count")
-    add("list", "print every counter in the storage: its total, the shards it is configured for and the shard "
-        "entities written (reads every shard)", target=False)
+    p = add("list", "print every counter in the storage: its total, the shards it is configured for and the shard "
+            "entities written (reads every shard)", target=False)
+    p.add_argument("--max-age", type=_seconds_from_zero, metavar="SECONDS",
+                   help=max_age_help + "; shows each total and when it was true instead of the shard columns")
+    p = add("rollup", "refresh the rollup of every counter in the storage (safe to run from cron, even twice at once)",
+            target=False)
+    p.add_argument("--max-age", type=_seconds_from_zero, metavar="SECONDS", default=0.0,
+                   help="leave rollups at most this old as they are (default 0: refresh every one)")
+    p = add("plan", "print the shards a write rate needs, and what an exact read costs against a rollup read",
+            target=False)
+    p.add_argument("--rate", type=demo.positive_option(float, "a positive number of increments per second"),
+                   required=True, metavar="N", help="increments per second the counter must take")
+    p.add_argument("--per-shard", type=demo.positive_option(float, "a positive number of writes per second"),
+                   default=DEFAULT_WRITES_PER_SHARD, metavar="R",
+                   help=f"writes per second one shard takes (default {DEFAULT_WRITES_PER_SHARD:g}, Datastore's guidance "
+                   "for one entity)")
     p = add("increase-shards", "spread a counter over more shards (never fewer)")
     p.add_argument("num_shards", metavar="N", type=_whole_number, help="new number of shards")
     p.add_argument("--yes", action="store_true",

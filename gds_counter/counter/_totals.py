@@ -1,25 +1,40 @@
 """Exact totals of counters, read from their shards: many counters in one
 batch lookup, one counter through its cache. The plans here serve
-``CounterCore`` (``_engine``), ``get_counts`` in both faces, and rollups
+``Readable`` (``_engine``), ``get_counts`` in both faces, and rollups
 (``rollup``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Any, Callable, Hashable, Protocol, Sequence
 
-from gds_counter.counter.cache import Ticket
-from gds_counter.counter.rollup import check_max_age, totals_as_of_plan
-from gds_counter.counter.shard_choice import told
+from gds_counter.counter.cache import CountCache, Ticket
+from gds_counter.counter.rollup import Rollable, check_max_age, totals_as_of_plan
+from gds_counter.counter.shard_choice import ShardChooser, told
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
 
-if TYPE_CHECKING:
-    from gds_counter.counter._engine import CounterCore
 
-__all__ = ["by_gateway", "counts_plan", "get_counts_plan", "read_shards_plan", "through_cache"]
+class Readable(Rollable, Protocol):
+    """What these plans read of a counter (``_engine.Readable`` is one;
+    a protocol, so this module need not import the engine that uses it)."""
+
+    _cache: CountCache | None
+    _config_key: Key
+    _gateway: Any
+    _chooser: ShardChooser
+
+    def _identity(self) -> Hashable: ...
+
+    def _read_shards(self) -> int: ...
+
+    def _shard_keys(self, count: int) -> list[Key]: ...
+
+    def _learn(self, recorded: int | None) -> None: ...
+
+__all__ = ["Readable", "by_gateway", "counts_plan", "get_counts_plan", "read_shards_plan", "through_cache"]
 
 
-def counts_plan(counters: Sequence[CounterCore], *, use_cache: bool = True) -> plan.Plan[list[int]]:
+def counts_plan(counters: Sequence[Readable], *, use_cache: bool = True) -> plan.Plan[list[int]]:
     """Totals of many counters in input order, with one batch lookup per
     gateway (for up to 1000 keys). Counters with a fresh cached total are
     not read. (All ``counters`` are on the gateway the plan runs against.)"""
@@ -40,7 +55,7 @@ def counts_plan(counters: Sequence[CounterCore], *, use_cache: bool = True) -> p
     return [int(total or 0) for total in totals]
 
 
-def get_counts_plan(counters: Sequence[CounterCore], *, use_cache: bool, max_age: float | None) -> plan.Plan[list[int]]:
+def get_counts_plan(counters: Sequence[Readable], *, use_cache: bool, max_age: float | None) -> plan.Plan[list[int]]:
     """What ``get_counts`` reads for the counters of one gateway: exact
     totals (``counts_plan``), or with ``max_age`` their rollups, each at most
     that old (``rollup.totals_as_of_plan``; stale ones are read exactly and
@@ -52,7 +67,7 @@ def get_counts_plan(counters: Sequence[CounterCore], *, use_cache: bool, max_age
     return [f.total for f in found]
 
 
-def by_gateway(counters: Sequence[CounterCore]) -> dict[Any, list[int]]:
+def by_gateway(counters: Sequence[Readable]) -> dict[Any, list[int]]:
     """Counter indexes grouped by the gateway each lives on."""
     groups: dict[Any, list[int]] = {}
     for i, counter in enumerate(counters):
@@ -60,7 +75,7 @@ def by_gateway(counters: Sequence[CounterCore]) -> dict[Any, list[int]]:
     return groups
 
 
-def through_cache(counter: CounterCore, read: Callable[[], plan.Plan[int]], *, use_cache: bool) -> plan.Plan[int]:
+def through_cache(counter: Readable, read: Callable[[], plan.Plan[int]], *, use_cache: bool) -> plan.Plan[int]:
     """``read()`` a counter's total, served from and kept in its cache (a
     total is kept only if no write of it overlapped the read)."""
     cache = counter._cache
@@ -78,7 +93,7 @@ def through_cache(counter: CounterCore, read: Callable[[], plan.Plan[int]], *, u
     return total
 
 
-def read_shards_plan(counters: Sequence[CounterCore]) -> plan.Plan[list[dict[int, int]]]:
+def read_shards_plan(counters: Sequence[Readable]) -> plan.Plan[list[dict[int, int]]]:
     """Every counter's shard counts: one lookup of all their shard and config
     keys, plus one more only for counters found to have grown beyond what
     this process knew. (All on the gateway the plan runs against.)"""

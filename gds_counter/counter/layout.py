@@ -87,6 +87,18 @@ class Layout:
         digits = name[len(prefix) : len(name) - len(suffix)]
         return int(digits) if digits.isdigit() and digits.isascii() else None
 
+    def target_of(self, key: Key) -> str | None:
+        """The counter a shard key belongs to (``shard_name`` read back: the
+        target is all but the last shard number); None for another key."""
+        name = key.name
+        before, _, after = self.key_format.partition("{shard}")
+        head, _, tail = before.partition("{target}")
+        if name is None or key.kind != self.shard_kind or not name.startswith(head) or not name.endswith(after):
+            return None
+        rest = name[len(head) : len(name) - len(after)]
+        target, _, digits = rest.rpartition(tail) if tail else ("", "", "")
+        return target if target and digits.isdigit() and digits.isascii() else None
+
     def shard_key(self, target: str, shard: int, namespace: str = "") -> Key:
         return Key.of(self.shard_kind, self.shard_name(target, shard), namespace=namespace)
 

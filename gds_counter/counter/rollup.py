@@ -51,21 +51,19 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import Protocol, Sequence
 
 import attrs
 
 from gds_counter._checks import is_int
+from gds_counter.counter.layout import Layout
 from gds_counter.errors import AlreadyExists, BadValueError, GDSError
 from gds_counter.gateway import plan
 from gds_counter.gateway.mutations import Delete, Insert, Mutation, Upsert
 from gds_counter.gateway.values import EPOCH, RawEntity
 
-if TYPE_CHECKING:
-    from gds_counter.counter._engine import CounterCore
-
 __all__ = [
-    "ROLLUP_BATCH", "TotalAsOf", "check_max_age", "exact_plan", "total_as_of_plan", "totals_as_of_plan", "wall_clock",
+    "ROLLUP_BATCH", "Rollable", "TotalAsOf", "check_max_age", "exact_plan", "total_as_of_plan", "totals_as_of_plan", "wall_clock",
 ]
 
 log = logging.getLogger("gds_counter.counter.rollup")
@@ -75,6 +73,19 @@ log = logging.getLogger("gds_counter.counter.rollup")
 ROLLUP_BATCH = 25
 
 _TOTAL, _AS_OF, _CLAIM = "total", "as_of", "claim"
+
+
+class Rollable(Protocol):
+    """What a rollup needs of a counter (``_engine.Rollable`` is one; a
+    protocol, so this module need not import the engine that uses it)."""
+
+    layout: Layout
+    name: str
+    namespace: str
+
+    def _total(self, method: str, *, use_cache: bool) -> plan.Plan[int]: ...
+
+    def _read_method(self, method: str) -> str: ...
 
 
 @attrs.frozen
@@ -107,7 +118,7 @@ def _generation(stored: TotalAsOf | None) -> str:
     return str((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds)
 
 
-def _read(counter: CounterCore, raw: RawEntity | None) -> TotalAsOf | None:
+def _read(counter: Rollable, raw: RawEntity | None) -> TotalAsOf | None:
     """The rollup a stored entity holds; None when there is none, or when
     it is malformed (logged: it is written again)."""
     if raw is None:
@@ -123,14 +134,14 @@ def _fresh(stored: TotalAsOf, max_age: float) -> bool:
     return abs((wall_clock() - stored.as_of).total_seconds()) <= max_age
 
 
-def exact_plan(counter: CounterCore, method: str) -> plan.Plan[TotalAsOf]:
+def exact_plan(counter: Rollable, method: str) -> plan.Plan[TotalAsOf]:
     """The exact total, read now (the cache is not asked), and when that was."""
     as_of = wall_clock()  # before the read: whatever was committed before it is in the total
     total: int = yield from counter._total(method, use_cache=False)
     return TotalAsOf(total, as_of, False)
 
 
-def _mutations(counter: CounterCore, fresh: TotalAsOf, raw: RawEntity | None) -> list[Mutation]:
+def _mutations(counter: Rollable, fresh: TotalAsOf, raw: RawEntity | None) -> list[Mutation]:
     layout, name, namespace = counter.layout, counter.name, counter.namespace
     generation = _generation(_read(counter, raw))
     rollup = RawEntity(
@@ -146,7 +157,7 @@ def _mutations(counter: CounterCore, fresh: TotalAsOf, raw: RawEntity | None) ->
     return out
 
 
-def _write(items: Sequence[tuple[CounterCore, TotalAsOf, RawEntity | None]]) -> plan.Plan[int]:
+def _write(items: Sequence[tuple[Rollable, TotalAsOf, RawEntity | None]]) -> plan.Plan[int]:
     """Write the rollups of ``items`` (counter, exact total, the rollup
     entity its reader found), ``ROLLUP_BATCH`` counters per transaction;
     how many were written. A batch that meets another writer's claim is
@@ -173,7 +184,7 @@ def _write(items: Sequence[tuple[CounterCore, TotalAsOf, RawEntity | None]]) -> 
     return written
 
 
-def total_as_of_plan(counter: CounterCore, method: str, max_age: float) -> plan.Plan[TotalAsOf]:
+def total_as_of_plan(counter: Rollable, method: str, max_age: float) -> plan.Plan[TotalAsOf]:
     """The counter's rollup if it is at most ``max_age`` old, else its exact
     total, rolled up (see the module's notes)."""
     [raw] = yield from plan.lookup([counter.layout.rollup_key(counter.name, counter.namespace)])
@@ -186,7 +197,7 @@ def total_as_of_plan(counter: CounterCore, method: str, max_age: float) -> plan.
 
 
 def totals_as_of_plan(
-    counters: Sequence[CounterCore], max_age: float, *, refresh: bool = True
+    counters: Sequence[Rollable], max_age: float, *, refresh: bool = True
 ) -> plan.Plan[tuple[list[TotalAsOf], int]]:
     """``total_as_of_plan`` for many counters (all on the gateway the plan
     runs against): one lookup of every rollup key, an exact read of each
@@ -195,7 +206,7 @@ def totals_as_of_plan(
     are still read exactly)."""
     raws = yield from plan.lookup([c.layout.rollup_key(c.name, c.namespace) for c in counters])
     out: list[TotalAsOf] = []
-    stale: list[tuple[CounterCore, TotalAsOf, RawEntity | None]] = []
+    stale: list[tuple[Rollable, TotalAsOf, RawEntity | None]] = []
     for counter, raw in zip(counters, raws):
         stored = _read(counter, raw)
         if stored is not None and _fresh(stored, max_age):

@@ -121,3 +121,20 @@ def test_shard_choice_on_sqlite(tmp_path):
     assert set(ratios) == {"1x4", "2x2"} and all(r["ratio"] > 0 and len(r["round_ratios"]) == 2
                                                   for r in ratios.values())
     assert "affinity/random" in done.stdout and "Exact:" in done.stdout
+
+
+def test_scale_curve_and_read_costs(tmp_path):
+    done = _run("scale.py", "--shards", "1,3", "--duration", "0.5", "--processes", "2", "--threads", "2",
+                "--json", str(tmp_path / "scale.json"), "--plot", str(tmp_path / "scale.png"))
+    record = json.loads((tmp_path / "scale.json").read_text())
+    assert record["command"].startswith("python benchmarks/scale.py")
+    assert record["entity_writes_per_second"] == 2.0
+    assert [p["shards"] for p in record["points"]] == [1, 3]
+    for point in record["points"]:
+        assert point["exact"] is True and point["ideal"] == point["shards"] * 2.0
+        assert point["increments_per_second"] > 0 and point["combined_increments_per_second"] > 0
+    reads = {r["read"]: r for r in record["reads"]}
+    assert reads["rollup, max_age=3600"]["entity_reads"] == 1 and reads["rollup, max_age=3600"]["rpcs"] == 1
+    assert reads["exact: batched lookup"]["entity_reads"] == 10_001
+    assert "all exact" in done.stdout
+    assert (tmp_path / "scale.png").exists() or "matplotlib is not installed" in done.stdout

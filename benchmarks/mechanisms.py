@@ -1,7 +1,8 @@
 """What each speed mechanism buys: the same load with it on and off, side by side.
 
     python benchmarks/mechanisms.py [--quick] [--backend sqlite,firestore]
-        [--mechanisms combined-writes,shared-reads,affinity,count-cache,group-commit]
+        [--mechanisms combined-writes,shared-reads,affinity,count-cache,group-commit,redis-cache]
+        [--redis URL]
         [--threads 16] [--shards 20] [--duration 4] [--repeats 3] [--out DIR]
 
 The product keeps a mechanism for speed only where it earns its place
@@ -23,6 +24,10 @@ gateway's part with the plain path it short-cuts:
                    one writer adding every 10 ms and the other threads
                    reading (``get_count``); its rate and costs are per read
                    (the writer's own RPCs are in both sides alike)
+  redis-cache      the same load with ``cache="redis://..."`` (the cache every
+                   process shares) against no cache: ``--redis URL``, or a
+                   redis-server this script starts on a free port and stops
+                   (not in the default list: it needs redis-server)
 
 Every other mechanism load is ``--threads`` threads of one process calling
 ``CounterShardDS(name, 1, shards).increment()`` for ``--duration`` seconds.
@@ -67,7 +72,11 @@ from gds_counter.counter.runtime import Runtime  # noqa: E402
 from gds_counter.counter.shard_choice import RandomShards  # noqa: E402
 from gds_counter.errors import GDSError  # noqa: E402
 
-MECHANISMS = ("combined-writes", "shared-reads", "affinity", "count-cache", "group-commit")
+MECHANISMS = ("combined-writes", "shared-reads", "affinity", "count-cache", "group-commit", "redis-cache")
+#: Run when --mechanisms is not given (redis-cache needs a redis-server).
+DEFAULT_MECHANISMS = MECHANISMS[:-1]
+#: The Redis URL of the redis-cache load (set by main).
+REDIS_URL: str | None = None
 SQLITE_ONLY = ("group-commit",)
 #: The count-cache load's one writer adds once per this many seconds: a
 #: read-mostly counter (a page of like buttons), which is what a cache is
@@ -129,7 +138,8 @@ def run_once(spec: BackendSpec, mechanism: str, on: bool, threads: int, shards: 
     the costs per operation and the exactness check."""
     gateway = spec.open_gateway()
     name = f"mechanisms-{mechanism}-{'on' if on else 'off'}-{random.getrandbits(32):08x}"
-    reads_cached = mechanism == "count-cache"
+    reads_cached = mechanism in ("count-cache", "redis-cache")
+    cache: Any = REDIS_URL if mechanism == "redis-cache" else True
     acknowledged = [0] * threads
     operations = [0] * threads
     errors = [0] * threads
@@ -138,7 +148,7 @@ def run_once(spec: BackendSpec, mechanism: str, on: bool, threads: int, shards: 
 
     def worker(i: int) -> None:
         reader = reads_cached and i > 0
-        counter = CounterShardDS(name, 1, shards, gateway=gateway, cache=(on and reader) or None)
+        counter = CounterShardDS(name, 1, shards, gateway=gateway, cache=cache if on and reader else None)
         start.wait()
         while not stop.is_set():
             try:
@@ -202,12 +212,60 @@ def measure(spec_of: Callable[[str], BackendSpec], backend: str, mechanism: str,
     return row
 
 
+def _measure_all(backends: list[str], mechanisms: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = []
+    with open_backends(backends) as opened:
+        for backend in backends:
+            for mechanism in mechanisms:
+                if mechanism in SQLITE_ONLY and backend != "sqlite":
+                    continue
+                row = measure(opened[backend].fresh, backend, mechanism, args)
+                rows.append(row)
+                print(f"{backend} {mechanism}: on {row['on_rate']:,.0f}/s, off {row['off_rate']:,.0f}/s, "
+                      f"gain {row['gain']:.2f}, exact {row['exact']}", file=sys.stderr)
+    return rows
+
+
+@contextlib.contextmanager
+def _redis_server() -> Iterator[str]:
+    """A throwaway redis-server on a free local port (no persistence)."""
+    import shutil
+    import socket
+    import subprocess
+    import tempfile
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-cache needs redis-server (or --redis URL)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory() as folder:
+        server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", folder],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            import redis
+
+            for _ in range(200):
+                try:
+                    redis.Redis(port=port, socket_timeout=0.5).ping()
+                    break
+                except redis.RedisError:
+                    time.sleep(0.05)
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            server.kill()
+            server.wait(10)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="2 rounds x 2 s (about a minute on SQLite)")
     parser.add_argument("--backend", default="sqlite", help="comma-separated: sqlite, firestore (default sqlite)")
-    parser.add_argument("--mechanisms", default=",".join(MECHANISMS), help=f"comma-separated, from {', '.join(MECHANISMS)}")
+    parser.add_argument("--mechanisms", default=",".join(DEFAULT_MECHANISMS),
+                        help=f"comma-separated, from {', '.join(MECHANISMS)} (default: all but redis-cache)")
+    parser.add_argument("--redis", help="the redis-cache load's Redis URL (default: start a redis-server here)")
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--shards", type=int, default=20)
     parser.add_argument("--duration", type=float, default=4.0, help="seconds per side and round")
@@ -220,16 +278,11 @@ def main(argv: list[str] | None = None) -> int:
         args.duration, args.repeats = 2.0, 2
     backends = parse_choices(args.backend, ("sqlite", "firestore"), "backend")
     mechanisms = parse_choices(args.mechanisms, MECHANISMS, "mechanism")
-    rows = []
-    with open_backends(backends) as opened:
-        for backend in backends:
-            for mechanism in mechanisms:
-                if mechanism in SQLITE_ONLY and backend != "sqlite":
-                    continue
-                row = measure(opened[backend].fresh, backend, mechanism, args)
-                rows.append(row)
-                print(f"{backend} {mechanism}: on {row['on_rate']:,.0f}/s, off {row['off_rate']:,.0f}/s, "
-                      f"gain {row['gain']:.2f}, exact {row['exact']}", file=sys.stderr)
+    global REDIS_URL
+    with contextlib.ExitStack() as stack:
+        if "redis-cache" in mechanisms:
+            REDIS_URL = args.redis or stack.enter_context(_redis_server())
+        rows = _measure_all(backends, mechanisms, args)
     columns = [
         ("backend", "backend", 0), ("mechanism", "mechanism", 0),
         ("on_rate", "on ops/s", 0), ("off_rate", "off ops/s", 0), ("gain", "on/off", 2),

@@ -43,3 +43,57 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         report.outcome = "failed"
         report.longrepr = f"CI=true: emulator test {item.nodeid} was skipped ({reason}); emulator tests may not be skipped"
     return report
+
+
+class RedisServer:
+    """A real ``redis-server`` on a free local port, no persistence; ``stop()``
+    kills it (as an outage does) and ``start()`` brings it back on the same port."""
+
+    def __init__(self, directory: str) -> None:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.directory = directory
+        self.process: Any = None
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        import shutil
+        import subprocess
+        import time
+
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (.ci/run installs Debian's redis-server package)")
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", self.directory], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        import redis
+
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                redis.Redis(port=self.port, socket_timeout=0.5).ping()
+                return
+            except redis.RedisError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise RuntimeError(f"redis-server did not start on port {self.port}") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Any) -> Generator[RedisServer, None, None]:
+    """A real redis-server for the shared cache's tests, killed afterwards."""
+    server = RedisServer(str(tmp_path))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

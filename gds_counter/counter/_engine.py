@@ -46,7 +46,7 @@ from gds_counter.counter._arguments import check_name, check_num_shards
 from gds_counter.counter._combined import Combine
 from gds_counter.counter._shared_reads import SharedRead
 from gds_counter.counter._totals import counts_plan, read_shards_plan, through_cache
-from gds_counter.counter.cache import CountCache
+from gds_counter.counter.cache import TotalCache
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.options import AutoGrow, CounterOptions
 from gds_counter.counter.rollup import TotalAsOf, check_max_age, exact_plan, total_as_of_plan
@@ -112,7 +112,10 @@ class CounterCore:
         #: Where each attempt writes: this counter's own chooser, else the runtime's.
         self._chooser: ShardChooser = options.shards if options.shards is not None else runtime.shards
         self.options = options
-        self._cache: CountCache | None = self._shared_cache if cache is True else (cache or None)
+        self._cache: TotalCache | None = (
+            runtime.redis_cache(cache, gateway) if isinstance(cache, str)
+            else self._shared_cache if cache is True else (cache or None)
+        )
         # Check the key names now, so a bad name fails before any write: up
         # to the last shard this counter may write (growth included), or an
         # increment on a low shard could land where no read can reach it.

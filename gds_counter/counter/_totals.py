@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Protocol, Sequence
 
-from gds_counter.counter.cache import CountCache, Ticket
+from gds_counter.counter.cache import TotalCache
 from gds_counter.counter.rollup import Rollable, check_max_age, totals_as_of_plan
 from gds_counter.counter.shard_choice import ShardChooser, told
 from gds_counter.gateway import plan
@@ -18,7 +18,7 @@ class Readable(Rollable, Protocol):
     """What these plans read of a counter (``_engine.Readable`` is one;
     a protocol, so this module need not import the engine that uses it)."""
 
-    _cache: CountCache | None
+    _cache: TotalCache | None
     _config_key: Key
     _gateway: Any
     _chooser: ShardChooser
@@ -39,7 +39,7 @@ def counts_plan(counters: Sequence[Readable], *, use_cache: bool = True) -> plan
     gateway (for up to 1000 keys). Counters with a fresh cached total are
     not read. (All ``counters`` are on the gateway the plan runs against.)"""
     totals: list[int | None] = [None] * len(counters)
-    tickets: list[Ticket] = [None] * len(counters)
+    tickets: list[Any] = [None] * len(counters)
     for i, counter in enumerate(counters):
         if counter._cache is not None:
             if use_cache:

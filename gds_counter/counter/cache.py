@@ -38,14 +38,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Callable, Hashable, Iterator, Optional, Tuple
+from typing import Any, Callable, ContextManager, Hashable, Iterator, Optional, Protocol, Tuple
 
 import attrs
 
 from gds_counter.errors import BadValueError, Contention, TransformsIgnored, Unavailable
 from gds_counter.gateway import _forks as forks
 
-__all__ = ["DEFAULT_TTL", "CountCache", "monotonic"]
+__all__ = ["DEFAULT_TTL", "CountCache", "TotalCache", "monotonic"]
 
 DEFAULT_TTL = 60.0
 
@@ -75,6 +75,20 @@ class _Key:
 #: What ``reading`` gives and ``store`` takes: the entry and its generation
 #: when the read began (None: a write was in flight, the read is not kept).
 Ticket = Optional[Tuple[_Key, int]]
+
+class TotalCache(Protocol):
+    """What the counter asks of a cache of totals: this module's
+    ``CountCache`` (one process) or ``redis_cache.RedisCountCache`` (every
+    process). ``reading`` gives a ticket that ``store`` takes back."""
+
+    def get(self, key: Hashable) -> int | None: ...
+
+    def reading(self, key: Hashable) -> Any: ...
+
+    def store(self, key: Hashable, total: int, ticket: Any) -> bool: ...
+
+    def writing(self, key: Hashable, amount: int | None) -> ContextManager[None]: ...
+
 
 def monotonic() -> float:
     """``time.monotonic()``, looked up at each call so that freezegun can

@@ -15,6 +15,7 @@ import attrs
 from gds_counter._checks import check_int
 from gds_counter.counter._arguments import check_num_shards
 from gds_counter.counter.cache import CountCache
+from gds_counter.counter.redis_cache import check_redis_url
 from gds_counter.counter.shard_choice import ShardChooser
 from gds_counter.counter.strategy import Strategy, get_strategy
 from gds_counter.errors import BadValueError
@@ -52,7 +53,9 @@ class CounterOptions:
     * ``retry``: attempts, backoff and deadline for conflicts and outages
       (``RetryPolicy``).
     * ``cache``: ``True`` for the gateway's shared count cache, a
-      ``CountCache`` of your own, or None (every read reads storage).
+      ``CountCache`` of your own, a ``redis://host:port/db`` URL for a cache
+      every process shares (``counter.redis_cache``; the ``redis`` extra),
+      or None (every read reads storage).
     * ``auto_grow``: an ``AutoGrow`` (or ``True`` for its defaults) to grow
       the shard count under sustained contention.
     * ``shards``: a ``ShardChooser`` for this counter (None: the gateway's
@@ -65,7 +68,7 @@ class CounterOptions:
 
     strategy: str | Strategy = attrs.field(default="auto", validator=lambda _, __, value: get_strategy(value))
     retry: RetryPolicy = attrs.field(default=DEFAULT_RETRY, validator=lambda _, __, value: _check_retry(value))
-    cache: CountCache | bool | None = attrs.field(default=None, validator=lambda _, __, value: _check_cache(value))
+    cache: CountCache | str | bool | None = attrs.field(default=None, validator=lambda _, __, value: _check_cache(value))
     auto_grow: AutoGrow | bool | None = attrs.field(default=None, validator=lambda _, __, value: _check_grow(value))
     shards: ShardChooser | None = attrs.field(default=None, validator=lambda _, __, value: _check_chooser(value))
 
@@ -76,8 +79,12 @@ def _check_retry(value: object) -> None:
 
 
 def _check_cache(value: object) -> None:
-    if not (value is None or isinstance(value, (bool, CountCache))):
-        raise BadValueError(f"cache must be True, False, None or a CountCache, got {type(value).__name__} {value!r}")
+    if isinstance(value, str):
+        check_redis_url(value)
+    elif not (value is None or isinstance(value, (bool, CountCache))):
+        raise BadValueError(
+            f"cache must be True, False, None, a CountCache or a redis:// URL, got {type(value).__name__} {value!r}"
+        )
 
 
 def _check_grow(value: object) -> None:
@@ -96,7 +103,7 @@ class CounterChanges(TypedDict, total=False):
 
     strategy: str | Strategy
     retry: RetryPolicy
-    cache: CountCache | bool | None
+    cache: CountCache | str | bool | None
     auto_grow: AutoGrow | bool | None
     shards: ShardChooser | None
 

@@ -36,6 +36,7 @@ from gds_counter._checks import check_int
 from gds_counter.counter._combined import AsyncCombinedWrites, CombinedWrites
 from gds_counter.counter._shared_reads import AsyncSharedReads, SharedReads
 from gds_counter.counter.cache import CountCache, monotonic
+from gds_counter.counter.redis_cache import RedisCountCache, storage_scope
 from gds_counter.counter.shard_choice import AffinityShards, ShardChooser
 from gds_counter.errors import BadValueError
 from gds_counter.gateway import _forks as forks
@@ -90,6 +91,8 @@ class Runtime:
         self.combined = CombinedWrites()
         self.async_combined = AsyncCombinedWrites()
         self.share_reads = share_reads
+        self._redis_lock = threading.Lock()
+        self._redis_caches: dict[str, RedisCountCache] = {}
         self.shared: SharedReads[int] = SharedReads()
         self.async_shared: AsyncSharedReads[int] = AsyncSharedReads()
         self._after_fork_in_child()
@@ -125,6 +128,16 @@ class Runtime:
             raise BadValueError(f"a runtime is installed on a gateway, got {type(gateway).__name__} {gateway!r}")
         vars(owner)[_ATTRIBUTE] = self
         return self
+
+    def redis_cache(self, url: str, gateway: Any) -> RedisCountCache:
+        """The cache every process shares for ``url`` (``cache="redis://..."``),
+        one client per URL for the counters on ``gateway`` (whose storage
+        names its keys); redis-py opens new connections in a forked child."""
+        with self._redis_lock:
+            found = self._redis_caches.get(url)
+            if found is None:
+                found = self._redis_caches[url] = RedisCountCache(url, storage_scope(gateway))
+            return found
 
     def in_flight_slot(self, gateway: Any) -> asyncio.Semaphore:
         """The slots for counter operations on ``gateway`` in the running

@@ -90,3 +90,28 @@ def test_both_faces_on_one_gateway_share_what_the_cache_sees():
     finally:
         asyncio.run(gateway.close())
         blocking.close()
+
+
+def test_the_asyncio_face_shares_the_redis_cache_with_the_blocking_face(redis_server, tmp_path):
+    """cache="redis://...": a task's read is served from the total the
+    blocking face's writes keep, and its own writes keep it too."""
+    url = f"sqlite:///{tmp_path / 'shared.sqlite3'}"
+    blocking_gateway = open_gateway(url)
+    try:
+        blocking = CounterShardDS("Counter Test", 1, gateway=blocking_gateway, cache=redis_server.url)
+        blocking.add(2)
+        assert blocking.get_count() == 2  # cached in Redis
+
+        async def main() -> None:
+            async with aio.open_gateway(url) as gateway:
+                counter = aio.CounterShardDS("Counter Test", 1, gateway=gateway, cache=redis_server.url)
+                gateway.stats.reset()
+                assert await counter.get_count() == 2 and gateway.stats.snapshot()["rpcs"] == 0
+                await counter.add(3)
+                assert await counter.get_count() == 5 and gateway.stats.snapshot()["rpc.commit"] == 1
+
+        asyncio.run(main())
+        blocking_gateway.stats.reset()
+        assert blocking.get_count() == 5 and blocking_gateway.stats.snapshot()["rpcs"] == 0
+    finally:
+        blocking_gateway.close()

@@ -1,0 +1,279 @@
+"""A count cache shared by every process: ``cache="redis://host:port/db"``.
+
+Redis plays the part memcache plays in Google's sharding article (in
+production, Memorystore): a page that shows a count many times a second in
+many app instances pays for one read of the shards, not one per instance.
+It is an optional extra (``pip install "gds-counter[redis]"``).
+
+It is write-through. After its commit, a writer adds its amount to the
+cached total, when there is one, in the same Redis step that ends its
+write; so another process reads the increment as soon as the writer's call
+has returned.
+
+**What a total it shows promises**: it counts only increments that were
+committed, and every increment whose call returned before the read began.
+(It may miss increments still in flight, and count one in flight that
+another in flight committed before it: totals seen by two readers are
+each true in that sense, not necessarily ordered.)
+
+**The race between a commit and a cache update, and how it is closed.**
+The dangerous moment is a reader filling the cache: it reads the shards
+(total T) and stores T. A write that commits while it reads may or may not
+be in T; if the writer then adds its amount to the stored T, the write is
+counted twice; if it found no total to add to and the reader stores T
+without it, the write is missing. So each counter has, in Redis, an epoch
+and a set of writes in flight:
+
+* a writer, before its commit, enters the set (with a lease) and bumps the
+  epoch; after it, in one script, leaves the set, bumps the epoch and adds
+  its amount to the total if there is one;
+* a reader takes a ticket (the epoch) only when no write is in flight, and
+  stores its total only if the epoch is unchanged when it stores: no write
+  began or ended meanwhile, so every write it could have seen was either
+  committed before its read (and ended before its ticket) or begins after
+  its store (and will add its amount).
+
+A write whose outcome is unknown (an interrupt, a cancellation,
+``CommitUnknown``) drops the total and blocks filling it for ``ttl``; a
+reset drops it. A writer whose lease ran out (a crash between commit and
+update, or Redis unreachable for it) is treated the same by the next reader
+(the total is dropped), and its own late update finds itself gone from the
+set and drops the total instead of adding to it.
+
+**When Redis is down or slow**: every Redis call has a short timeout; on
+any Redis error a read reads storage (a warning is logged, at most every
+30 s), and a write is counted as usual: a cache error never fails an
+increment. The one window left: a writer that reached Redis before its
+commit but not after it leaves the total short of its amount until its
+lease ends (``lease`` seconds, 30 by default), after which readers drop it.
+
+A counter that is written all the time, from many processes, is rarely
+seen with no write in flight, so its total is rarely stored: its reads
+then go to storage (correct, not cheaper). ``get_count(max_age=S)`` (the
+rollup) is the cheap read for such a counter.
+
+On the asyncio face the cache's Redis calls are blocking ones, each bounded
+by the timeout (0.25 s by default; a local Redis answers in well under a
+millisecond).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+import urllib.parse
+import uuid
+from typing import Any, Hashable, Iterator
+
+from gds_counter.errors import BadValueError, Contention, TransformsIgnored, Unavailable
+
+__all__ = ["RedisCountCache", "check_redis_url", "storage_scope"]
+
+log = logging.getLogger("gds_counter.counter.redis_cache")
+
+_SCHEMES = ("redis", "rediss", "unix")
+_OPTIONS = {"ttl": 60.0, "lease": 30.0, "timeout": 0.25, "prefix": "gds_counter"}
+_NOT_STORED = (Contention, Unavailable, TransformsIgnored)
+_WARN_EVERY_S = 30.0
+
+# KEYS: total, epoch, pending, doubt. ARGV[1]: ttl in ms. Drops the total
+# (and blocks filling it for ttl) when a writer's lease ran out.
+_PRUNE = """
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if redis.call('ZCOUNT', KEYS[3], '-inf', ms) > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms)
+  redis.call('DEL', KEYS[1])
+  redis.call('SET', KEYS[4], '1', 'PX', ARGV[1])
+  redis.call('INCR', KEYS[2])
+end
+"""
+_GET = _PRUNE + "return redis.call('GET', KEYS[1])"
+_TICKET = _PRUNE + """
+if redis.call('ZCARD', KEYS[3]) > 0 or redis.call('EXISTS', KEYS[4]) == 1 then return false end
+return redis.call('GET', KEYS[2]) or '0'
+"""
+# ARGV[2]: the ticket, ARGV[3]: the total.
+_STORE = _PRUNE + """
+if redis.call('ZCARD', KEYS[3]) > 0 or redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
+if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[2] then return 0 end
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[1])
+return 1
+"""
+# ARGV[2]: the writer's token, ARGV[3]: its lease in ms.
+_BEGIN = """
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZADD', KEYS[3], ms + tonumber(ARGV[3]), ARGV[2])
+redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[3]) * 2)
+redis.call('INCR', KEYS[2])
+redis.call('EXPIRE', KEYS[2], 86400)
+return 1
+"""
+# ARGV[2]: the token, ARGV[3]: "stored", "not stored", "dropped" (stored,
+# amount unknown) or "unknown"; ARGV[4]: the amount.
+_END = """
+local mine = redis.call('ZREM', KEYS[3], ARGV[2])
+redis.call('INCR', KEYS[2])
+if ARGV[3] == 'not stored' then return 1 end
+if ARGV[3] == 'stored' and mine == 1 then
+  if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], ARGV[4]) end
+  return 1
+end
+redis.call('DEL', KEYS[1])
+if ARGV[3] == 'unknown' or mine == 0 then redis.call('SET', KEYS[4], '1', 'PX', ARGV[1]) end
+return 1
+"""
+
+
+def check_redis_url(url: object) -> str:
+    """A ``redis://``, ``rediss://`` or ``unix://`` URL whose own options
+    (``ttl``, ``lease``, ``timeout``: positive seconds; ``prefix``) are well
+    formed; ``BadValueError`` naming it otherwise."""
+    if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme.lower() not in _SCHEMES:
+        raise BadValueError(
+            f"cache must be True, False, None, a CountCache or a redis://host:port/db URL (or rediss://, unix://), got {url!r}"
+        )
+    parts = urllib.parse.urlsplit(url)
+    if not (parts.netloc if parts.scheme.lower() != "unix" else parts.path):
+        raise BadValueError(f"cache URL {url!r} names no {'host' if parts.scheme.lower() != 'unix' else 'socket path'}")
+    _split(url)
+    return url
+
+
+def _split(url: str) -> tuple[str, dict[str, Any]]:
+    """The URL for redis-py, and this cache's own options taken out of it."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    options: dict[str, Any] = dict(_OPTIONS)
+    rest = []
+    for name, value in query:
+        if name not in _OPTIONS:
+            rest.append((name, value))
+        elif name == "prefix":
+            if not value:
+                raise BadValueError(f"cache URL {url!r}: prefix must not be empty")
+            options[name] = value
+        else:
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = float("nan")
+            if not (seconds > 0 and seconds != float("inf")):
+                raise BadValueError(f"cache URL {url!r}: {name} must be a positive number of seconds, got {value!r}")
+            options[name] = seconds
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(rest))), options
+
+
+def storage_scope(gateway: Any) -> str:
+    """Which storage a gateway reaches, as part of every cache key, so that
+    two apps sharing one Redis never share a counter of another storage:
+    the project and database, or the SQLite file, or (in memory, which no
+    other process can see) a name of its own."""
+    owner = getattr(gateway, "blocking", gateway)
+    project = getattr(owner, "project", None)
+    if isinstance(project, str):
+        return f"datastore/{project}/{getattr(owner, 'database', '') or ''}"
+    path = getattr(owner, "path", None)
+    if isinstance(path, str):
+        return f"sqlite/{path}"
+    return "memory/" + vars(owner).setdefault("_gds_cache_scope", uuid.uuid4().hex)
+
+
+class RedisCountCache:
+    """The shared cache of one storage (``scope``) in the Redis ``url``
+    names; see the module's notes. Counters get one with
+    ``cache="redis://..."`` (``Runtime.redis_cache``: one per URL per gateway)."""
+
+    def __init__(self, url: str, scope: str) -> None:
+        check_redis_url(url)
+        try:
+            import redis
+        except ImportError:
+            raise BadValueError(
+                f"cache={url!r} needs the redis package: pip install \"gds-counter[redis]\""
+            ) from None
+        client_url, options = _split(url)
+        self.url, self.scope = url, scope
+        self.ttl, self.lease, self.timeout = options["ttl"], options["lease"], options["timeout"]
+        self._prefix = f"{options['prefix']}:{scope}:"
+        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        try:
+            self._client = redis.Redis.from_url(client_url, socket_timeout=self.timeout,
+                                                socket_connect_timeout=self.timeout, retry_on_timeout=False)
+        except ValueError as exc:
+            raise BadValueError(f"cache URL {url!r}: {exc}") from None
+        self._scripts = {name: self._client.register_script(text) for name, text in
+                         (("get", _GET), ("ticket", _TICKET), ("store", _STORE), ("begin", _BEGIN), ("end", _END))}
+        self._warned = -_WARN_EVERY_S
+        self._warn_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"RedisCountCache({self.url!r}, scope={self.scope!r})"
+
+    def _keys(self, key: Hashable) -> list[str]:
+        base = self._prefix + json.dumps(list(key) if isinstance(key, tuple) else key, ensure_ascii=False)
+        return [base + ":total", base + ":epoch", base + ":writing", base + ":doubt"]
+
+    def _call(self, script: str, key: Hashable, *args: Any) -> Any:
+        """Run a script; None (and a warning, now and then) when Redis fails."""
+        try:
+            return self._scripts[script](keys=self._keys(key), args=[int(self.ttl * 1000), *args])
+        except self._errors as exc:
+            now = time.monotonic()
+            with self._warn_lock:
+                due = now - self._warned >= _WARN_EVERY_S
+                if due:
+                    self._warned = now
+            if due:
+                log.warning("the shared cache %s failed (%s: %s): totals are read from storage, writes count as usual",
+                            self.url, type(exc).__name__, exc)
+            return None
+
+    def get(self, key: Hashable) -> int | None:
+        found = self._call("get", key)
+        return int(found) if found is not None else None
+
+    def reading(self, key: Hashable) -> str | None:
+        """Before reading a total from storage: a ticket for ``store``, or
+        None when a write is in flight (the total will not be stored)."""
+        found = self._call("ticket", key)
+        return found.decode() if isinstance(found, bytes) else None
+
+    def store(self, key: Hashable, total: int, ticket: Any) -> bool:
+        if not isinstance(ticket, str):
+            return False
+        return bool(self._call("store", key, ticket, int(total)))
+
+    @contextlib.contextmanager
+    def writing(self, key: Hashable, amount: int | None) -> Iterator[None]:
+        """Around a write that adds ``amount`` (None: an amount not known
+        here, as a reset's); see the module's notes."""
+        token = uuid.uuid4().hex
+        entered = self._call("begin", key, token, int(self.lease * 1000)) == 1
+        outcome = "unknown"
+        try:
+            yield
+            outcome = "stored" if amount is not None else "dropped"
+        except _NOT_STORED:
+            outcome = "not stored"
+            raise
+        finally:
+            if not entered and outcome != "not stored":
+                outcome = "unknown"  # unannounced: a reader may have filled the total around it
+            self._call("end", key, token, outcome, int(amount or 0))
+
+    def invalidate(self, key: Hashable) -> None:
+        with self.writing(key, None):
+            pass
+
+    def clear(self) -> None:
+        """Drop every total of this storage (its keys under the prefix)."""
+        try:
+            for name in self._client.scan_iter(match=self._prefix + "*:total"):
+                self._client.delete(name)
+        except self._errors as exc:
+            log.warning("the shared cache %s could not be cleared: %s", self.url, exc)

@@ -11,6 +11,7 @@ and the reliability tests use too), the emulators come from
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.metadata
 import itertools
@@ -405,6 +406,13 @@ def progress(items: Iterable[Any], total: int, desc: str) -> Any:
         print(f"{desc}: {total} runs (install tqdm for a progress bar)", file=sys.stderr)
         return items
     return tqdm(items, total=total, desc=desc, unit="run", file=sys.stderr, dynamic_ncols=True)
+
+
+def script_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's argument parser: its docstring's first paragraph as
+    the description, the whole docstring after the options."""
+    return argparse.ArgumentParser(description=(doc or "").split("\n\n")[0], epilog=doc,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def parse_ints(text: str) -> list[int]:

@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import command_line, environment, fmt, parse_ints, progress, table, write_json
+from _common import command_line, environment, fmt, parse_ints, progress, script_parser, table, write_json
 from _workers import WorkerPool
 
 from gds_counter.demo import new_figure
@@ -206,8 +206,7 @@ def plot(points: list[dict[str, Any]], rate: float, path: Path) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0], epilog=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_parser(__doc__)
     parser.add_argument("--quick", action="store_true", help=f"shards {QUICK['shards']}, {QUICK['duration']:g} s each")
     parser.add_argument("--rate", type=float, default=2.0, help="the model's writes per second per entity (default 2)")
     parser.add_argument("--shards", help=f"comma-separated shard counts (default {FULL['shards']})")

@@ -85,6 +85,7 @@ from _common import (  # noqa: E402
     open_backends,
     parse_choices,
     progress,
+    script_parser,
     shard_entity_class,
     table,
     write_json,
@@ -403,8 +404,7 @@ def plot(ratios: list[dict[str, Any]], rows: list[dict[str, Any]], path: Path) -
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0], epilog=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_parser(__doc__)
     parser.add_argument("--quick", action="store_true",
                         help=f"{QUICK['repeats']} rounds x {QUICK['duration']:g} s, no warm-up, strategy auto "
                              "(explicit options still win)")

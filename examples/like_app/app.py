@@ -2,8 +2,8 @@
 
     pip install -e ".[web]"
     python examples/like_app/app.py [--port 8000] [--url sqlite:///likes.sqlite3]
-    # or, with uvicorn's own options:
-    uvicorn app:create_app --factory --app-dir examples/like_app
+    # or, with uvicorn's own options (as deployed: Dockerfile, app.yaml):
+    uvicorn app:create_app --factory --app-dir examples/like_app --workers 4
 
 Then open http://127.0.0.1:8000/ and press the buttons. Storage is chosen as
 everywhere else in gds_counter (``--url``, else ``GDS_URL``, else the
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import AsyncIterator, Mapping
@@ -163,13 +164,16 @@ class Likes:
     one batched read per TTL, not one per view, and likes counted by this
     process update the cached totals at once. Likes counted by other
     processes show up within the TTL. ``None`` reads storage every time.
+    With ``cache_url`` (``redis://host:port/db``) the cache is the one every
+    worker process shares instead (the ``redis`` extra): a like counted by
+    any worker shows in every worker's page at once.
     """
 
     def __init__(self, gateway: aio.AsyncGateway, items: Mapping[str, str] = ITEMS,
-                 cache_ttl: float | None = 5.0) -> None:
+                 cache_ttl: float | None = 5.0, cache_url: str | None = None) -> None:
         self.gateway = gateway
         self.items = dict(items)
-        cache = CountCache(ttl=cache_ttl) if cache_ttl is not None else None
+        cache: CountCache | str | None = cache_url or (CountCache(ttl=cache_ttl) if cache_ttl is not None else None)
         self.counters = {
             slug: aio.CounterShardDS(TARGET_TYPE, slug, gateway=gateway, cache=cache) for slug in self.items
         }
@@ -252,16 +256,19 @@ def create_app(
     gateway: aio.AsyncGateway | None = None,
     items: Mapping[str, str] = ITEMS,
     cache_ttl: float | None = 5.0,
+    cache_url: str | None = None,
 ) -> Starlette:
     """The app. It opens the storage ``url`` names (see the module docstring)
     on startup and closes it on shutdown; a ``gateway`` passed in is used as
-    it is and left open, for its owner to close. ``items`` and ``cache_ttl``:
-    see ``Likes``."""
+    it is and left open, for its owner to close. ``items``, ``cache_ttl`` and
+    ``cache_url`` (default: the ``GDS_CACHE_URL`` environment variable, as a
+    deployment sets it for every worker): see ``Likes``."""
+    cache_url = cache_url or os.environ.get("GDS_CACHE_URL") or None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         storage = gateway if gateway is not None else aio.open_gateway(url)
-        app.state.likes = Likes(storage, items, cache_ttl)
+        app.state.likes = Likes(storage, items, cache_ttl, cache_url)
         try:
             yield
         finally:

@@ -109,6 +109,7 @@ def run_series(pool: WorkerPool, path: str, shards: int, combine: bool, args: ar
     from gds_counter.counter import CounterShardDS
     from gds_counter.gateway.embedded import EmbeddedGateway
 
+    EmbeddedGateway(path).close()  # the file and its tables made once, before every writer opens it
     jobs = [{"path": path, "rate": args.rate, "shards": shards, "threads": args.threads, "duration": args.duration,
              "combine": combine} for _ in range(args.processes)]
     parts = pool.run(jobs)

@@ -395,3 +395,39 @@ def test_a_database_deleted_while_open_acknowledges_nothing_more(tmp_path, remov
     assert len(errors) == 6 and all(isinstance(e, GatewayError) and str(db) in str(e) for e in errors), errors
     if removed in (("",), ("", "-wal", "-shm")):
         assert not db.exists()  # nothing quietly created an empty one
+
+
+
+def test_a_new_file_another_connection_holds_is_opened_once_it_is_let_go(tmp_path):
+    """SQLite answers a journal mode change with "database is locked" at
+    once, without waiting, while another connection holds the file: a
+    process creating a file that another process was creating too failed
+    with Contention at once (seen as two benchmark writers opening one new
+    file). Now the change waits like any locked write."""
+    import sqlite3
+    import threading
+
+    from gds_counter.gateway.embedded import EmbeddedGateway
+
+    path = tmp_path / "held.sqlite3"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process, midway through making the file
+    holder.execute("CREATE TABLE other_app (x)")
+    opened: list[object] = []
+
+    def open_it() -> None:
+        try:
+            gateway = EmbeddedGateway(str(path))
+            opened.append(gateway.lookup([]))
+            gateway.close()
+        except Exception as exc:  # noqa: BLE001 - the failure is the finding
+            opened.append(exc)
+
+    opener = threading.Thread(target=open_it)
+    opener.start()
+    opener.join(0.5)
+    assert not opened, opened  # still waiting for the holder, not failed
+    holder.execute("COMMIT")
+    holder.close()
+    opener.join(30)
+    assert opened == [[]]

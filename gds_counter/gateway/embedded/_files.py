@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from gds_counter.errors import Contention, GatewayError, GDSError
@@ -64,7 +65,7 @@ def open_connection(
         if path is not None:
             wal = conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
             if not wal and not read_only:
-                wal = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal"
+                wal = _switch_to_wal(conn, busy_timeout)
             conn.execute("PRAGMA synchronous = FULL")  # a commit that returned survives a power cut
         if not schema_ready(conn):
             if read_only:
@@ -83,6 +84,26 @@ def open_connection(
         if isinstance(exc, sqlite3.Error):
             raise _open_error(exc, path, known) from exc
         raise
+
+
+def _switch_to_wal(conn: sqlite3.Connection, busy_timeout: float) -> bool:
+    """``PRAGMA journal_mode = WAL``, waiting like any locked write. SQLite
+    answers a journal mode change with "database is locked" at once, without
+    its busy handler, while another connection holds the file (another
+    process creating it too): several processes opening a new file together
+    failed with ``Contention``. Whether WAL is on, once it could be set or
+    another connection set it."""
+    deadline = time.monotonic() + busy_timeout
+    delay = 0.005
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            return bool(mode == "wal")
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
 
 
 def _open_error(exc: sqlite3.Error, path: str | None, known: FileId | None) -> GDSError:

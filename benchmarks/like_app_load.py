@@ -2,7 +2,7 @@
 command (4 worker processes) on the Firestore emulator (or a SQLite file),
 thousands of concurrent likes, exact totals, latency percentiles.
 
-    python benchmarks/like_app_load.py [--likes 2000] [--connections 200]
+    python benchmarks/like_app_load.py [--likes 2000] [--connections 50]
         [--workers 4] [--backend firestore|sqlite] [--cache redis://...] [--json PATH]
 
 How: the command is read from the Dockerfile's CMD (so what is measured is
@@ -132,7 +132,7 @@ def run(url: str, env: dict[str, str], likes: int, connections: int, workers: in
 def main(argv: list[str] | None = None) -> int:
     parser = script_parser(__doc__)
     parser.add_argument("--likes", type=int, default=2000)
-    parser.add_argument("--connections", type=int, default=200)
+    parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--backend", choices=("firestore", "sqlite"), default="firestore")
     parser.add_argument("--cache", help="a redis:// URL for the cache every worker shares")

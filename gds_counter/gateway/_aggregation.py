@@ -56,6 +56,7 @@ from gds_counter.gateway.query import (
     AggregationQuery,
     CompositeFilter,
     Filter,
+    Order,
     PropertyFilter,
     Query,
     leaves_of,
@@ -247,6 +248,17 @@ def row_query(aggregation: AggregationQuery) -> Query:
         made += [*query.distinct_on, *_aggregated(aggregation)]
         projection = tuple(dict.fromkeys(n for n in made if n != KEY_PROPERTY and n not in equal))
         rows = query.replace(projection=projection) if projection else query.replace(keys_only=True)
+        fixed = [n for n, f in _fixed(aggregation).items() if f is not None]
+        if fixed:
+            # A summed property an AND-ed equality fixes cannot be projected,
+            # but its index rows are still what is read: ordered by it, after
+            # DISTINCT ON and the inequalities, as the emulator reads them
+            # (an IN's values in order; a cursor compared with it first).
+            ranges = [f.name for f in _conjuncts(query.filter) if f.op in _RANGES and f.name != KEY_PROPERTY]
+            named = {o.name for o in query.order}
+            descending = query.order[-1].descending if query.order else False
+            added = [n for n in dict.fromkeys([*query.distinct_on, *ranges, *fixed]) if n not in named]
+            rows = rows.replace(order=(*query.order, *(Order(n, descending) for n in added)))
     if all(a.kind == "COUNT_UP_TO" for a in aggregation.aggregations):
         most = max(a.up_to or 0 for a in aggregation.aggregations)
         rows = rows.replace(limit=most if rows.limit is None else min(rows.limit, most))

@@ -190,19 +190,30 @@ def _check_name(name: object, what: str) -> None:
     check_text(name, what)
 
 
-def _check_filter(node: object) -> None:
+#: Composite filters nested deeper than this are refused (GQL's parentheses
+#: stop at 64 too): a deeper tree would exhaust Python's stack or SQLite's
+#: parser before meaning anything.
+MAX_FILTER_DEPTH = 64
+
+
+def _check_filter(node: object, depth: int = 1) -> None:
     """The filter's shape as Datastore takes it (the Firestore emulator's
     rules: a composite has at least one sub-filter, IN and NOT IN a
-    non-empty list, a key filter a complete key) and its values."""
+    non-empty list, a key filter a complete key, an ancestor a key) and
+    its values."""
     if isinstance(node, CompositeFilter):
         if not node.filters:
             raise BadValueError(f"a composite filter must have at least one sub-filter: {node!r}")
+        if depth > MAX_FILTER_DEPTH:
+            raise BadValueError(f"composite filters are nested more than {MAX_FILTER_DEPTH} deep")
         for inner in node.filters:
-            _check_filter(inner)
+            _check_filter(inner, depth + 1)
     elif isinstance(node, PropertyFilter):
         _check_name(node.name, "filtered property")
         if node.op in ("IN", "NOT_IN") and (not isinstance(node.value, (list, tuple)) or not node.value):
             raise BadValueError(f"{node.op} on {node.name!r} needs a non-empty list of values, got {node.value!r}")
+        if node.op == "HAS_ANCESTOR" and not isinstance(node.value, Key):
+            raise BadValueError(f"HAS_ANCESTOR needs a Key, got {type(node.value).__name__} {node.value!r}")
         if node.name == KEY_PROPERTY:
             for key in node.value if isinstance(node.value, (list, tuple)) else (node.value,):
                 if isinstance(key, Key) and key.is_partial:

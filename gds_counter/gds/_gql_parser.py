@@ -276,9 +276,11 @@ class Parser(TokenStream):
         return self.tok
 
     def at_plus_number(self) -> bool:
-        """At ``+`` before an unsigned number (``+-1`` is refused, as the emulator refuses it)."""
+        """At ``+`` right before an unsigned number (``+-1`` and ``+ 1`` are
+        refused, as the emulator refuses them)."""
         following = self.peek()
-        return self.at_punct("+") and following.kind in (INT, DOUBLE) and not following.text.startswith("-")
+        return (self.at_punct("+") and following.kind in (INT, DOUBLE) and not following.text.startswith("-")
+                and following.pos == self.tok.pos + 1)  # "+ 1" is refused too
 
     def position(self, clause: str) -> tuple[int | Cursor, Token]:
         token = self.unary_plus()

@@ -179,6 +179,13 @@ CASES = [
     Case("sum-kindless", "SELECT SUM(n) AS s, AVG(n) AS a, COUNT(*) AS c"),
     Case("sum-kindless-limit", "AGGREGATE SUM(n) AS s, COUNT(*) AS c OVER (SELECT * LIMIT 3)"),
     Case("sum-or-fixes-the-summed-property", "AGGREGATE SUM(n) AS s, COUNT(*) AS c OVER (SELECT * FROM Item WHERE n < 3 OR n = 7)"),
+    # a summed property an equality fixes: its index rows, ordered by it
+    Case("sum-in-offset", "AGGREGATE SUM(n) AS s, COUNT(*) AS c OVER (SELECT * FROM Item WHERE n IN ARRAY(3, 1, 2) OFFSET 2)"),
+    Case("sum-fixed-with-inequality", "AGGREGATE SUM(n) AS s, COUNT(*) AS c OVER (SELECT * FROM Item WHERE n IN ARRAY(4, 2) AND price > 0 LIMIT 2)"),
+    Case("cursor-fixed-sum", "AGGREGATE SUM(n) AS s, COUNT(*) AS c OVER (SELECT * FROM Item WHERE n = 4 OFFSET @c)",
+         page="SELECT * FROM Item WHERE n = 4 LIMIT 1"),
+    Case("cursor-end-fixed-sum", "AGGREGATE SUM(n) AS s, COUNT(*) AS c OVER (SELECT * FROM Item WHERE n = 4 LIMIT @c)",
+         page="SELECT * FROM Item LIMIT 1"),
     Case("count-or-fixes-the-order", "AGGREGATE COUNT_UP_TO(4) AS c, SUM(qty) AS s OVER (SELECT * FROM Item WHERE n < 3 OR n = 7 ORDER BY n)"),
     # cursors
     Case("cursor-count", "AGGREGATE COUNT(*) AS c OVER (SELECT * FROM Item OFFSET @c)", page="SELECT * FROM Item LIMIT 3"),

@@ -693,6 +693,37 @@ def test_a_cursor_used_on_another_query(firestore_emulator: Any) -> None:
         embedded.close()
 
 
+def test_a_distinct_cursor_continues_any_kind_or_namespace(firestore_emulator: Any) -> None:
+    """A DISTINCT query's cursor holds its values and no key, so another
+    kind or namespace continues from it as from any point (the emulator's
+    answer, compared)."""
+    ns = f"distinct-{uuid.uuid4().hex[:8]}"
+    oracle = firestore_emulator.gateway(namespace=ns)
+    embedded = open_gateway("memory://")
+    entities = [RawEntity(Key.of(kind, f"k{i}", namespace=space), {"n": i % 3})
+                for kind in ("K", "J") for space in (ns, ns + "-b") for i in range(6)]
+    distinct = Query("K", ns, order=(Order("n"),), projection=("n",), distinct_on=("n",), limit=1)
+    others = [Query("J", ns, order=(Order("n"),)), Query("K", ns + "-b", order=(Order("n"),)),
+              Query("J", ns, order=(Order("n", True),))]
+
+    def after(gateway: Any, query: Query) -> Any:
+        cursor = gateway.run_query(distinct).end_cursor
+        try:
+            return [e.key.name for e in gateway.run_query(query.replace(start_cursor=cursor)).entities]
+        except BadValueError:
+            return "refused"
+
+    try:
+        for gateway in (oracle, embedded):
+            gateway.commit([Upsert(e) for e in entities])
+        for other in others:
+            theirs = after(oracle, other)
+            assert theirs != "refused" and after(embedded, other) == theirs, other
+    finally:
+        oracle.close()
+        embedded.close()
+
+
 #: How many (issuing query, other query) pairs the cursor differential draws.
 CURSOR_PAIRS = int(os.environ.get("GDS_DIFFERENTIAL_CURSOR_PAIRS", "300"))
 

@@ -1209,6 +1209,9 @@ def test_limits_the_emulator_enforces_are_refused(sides: Any) -> None:
     equalities = lambda n: " AND ".join(f"p{i} = 1" for i in range(n))  # noqa: E731
     pairs = [
         (f"SELECT * FROM {KIND} WHERE n > +-1", f"SELECT * FROM {KIND} WHERE n > +1"),
+        (f"SELECT * FROM {KIND} WHERE n > + 1", f"SELECT * FROM {KIND} WHERE n >+1"),
+        (f"SELECT * FROM {KIND} WHERE q IN ARRAY(1, 2, 3) AND {equalities(98)}",
+         f"SELECT * FROM {KIND} WHERE q IN ARRAY(1, 1, 1) AND {equalities(98)}"),  # a repeated value counts once
         (f"SELECT * FROM {KIND} WHERE n = BLOB('!!')", f"SELECT * FROM {KIND} WHERE n = BLOB('-_')"),
         (f"SELECT * FROM {KIND} WHERE a = '{'x' * 1501}'", f"SELECT * FROM {KIND} WHERE a = '{'x' * 1500}'"),
         (f"SELECT * FROM {KIND} WHERE a IN ARRAY(1, '{'x' * 1501}')", f"SELECT * FROM {KIND} WHERE a IN ARRAY(1, '{'x' * 1500}')"),

@@ -39,3 +39,40 @@ def test_an_entity_over_a_limit_is_refused_and_its_neighbour_stored(make_gateway
     assert gateway.lookup([key]) == [None]
     gateway.commit([Upsert(RawEntity(key, accepted, frozenset(unindexed)))])
     assert gateway.lookup([key])[0] is not None
+
+
+@pytest.mark.parametrize("storage", ["memory", "sqlite"])
+def test_deep_filters_answer_or_are_refused_with_a_gds_error(make_gateway, storage):
+    """Twenty levels of alternating AND and OR are answered (SQLite's parser
+    overflowed on them); deeper than 64 is refused by name; an ancestor
+    that is not a key is refused (it crashed with a TypeError)."""
+    from gds_counter.errors import BadValueError
+    from gds_counter.gateway.keys import Key
+    from gds_counter.gateway.mutations import Upsert
+    from gds_counter.gateway.query import CompositeFilter, PropertyFilter, Query
+    from gds_counter.gateway.values import RawEntity
+
+    gateway = make_gateway(storage)
+    gateway.commit([Upsert(RawEntity(Key.of("K", i), {"a": i % 3, "b": i})) for i in range(1, 30)])
+
+    def nested(depth: int):
+        node = PropertyFilter("a", "=", 1)
+        for i in range(depth):
+            node = CompositeFilter("AND" if i % 2 else "OR", [node, PropertyFilter("b", "=", i)])
+        return node
+
+    def holds(props: dict, node) -> bool:  # scalar properties only: the plain meaning of the filter
+        if isinstance(node, PropertyFilter):
+            return props.get(node.name) == node.value
+        combine = all if node.op == "AND" else any
+        return combine(holds(props, child) for child in node.filters)
+
+    stored = {i: {"a": i % 3, "b": i} for i in range(1, 30)}
+    for depth in (4, 5, 20, 21):
+        found = sorted(e.key.id for e in gateway.run_query(Query("K", filter=nested(depth))).entities)
+        assert found == [i for i, props in stored.items() if holds(props, nested(depth))], depth
+    with pytest.raises(BadValueError, match="nested more than 64"):
+        gateway.run_query(Query("K", filter=nested(70)))
+    for value in ([], {}, b"x", 5):
+        with pytest.raises(BadValueError, match="HAS_ANCESTOR needs a Key"):
+            gateway.run_query(Query("K", filter=PropertyFilter("__key__", "HAS_ANCESTOR", value)))

@@ -150,7 +150,11 @@ class Point:
         self._bound: tuple[tuple[bytes, ...], bool] | None = None
 
     def check(self, query: Query) -> None:
-        """Refuse a point from another namespace or kind, as Datastore does."""
+        """Refuse a point from another namespace or kind, as Datastore does
+        (a DISTINCT query's point holds no key there, so it continues
+        anywhere, as the Firestore emulator's does)."""
+        if self.side in (_GROUP_AFTER, _GROUP_BEFORE):
+            return
         namespace, kind = key_place(self.key)
         if namespace != query.namespace:
             raise BadValueError(
@@ -161,8 +165,9 @@ class Point:
 
     def bound(self, plan: Plan) -> tuple[tuple[bytes, ...], bool]:
         """The point as a prefix of ``plan``'s row positions (index values,
-        then the key), and whether it lies after the rows equal to it, in
-        the plan's row order."""
+        then the key when it has a value for every sort order), and whether
+        it lies after the rows that share that prefix, in the plan's row
+        order."""
         if self._bound is None:
             columns = _columns(plan)
             if len(self.values) > columns:
@@ -177,14 +182,16 @@ class Point:
                 )
             prefix = [descending(v) if plan.orders[at].descending else v for at, v in enumerate(self.values)]
             after = (self.side in (b">", _GROUP_AFTER)) != _scans_backward(plan)
-            if len(self.values) < columns or self.side in (_GROUP_AFTER, _GROUP_BEFORE):
-                # The point names the rows whose first values are its own:
-                # a point after them lies after all of them, one before them
-                # before all of them (as a Firestore cursor with fewer values
-                # than sort orders, or a DISTINCT query's).
-                prefix.append(b"\xff" if after else b"")
-            else:
+            if len(self.values) == columns and self.side not in (_GROUP_AFTER, _GROUP_BEFORE):
                 prefix.append(descending(self.key) if _key_descending(plan) else self.key)
+            # Else the point names the rows whose first values are its own
+            # and is compared with those values alone: a point after them
+            # lies after all of them, one before them before all of them (as
+            # a Firestore cursor with fewer values than sort orders, or a
+            # DISTINCT query's). No byte stands for "after every key": a
+            # key in descending order may begin with 0xff (the default
+            # namespace's does), so such a marker once let a DISTINCT
+            # query's last group come back on every page.
             self._bound = (tuple(prefix), after)
         return self._bound
 

@@ -281,7 +281,13 @@ class _Source:
     rank: int
 
 
-def _source(f: Filter, ns: str, kind: str | None) -> _Source | None:
+#: Composite filters nested deeper than this narrow nothing through SQL (the
+#: Python check still applies them): SQLite's parser overflowed on twenty
+#: levels of alternating AND and OR, which Datastore answers.
+_MAX_SQL_DEPTH = 6
+
+
+def _source(f: Filter, ns: str, kind: str | None, depth: int = 0) -> _Source | None:
     """SQL that yields a superset of the matching keys through an index, or
     None when the filter cannot narrow the kind (then the caller scans it)."""
     scope_sql = "ns = ?" + (" AND kind = ?" if kind is not None else "")
@@ -299,7 +305,9 @@ def _source(f: Filter, ns: str, kind: str | None) -> _Source | None:
         if f.name == KEY_PROPERTY:
             return _Source(f"SELECT key_bytes FROM entities WHERE {scope_sql} AND key_bytes {condition}", (*scope, *values), rank)
         return _Source(f"SELECT DISTINCT key_bytes FROM props WHERE {scope_sql} AND name = ? AND value {condition}", (*scope, f.name, *values), rank)
-    children = [_source(child, ns, kind) for child in f.filters]
+    if depth >= _MAX_SQL_DEPTH:
+        return None
+    children = [_source(child, ns, kind, depth + 1) for child in f.filters]
     usable = [c for c in children if c is not None]
     if f.op == "OR":
         if not children or len(usable) < len(children):

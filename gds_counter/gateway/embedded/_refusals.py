@@ -181,7 +181,8 @@ def check_shape(query: Query) -> None:
     ancestor = query.filter is not None and any(leaf.op == "HAS_ANCESTOR" for leaf in leaves_of(query.filter))
     if filters + len(query.order) + ancestor > MAX_QUERY_TERMS:
         raise BadValueError(
-            f"the query has {filters} filters (an IN or NOT IN counts its values), {len(query.order)} sort orders "
+            f"the query has {filters} filters (an IN or NOT IN counts its distinct values), {len(query.order)} sort "
+            f"order(s) "
             f"and {'an' if ancestor else 'no'} ancestor filter: Datastore takes at most {MAX_QUERY_TERMS} in all"
         )
 
@@ -191,6 +192,8 @@ def _terms(f: Filter) -> int:
     if isinstance(f, PropertyFilter):
         if f.op == "HAS_ANCESTOR":
             return 0
-        return len(f.value) if f.op in ("IN", "NOT_IN") and isinstance(f.value, (list, tuple)) else 1
+        if f.op in ("IN", "NOT_IN") and isinstance(f.value, (list, tuple)):
+            return len(dict.fromkeys(map(repr, f.value)))  # a repeated value once, as the emulator counts
+        return 1
     children = conjuncts(f) if f.op == "AND" else list(f.filters)
     return sum(_terms(child) for child in dict.fromkeys(children))

@@ -244,7 +244,7 @@ def row_query(aggregation: AggregationQuery) -> Query:
     else:
         leaves = list(leaves_of(query.filter)) if query.filter is not None else []
         equal = {f.name for f in leaves if f.op in ("=", "IN")}
-        made = [o.name for o in query.order] + [f.name for f in _conjuncts(query.filter) if f.op in _RANGES]
+        made = [o.name for o in query.order] + [f.name for f in leaves if f.op in _RANGES]
         made += [*query.distinct_on, *_aggregated(aggregation)]
         projection = tuple(dict.fromkeys(n for n in made if n != KEY_PROPERTY and n not in equal))
         rows = query.replace(projection=projection) if projection else query.replace(keys_only=True)

@@ -367,7 +367,7 @@ def _seconds_from_zero(text: str) -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value >= 0):
+    if math.isnan(value) or value < 0:  # inf: any age
         raise argparse.ArgumentTypeError(f"expected a number of seconds from 0 up, got {text!r}")
     return value
 

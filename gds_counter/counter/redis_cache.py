@@ -43,9 +43,14 @@ set and drops the total instead of adding to it.
 **When Redis is down or slow**: every Redis call has a short timeout; on
 any Redis error a read reads storage (a warning is logged, at most every
 30 s), and a write is counted as usual: a cache error never fails an
-increment. The one window left: a writer that reached Redis before its
-commit but not after it leaves the total short of its amount until its
-lease ends (``lease`` seconds, 30 by default), after which readers drop it.
+increment. The window left: a writer that cannot reach Redis around its commit
+leaves the cached total short of its amount until that process next
+reaches Redis (it drops the total then), or the writer's lease ends (when
+it reached Redis before its commit), or the total's ``ttl`` ends (a
+process that exited before Redis came back). Writes by counters built
+without this cache (another ``cache=``, none, or ``gds-counter``) are not
+seen before ``ttl`` either, as with any cache: give every writer of a
+counter the same ``cache=`` URL.
 
 A counter that is written all the time, from many processes, is rarely
 seen with no write in flight, so its total is rarely stored: its reads
@@ -62,6 +67,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
 import time
 import urllib.parse
@@ -114,13 +120,17 @@ redis.call('EXPIRE', KEYS[2], 86400)
 return 1
 """
 # ARGV[2]: the token, ARGV[3]: "stored", "not stored", "dropped" (stored,
-# amount unknown) or "unknown"; ARGV[4]: the amount.
+# amount unknown), "unknown", or "forget" (a write Redis never heard of,
+# stored: drop the total); ARGV[4]: the amount.
 _END = """
 local mine = redis.call('ZREM', KEYS[3], ARGV[2])
 redis.call('INCR', KEYS[2])
 if ARGV[3] == 'not stored' then return 1 end
+if ARGV[3] == 'forget' then redis.call('DEL', KEYS[1]) return 1 end
 if ARGV[3] == 'stored' and mine == 1 then
-  if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('INCRBY', KEYS[1], ARGV[4]) end
+  if redis.call('EXISTS', KEYS[1]) == 1 and not pcall(redis.call, 'INCRBY', KEYS[1], ARGV[4]) then
+    redis.call('DEL', KEYS[1])  -- past 64 bits: no total rather than a wrong one
+  end
   return 1
 end
 redis.call('DEL', KEYS[1])
@@ -176,10 +186,11 @@ def storage_scope(gateway: Any) -> str:
     owner = getattr(gateway, "blocking", gateway)
     project = getattr(owner, "project", None)
     if isinstance(project, str):
-        return f"datastore/{project}/{getattr(owner, 'database', '') or ''}"
+        host = getattr(owner, "emulator_host", None) or ""
+        return f"datastore/{host}/{project}/{getattr(owner, 'database', '') or ''}"
     path = getattr(owner, "path", None)
     if isinstance(path, str):
-        return f"sqlite/{path}"
+        return f"sqlite/{os.path.realpath(path)}"  # one file, however it is reached
     return "memory/" + vars(owner).setdefault("_gds_cache_scope", uuid.uuid4().hex)
 
 
@@ -210,6 +221,9 @@ class RedisCountCache:
                          (("get", _GET), ("ticket", _TICKET), ("store", _STORE), ("begin", _BEGIN), ("end", _END))}
         self._warned = -_WARN_EVERY_S
         self._warn_lock = threading.Lock()
+        #: Counters whose write this process could not announce or end in
+        #: Redis: their totals are dropped at its next successful call.
+        self._owed: dict[Hashable, str] = {}
 
     def __repr__(self) -> str:
         return f"RedisCountCache({self.url!r}, scope={self.scope!r})"
@@ -219,8 +233,19 @@ class RedisCountCache:
         return [base + ":total", base + ":epoch", base + ":writing", base + ":doubt"]
 
     def _call(self, script: str, key: Hashable, *args: Any) -> Any:
-        """Run a script; None (and a warning, now and then) when Redis fails."""
+        """Run a script; None (and a warning, now and then) when Redis fails.
+        First, the totals of writes this process could not report are
+        dropped (and kept from being filled for ttl)."""
         try:
+            with self._warn_lock:
+                owed, self._owed = self._owed, {}
+            for stale, why in owed.items():
+                try:
+                    self._scripts["end"](keys=self._keys(stale), args=[int(self.ttl * 1000), "", why, 0])
+                except BaseException:
+                    with self._warn_lock:
+                        self._owed.setdefault(stale, why)
+                    raise
             return self._scripts[script](keys=self._keys(key), args=[int(self.ttl * 1000), *args])
         except self._errors as exc:
             now = time.monotonic()
@@ -264,7 +289,9 @@ class RedisCountCache:
         finally:
             if not entered and outcome != "not stored":
                 outcome = "unknown"  # unannounced: a reader may have filled the total around it
-            self._call("end", key, token, outcome, int(amount or 0))
+            if self._call("end", key, token, outcome, int(amount or 0)) is None and outcome != "not stored":
+                with self._warn_lock:  # dropped at this process's next call that reaches Redis
+                    self._owed[key] = "unknown" if outcome == "unknown" and entered else "forget"
 
     def invalidate(self, key: Hashable) -> None:
         with self.writing(key, None):

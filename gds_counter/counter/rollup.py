@@ -105,10 +105,17 @@ def wall_clock() -> dt.datetime:
 
 
 def check_max_age(max_age: object) -> float:
-    """``max_age`` as seconds: a number from 0 up (``inf`` allowed: any rollup)."""
-    if isinstance(max_age, bool) or not isinstance(max_age, (int, float)) or math.isnan(max_age) or max_age < 0:
+    """``max_age`` as seconds: a number from 0 up (``inf`` allowed: any
+    rollup; an integer too large for a float counts as ``inf``)."""
+    if isinstance(max_age, bool) or not isinstance(max_age, (int, float)):
         raise BadValueError(f"max_age must be a number of seconds from 0 up, got {max_age!r}")
-    return float(max_age)
+    try:
+        seconds = float(max_age)
+    except OverflowError:
+        seconds = math.inf if max_age > 0 else -math.inf
+    if math.isnan(seconds) or seconds < 0:
+        raise BadValueError(f"max_age must be a number of seconds from 0 up, got {max_age!r}")
+    return seconds
 
 
 def _generation(stored: TotalAsOf | None) -> str:
@@ -178,10 +185,29 @@ def _write(items: Sequence[tuple[Rollable, TotalAsOf, RawEntity | None]]) -> pla
                 for item in chunk:
                     written += yield from _write([item])
             else:
-                log.debug("rollup of %s: another reader wrote this generation", chunk[0][0])
+                written += yield from _taken(*chunk[0])
         except GDSError as exc:  # the totals are exact anyway: the next stale read writes again
             log.warning("rollup of %s not written: %s", ", ".join(str(c) for c, _, _ in chunk), exc)
     return written
+
+
+def _taken(counter: Rollable, fresh: TotalAsOf, raw: RawEntity | None) -> plan.Plan[int]:
+    """The claim of the generation ``raw`` shows was taken: by another
+    reader, who wrote a rollup (nothing to do), or, when there is still no
+    usable rollup (deleted or spoiled after its claim was made), by nobody
+    alive: the rollup is written over that claim."""
+    key = counter.layout.rollup_key(counter.name, counter.namespace)
+    [now] = yield from plan.lookup([key])
+    if _read(counter, now) is not None or _read(counter, raw) is not None:
+        log.debug("rollup of %s: another reader wrote this generation", counter)
+        return 0
+    mutations = [Upsert(m.entity) if isinstance(m, Insert) else m for m in _mutations(counter, fresh, raw)]
+    try:
+        yield from plan.in_transaction(lambda token: plan.just(mutations))
+    except GDSError as exc:
+        log.warning("rollup of %s not written: %s", counter, exc)
+        return 0
+    return 1
 
 
 def total_as_of_plan(counter: Rollable, method: str, max_age: float) -> plan.Plan[TotalAsOf]:

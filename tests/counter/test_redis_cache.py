@@ -194,3 +194,31 @@ def test_a_bad_cache_url_is_refused_before_anything_is_written(bad, memory_gatew
     with pytest.raises(BadValueError, match="cache"):
         CounterShardDS("Counter Test", 1, gateway=memory_gateway, cache=bad)
     assert memory_gateway.stats.snapshot()["rpcs"] == 0
+
+
+def test_a_writer_that_could_not_reach_redis_drops_the_total_when_it_next_can(redis_server, tmp_path):
+    """Redis paused (SIGSTOP) around a write: the write counts, and this
+    process's next call that reaches Redis drops the total it could not
+    adjust, so no reader keeps the old one."""
+    import signal
+
+    gateway = open_gateway(f"sqlite:///{tmp_path / 'owed.sqlite3'}")
+    try:
+        url = redis_server.url + "?timeout=0.2"
+        writer = CounterShardDS("Counter Test", 1, gateway=gateway, cache=url)
+        writer.add(5)
+        assert writer.get_count() == 5  # cached
+        redis_server.process.send_signal(signal.SIGSTOP)
+        try:
+            writer.add(3)  # counted; Redis heard neither its start nor its end
+        finally:
+            redis_server.process.send_signal(signal.SIGCONT)
+        other = CounterShardDS("Counter Test", 2, gateway=gateway, cache=url)
+        other.get_count()  # any call of this process that reaches Redis
+        import redis
+
+        plain = redis.Redis.from_url(redis_server.url)
+        assert not [k for k in plain.keys("*Counter Test_1*:total")]  # the stale 5 is gone
+        assert CounterShardDS("Counter Test", 1, gateway=gateway, cache=url).get_count() == 8
+    finally:
+        gateway.close()

@@ -248,3 +248,25 @@ def test_ten_thousand_shards_read_exactly_and_a_rollup_reads_one(layout, make_ga
         assert counter.get_count(max_age=60) == expected
         stats = gateway.stats.snapshot()
         assert stats["rpcs"] == 1 and stats["entity_reads"] == 1, (name, stats)
+
+
+@pytest.mark.parametrize("spoil", ["delete", "garbage"])
+def test_a_rollup_deleted_or_spoiled_after_its_claim_is_written_again(gateway, spoil):
+    """Its generation's claim is still there; with no usable rollup beside
+    it, nobody alive holds it, so the next stale read writes over it."""
+    from gds_counter.gateway.mutations import Delete
+    from gds_counter.gateway.values import RawEntity
+
+    counter = CounterShardDS("Counter Test", 1, gateway=gateway)
+    counter.add(3)
+    counter.get_count(max_age=0)
+    key = counter.layout.rollup_key(counter.name, counter.namespace)
+    gateway.commit([Delete(key)] if spoil == "delete" else [Upsert(RawEntity(key, {"total": "garbage"}))])
+    assert counter.get_count_as_of(max_age=3600).from_rollup is False  # read, and written again
+    assert counter.get_count_as_of(max_age=3600) == TotalAsOf(3, counter.get_count_as_of(max_age=3600).as_of, True)
+
+
+def test_a_max_age_too_large_for_a_float_is_any_age(gateway):
+    counter = CounterShardDS("Counter Test", 1, gateway=gateway)
+    counter.add(2)
+    assert counter.get_count(max_age=10**400) == 2 and counter.get_count(max_age=float("inf")) == 2

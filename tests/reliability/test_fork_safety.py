@@ -338,3 +338,60 @@ def test_the_parent_keeps_counting_after_forks(tmp_path):
     assert counter.get_count() == 5
     gateway.close()
 
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
+def test_forking_beside_transactions_and_group_commits_never_stalls(tmp_path):
+    """A fork waits for every lent connection. A transaction holding one
+    waited for the write lock, whose holder (the group commit's writer)
+    waited for a connection, which the forking pool refused it: the fork
+    stalled for its whole drain bound (about 65 s), and adds failed. Found
+    by a review with rollups (a blind transaction per stale read) beside
+    adds; transactional adds meet it too."""
+    import threading
+    import time
+
+    from gds_counter import CounterShardDS, open_gateway
+
+    gateway = open_gateway(f"sqlite:///{tmp_path / 'fork-stall.sqlite3'}")
+    try:
+        counter = CounterShardDS("ForkStall", 1, gateway=gateway)
+        stop = threading.Event()
+        errors: list[str] = []
+        added = [0]
+
+        def add() -> None:
+            while not stop.is_set():
+                try:
+                    counter.add(1)
+                    added[0] += 1
+                except Exception as exc:  # noqa: BLE001 - the failure is the finding
+                    errors.append(type(exc).__name__)
+
+        def roll_up() -> None:
+            while not stop.is_set():
+                counter.get_count_as_of(max_age=0)
+
+        threads = [threading.Thread(target=add) for _ in range(3)] + [threading.Thread(target=roll_up) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        slowest = 0.0
+        began = time.monotonic()
+        try:
+            while time.monotonic() - began < 4.0:
+                before = time.monotonic()
+                pid = os.fork()
+                if pid == 0:
+                    os._exit(0)
+                slowest = max(slowest, time.monotonic() - before)
+                os.waitpid(pid, 0)
+                time.sleep(0.02)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(120)
+        assert slowest < 20.0, slowest  # a hang bound, far below the 65 s drain it used to wait out
+        assert not errors, errors[:5]
+        assert counter.get_count() == added[0]
+    finally:
+        gateway.close()

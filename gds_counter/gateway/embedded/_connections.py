@@ -196,12 +196,8 @@ class ConnectionPool:
                 until: float | None = None
                 while True:
                     self._check_usable()
+                    # The write lock's holder passes: a lent connection may wait for that lock (docs/reliability.md).
                     if self._forking and not self.write_lock._is_owned():  # type: ignore[attr-defined]
-                        # (The write lock's holder is let through: a fork waits
-                        # for every lent connection, and a transaction that
-                        # holds one may be waiting for that very lock, so
-                        # blocking its holder here stalled the fork for its
-                        # whole drain bound.)
                         self._wait()
                     elif owner is not None and not self._reclaim_forgotten():
                         deadline = deadline or time.monotonic() + HOLD_WAIT_S

@@ -196,8 +196,7 @@ class ConnectionPool:
                 until: float | None = None
                 while True:
                     self._check_usable()
-                    # The write lock's holder passes: a lent connection may wait for that lock (docs/reliability.md).
-                    if self._forking and not self.write_lock._is_owned():  # type: ignore[attr-defined]
+                    if self._forking and not self.write_lock._is_owned():  # type: ignore[attr-defined]  # holder passes: docs/reliability.md
                         self._wait()
                     elif owner is not None and not self._reclaim_forgotten():
                         deadline = deadline or time.monotonic() + HOLD_WAIT_S

@@ -125,16 +125,25 @@ def _generation(stored: TotalAsOf | None) -> str:
     return str((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds)
 
 
-def _read(counter: Rollable, raw: RawEntity | None) -> TotalAsOf | None:
+def _stored(raw: RawEntity | None) -> TotalAsOf | None:
     """The rollup a stored entity holds; None when there is none, or when
-    it is malformed (logged: it is written again)."""
+    it is malformed (then it is written again)."""
     if raw is None:
         return None
     total, as_of = raw.properties.get(_TOTAL), raw.properties.get(_AS_OF)
     if not is_int(total) or not isinstance(as_of, dt.datetime):
-        log.warning("%s is not a rollup (total=%r, as_of=%r); it is written again", raw.key, total, as_of)
         return None
     return TotalAsOf(total, as_of if as_of.tzinfo else as_of.replace(tzinfo=dt.timezone.utc), True)
+
+
+def _looked_up(raw: RawEntity | None) -> TotalAsOf | None:
+    """``_stored``, saying once, where a reader first meets it, that a
+    stored entity is no rollup."""
+    found = _stored(raw)
+    if raw is not None and found is None:
+        log.warning("%s is not a rollup (total=%r, as_of=%r); it is written again",
+                    raw.key, raw.properties.get(_TOTAL), raw.properties.get(_AS_OF))
+    return found
 
 
 def _fresh(stored: TotalAsOf, max_age: float) -> bool:
@@ -150,7 +159,7 @@ def exact_plan(counter: Rollable, method: str) -> plan.Plan[TotalAsOf]:
 
 def _mutations(counter: Rollable, fresh: TotalAsOf, raw: RawEntity | None) -> list[Mutation]:
     layout, name, namespace = counter.layout, counter.name, counter.namespace
-    generation = _generation(_read(counter, raw))
+    generation = _generation(_stored(raw))
     rollup = RawEntity(
         layout.rollup_key(name, namespace),
         {_TOTAL: fresh.total, _AS_OF: fresh.as_of, _CLAIM: generation},
@@ -198,7 +207,7 @@ def _taken(counter: Rollable, fresh: TotalAsOf, raw: RawEntity | None) -> plan.P
     alive: the rollup is written over that claim."""
     key = counter.layout.rollup_key(counter.name, counter.namespace)
     [now] = yield from plan.lookup([key])
-    if _read(counter, now) is not None or _read(counter, raw) is not None:
+    if _stored(now) is not None or _stored(raw) is not None:
         log.debug("rollup of %s: another reader wrote this generation", counter)
         return 0
     mutations = [Upsert(m.entity) if isinstance(m, Insert) else m for m in _mutations(counter, fresh, raw)]
@@ -214,7 +223,7 @@ def total_as_of_plan(counter: Rollable, method: str, max_age: float) -> plan.Pla
     """The counter's rollup if it is at most ``max_age`` old, else its exact
     total, rolled up (see the module's notes)."""
     [raw] = yield from plan.lookup([counter.layout.rollup_key(counter.name, counter.namespace)])
-    stored = _read(counter, raw)
+    stored = _looked_up(raw)
     if stored is not None and _fresh(stored, max_age):
         return stored
     fresh = yield from exact_plan(counter, method)
@@ -234,7 +243,7 @@ def totals_as_of_plan(
     out: list[TotalAsOf] = []
     stale: list[tuple[Rollable, TotalAsOf, RawEntity | None]] = []
     for counter, raw in zip(counters, raws):
-        stored = _read(counter, raw)
+        stored = _looked_up(raw)
         if stored is not None and _fresh(stored, max_age):
             out.append(stored)
             continue

@@ -655,6 +655,15 @@ def test_edge_cases_answer_as_the_firestore_emulator(firestore_emulator: Any) ->
         embedded.close()
 
 
+def continued_from(gateway: Any, issuing: Query, other: Query) -> Any:
+    """The key names ``other`` gives from ``issuing``'s end cursor, or "refused"."""
+    cursor = gateway.run_query(issuing).end_cursor
+    try:
+        return [e.key.name for e in gateway.run_query(other.replace(start_cursor=cursor)).entities]
+    except BadValueError:
+        return "refused"
+
+
 def test_a_cursor_used_on_another_query(firestore_emulator: Any) -> None:
     """From another kind or namespace, both refuse it. From the same kind
     in another order or projection, both continue from it as from a point
@@ -673,11 +682,7 @@ def test_a_cursor_used_on_another_query(firestore_emulator: Any) -> None:
     }
 
     def after(gateway: Any, query: Query) -> Any:
-        cursor = gateway.run_query(ascending).end_cursor
-        try:
-            return [e.key.name for e in gateway.run_query(query.replace(start_cursor=cursor)).entities]
-        except BadValueError:
-            return "refused"
+        return continued_from(gateway, ascending, query)
 
     try:
         for gateway in (oracle, embedded):
@@ -707,11 +712,7 @@ def test_a_distinct_cursor_continues_any_kind_or_namespace(firestore_emulator: A
               Query("J", ns, order=(Order("n", True),))]
 
     def after(gateway: Any, query: Query) -> Any:
-        cursor = gateway.run_query(distinct).end_cursor
-        try:
-            return [e.key.name for e in gateway.run_query(query.replace(start_cursor=cursor)).entities]
-        except BadValueError:
-            return "refused"
+        return continued_from(gateway, distinct, query)
 
     try:
         for gateway in (oracle, embedded):

@@ -27,16 +27,25 @@ rollup is written back.
 Readers that find the same stale rollup (generation ``g``: its ``as_of`` in
 microseconds, or ``none``) all read the shards, and each then commits, in
 one transaction that reads nothing (so nobody waits on a lock): an insert
-of the claim entity ``g`` (a child of the rollup key), the new rollup, and
-the delete of the claim that wrote the old one. Only the first commit can
-insert claim ``g``; every other one fails with ``AlreadyExists`` and writes
-nothing. A reader that comes later finds the new rollup, fresh, and does
-not write. So a counter read with ``max_age=S`` is rolled up at most once
-per ``S`` seconds, however many processes read it. The claim is written in
-the same commit as the rollup, so a crash between them cannot leave a
-generation claimed but unwritten. A reader whose lookup is older than two
-generations may insert an old claim again and write its own total: still
-a true total with its own ``as_of``, only not the newest.
+of the claim entity ``g`` (a child of the rollup key) and the new rollup.
+Only the first commit can insert claim ``g``; every other one fails with
+``AlreadyExists`` and writes nothing. A reader that comes later finds the
+new rollup, fresh, and does not write. So a counter read with ``max_age=S``
+is rolled up at most once per ``S`` seconds, however many processes read
+it. The claim is written in the same commit as the rollup, so a crash
+between them cannot leave a generation claimed but unwritten.
+
+**Claims live ``CLAIM_LIFETIME`` seconds, and the rollup lists them.** A
+claim must outlive every reader that looked up its generation, or a slow
+one would insert it again and write an older total over a newer one,
+leaving the claims the newer rollup listed untracked. So a reader writes
+only within ``WRITE_WITHIN`` seconds of its lookup, and a claim is deleted
+only once it is ``CLAIM_LIFETIME`` old, by a later rollup write (at most
+``SWEEP`` per write), which finds it in the rollup's ``claims`` list
+(``"<generation>@<microseconds when made>"``). While ``MAX_CLAIMS`` live
+claims are listed, a stale reader returns its exact total without writing:
+under constant ``max_age=0`` reads the rollup is then rewritten about
+``MAX_CLAIMS / CLAIM_LIFETIME`` times a second, and the list stays small.
 
 What a rollup promises: its total was true at some moment at or after its
 ``as_of``, and ``as_of`` is at most ``max_age`` before the reader's clock
@@ -72,7 +81,20 @@ log = logging.getLogger("gds_counter.counter.rollup")
 #: claims are one entity group; Datastore's legacy limit is 25 groups).
 ROLLUP_BATCH = 25
 
-_TOTAL, _AS_OF, _CLAIM = "total", "as_of", "claim"
+#: Seconds a claim is kept after it was made (module notes).
+CLAIM_LIFETIME = 60.0
+#: A reader writes its rollup only this many seconds after its lookup, at
+#: most (a slower one looks it up again first): a commit that then takes up
+#: to ``CLAIM_LIFETIME - WRITE_WITHIN`` still meets the claims it lists alive.
+WRITE_WITHIN = 10.0
+#: Live claims a rollup may list; a stale reader that finds this many
+#: returns its exact total without writing.
+MAX_CLAIMS = 120
+#: Expired claims one rollup write deletes at most (25 counters per commit,
+#: each 2 + SWEEP mutations, stay within Datastore's 500).
+SWEEP = 16
+
+_TOTAL, _AS_OF, _CLAIM, _CLAIMS = "total", "as_of", "claim", "claims"
 
 
 class Rollable(Protocol):
@@ -119,10 +141,7 @@ def check_max_age(max_age: object) -> float:
 
 
 def _generation(stored: TotalAsOf | None) -> str:
-    if stored is None:
-        return "none"
-    delta = stored.as_of - EPOCH
-    return str((delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds)
+    return "none" if stored is None else str(_micros(stored.as_of))
 
 
 def _stored(raw: RawEntity | None) -> TotalAsOf | None:
@@ -157,31 +176,112 @@ def exact_plan(counter: Rollable, method: str) -> plan.Plan[TotalAsOf]:
     return TotalAsOf(total, as_of, False)
 
 
-def _mutations(counter: Rollable, fresh: TotalAsOf, raw: RawEntity | None) -> list[Mutation]:
-    layout, name, namespace = counter.layout, counter.name, counter.namespace
-    generation = _generation(_stored(raw))
-    rollup = RawEntity(
-        layout.rollup_key(name, namespace),
-        {_TOTAL: fresh.total, _AS_OF: fresh.as_of, _CLAIM: generation},
-        frozenset({_TOTAL, _CLAIM}),
-    )
-    claim = RawEntity(layout.claim_key(name, generation, namespace), {_AS_OF: fresh.as_of}, frozenset({_AS_OF}))
-    out: list[Mutation] = [Insert(claim), Upsert(rollup)]
-    before = raw.properties.get(_CLAIM) if raw is not None else None
-    if isinstance(before, str) and before and before != generation:
-        out.append(Delete(layout.claim_key(name, before, namespace)))
+@attrs.frozen
+class _Stale:
+    """A counter whose rollup its reader found stale: the exact total it
+    read, the rollup entity it found, and when it looked that up."""
+
+    counter: Rollable
+    fresh: TotalAsOf
+    raw: RawEntity | None
+    looked: dt.datetime
+
+
+def _micros(moment: dt.datetime) -> int:
+    delta = moment - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _claims(raw: RawEntity | None) -> list[tuple[str, int]]:
+    """The claims a rollup entity lists, as (generation, microseconds when
+    made); a rollup written before claims were listed names one, ``claim``,
+    made when its total was read. Malformed entries are skipped."""
+    if raw is None:
+        return []
+    listed = raw.properties.get(_CLAIMS)
+    if listed is None:
+        before, as_of = raw.properties.get(_CLAIM), raw.properties.get(_AS_OF)
+        if isinstance(before, str) and before and isinstance(as_of, dt.datetime):
+            return [(before, _micros(as_of if as_of.tzinfo else as_of.replace(tzinfo=dt.timezone.utc)))]
+        return []
+    out = []
+    for entry in listed if isinstance(listed, list) else []:
+        generation, at, made = entry.rpartition("@") if isinstance(entry, str) else ("", "", "")
+        if generation and at and made.isdigit():
+            out.append((generation, int(made)))
     return out
 
 
-def _write(items: Sequence[tuple[Rollable, TotalAsOf, RawEntity | None]]) -> plan.Plan[int]:
-    """Write the rollups of ``items`` (counter, exact total, the rollup
-    entity its reader found), ``ROLLUP_BATCH`` counters per transaction;
-    how many were written. A batch that meets another writer's claim is
-    written again counter by counter, and that one is left to the other."""
+def _mutations(stale: _Stale, now: dt.datetime) -> list[Mutation]:
+    """Insert the claim of the generation ``stale.raw`` holds, write the
+    rollup listing it, and delete up to ``SWEEP`` listed claims that are
+    ``CLAIM_LIFETIME`` old."""
+    layout, name, namespace = stale.counter.layout, stale.counter.name, stale.counter.namespace
+    generation = _generation(_stored(stale.raw))
+    listed = [(g, made) for g, made in _claims(stale.raw) if g != generation]
+    cutoff = _micros(now) - int(CLAIM_LIFETIME * 1_000_000)
+    expired = sorted((made, g) for g, made in listed if made < cutoff)[:SWEEP]
+    gone = {g for _, g in expired}
+    kept = [(g, made) for g, made in listed if g not in gone] + [(generation, _micros(now))]
+    rollup = RawEntity(
+        layout.rollup_key(name, namespace),
+        {
+            _TOTAL: stale.fresh.total,
+            _AS_OF: stale.fresh.as_of,
+            _CLAIM: generation,
+            _CLAIMS: [f"{g}@{made}" for g, made in kept],
+        },
+        frozenset({_TOTAL, _CLAIM, _CLAIMS}),
+    )
+    claim = RawEntity(layout.claim_key(name, generation, namespace), {_AS_OF: now}, frozenset({_AS_OF}))
+    out: list[Mutation] = [Insert(claim), Upsert(rollup)]
+    out += [Delete(layout.claim_key(name, g, namespace)) for _, g in expired]
+    return out
+
+
+def _recent(items: Sequence[_Stale]) -> plan.Plan[list[_Stale]]:
+    """``items`` with every lookup older than ``WRITE_WITHIN`` made again
+    (one lookup for them all); a counter whose rollup is by now at least as
+    new as the total read is left out: another reader wrote it."""
+    now = wall_clock()
+    out = [item for item in items if (now - item.looked).total_seconds() <= WRITE_WITHIN]
+    old = [item for item in items if (now - item.looked).total_seconds() > WRITE_WITHIN]
+    if old:
+        raws = yield from plan.lookup([i.counter.layout.rollup_key(i.counter.name, i.counter.namespace) for i in old])
+        for item, raw in zip(old, raws):
+            stored = _stored(raw)
+            if stored is None or stored.as_of < item.fresh.as_of:
+                out.append(_Stale(item.counter, item.fresh, raw, now))
+    return out
+
+
+def _writable(stale: _Stale, now: dt.datetime) -> bool:
+    """Whether ``stale`` may still be written (see the module's notes): its
+    lookup is recent enough for the claims it would list to be alive, and
+    the rollup lists fewer than ``MAX_CLAIMS`` live claims."""
+    if (now - stale.looked).total_seconds() > WRITE_WITHIN:
+        log.warning("rollup of %s not written: its lookup took %.1f s", stale.counter, (now - stale.looked).total_seconds())
+        return False
+    cutoff = _micros(now) - int(CLAIM_LIFETIME * 1_000_000)
+    if sum(made >= cutoff for _, made in _claims(stale.raw)) >= MAX_CLAIMS:
+        log.debug("rollup of %s not written: %d claims made in %g s", stale.counter, MAX_CLAIMS, CLAIM_LIFETIME)
+        return False
+    return True
+
+
+def _write(items: Sequence[_Stale]) -> plan.Plan[int]:
+    """Write the rollups of ``items`` that may be written, ``ROLLUP_BATCH``
+    counters per transaction; how many were written. A batch that meets
+    another writer's claim is written again counter by counter, and that
+    one is left to the other."""
     written = 0
     for start in range(0, len(items), ROLLUP_BATCH):
-        chunk = list(items[start : start + ROLLUP_BATCH])
-        mutations = [m for counter, fresh, raw in chunk for m in _mutations(counter, fresh, raw)]
+        recent = yield from _recent(items[start : start + ROLLUP_BATCH])
+        now = wall_clock()
+        chunk = [item for item in recent if _writable(item, now)]
+        if not chunk:
+            continue
+        mutations = [m for item in chunk for m in _mutations(item, now)]
 
         def blind(token: bytes, mutations: list[Mutation] = mutations) -> plan.Plan[Sequence[Mutation]]:
             return plan.just(mutations)  # reads nothing: no lock for another writer to wait on
@@ -194,23 +294,23 @@ def _write(items: Sequence[tuple[Rollable, TotalAsOf, RawEntity | None]]) -> pla
                 for item in chunk:
                     written += yield from _write([item])
             else:
-                written += yield from _taken(*chunk[0])
+                written += yield from _taken(chunk[0])
         except GDSError as exc:  # the totals are exact anyway: the next stale read writes again
-            log.warning("rollup of %s not written: %s", ", ".join(str(c) for c, _, _ in chunk), exc)
+            log.warning("rollup of %s not written: %s", ", ".join(str(item.counter) for item in chunk), exc)
     return written
 
 
-def _taken(counter: Rollable, fresh: TotalAsOf, raw: RawEntity | None) -> plan.Plan[int]:
-    """The claim of the generation ``raw`` shows was taken: by another
+def _taken(stale: _Stale) -> plan.Plan[int]:
+    """The claim of the generation ``stale.raw`` shows was taken: by another
     reader, who wrote a rollup (nothing to do), or, when there is still no
     usable rollup (deleted or spoiled after its claim was made), by nobody
     alive: the rollup is written over that claim."""
-    key = counter.layout.rollup_key(counter.name, counter.namespace)
-    [now] = yield from plan.lookup([key])
-    if _stored(now) is not None or _stored(raw) is not None:
+    counter = stale.counter
+    [now] = yield from plan.lookup([counter.layout.rollup_key(counter.name, counter.namespace)])
+    if _stored(now) is not None or _stored(stale.raw) is not None:
         log.debug("rollup of %s: another reader wrote this generation", counter)
         return 0
-    mutations = [Upsert(m.entity) if isinstance(m, Insert) else m for m in _mutations(counter, fresh, raw)]
+    mutations = [Upsert(m.entity) if isinstance(m, Insert) else m for m in _mutations(stale, wall_clock())]
     try:
         yield from plan.in_transaction(lambda token: plan.just(mutations))
     except GDSError as exc:
@@ -222,12 +322,13 @@ def _taken(counter: Rollable, fresh: TotalAsOf, raw: RawEntity | None) -> plan.P
 def total_as_of_plan(counter: Rollable, method: str, max_age: float) -> plan.Plan[TotalAsOf]:
     """The counter's rollup if it is at most ``max_age`` old, else its exact
     total, rolled up (see the module's notes)."""
+    looked = wall_clock()
     [raw] = yield from plan.lookup([counter.layout.rollup_key(counter.name, counter.namespace)])
     stored = _looked_up(raw)
     if stored is not None and _fresh(stored, max_age):
         return stored
     fresh = yield from exact_plan(counter, method)
-    yield from _write([(counter, fresh, raw)])
+    yield from _write([_Stale(counter, fresh, raw, looked)])
     return fresh
 
 
@@ -239,9 +340,10 @@ def totals_as_of_plan(
     counter whose rollup is stale, and their rollups written in batches;
     also how many were written (``refresh=False``: none; the stale totals
     are still read exactly)."""
+    looked = wall_clock()
     raws = yield from plan.lookup([c.layout.rollup_key(c.name, c.namespace) for c in counters])
     out: list[TotalAsOf] = []
-    stale: list[tuple[Rollable, TotalAsOf, RawEntity | None]] = []
+    stale: list[_Stale] = []
     for counter, raw in zip(counters, raws):
         stored = _looked_up(raw)
         if stored is not None and _fresh(stored, max_age):
@@ -249,6 +351,6 @@ def totals_as_of_plan(
             continue
         fresh = yield from exact_plan(counter, counter._read_method("auto"))
         out.append(fresh)
-        stale.append((counter, fresh, raw))
+        stale.append(_Stale(counter, fresh, raw, looked))
     written = (yield from _write(stale)) if refresh else 0
     return out, written

@@ -35,7 +35,8 @@ and a set of writes in flight:
 
 A write whose outcome is unknown (an interrupt, a cancellation,
 ``CommitUnknown``) drops the total and blocks filling it for ``ttl``; a
-reset drops it. A writer whose lease ran out (a crash between commit and
+reset drops it. An interrupt that cuts off a write's end itself leaves the
+drop owed, paid at this process's next Redis call. A writer whose lease ran out (a crash between commit and
 update, or Redis unreachable for it) is treated the same by the next reader
 (the total is dropped), and its own late update finds itself gone from the
 set and drops the total instead of adding to it.
@@ -75,6 +76,7 @@ import uuid
 from typing import Any, Hashable, Iterator
 
 from gds_counter.errors import BadValueError, Contention, TransformsIgnored, Unavailable
+from gds_counter.gateway import _forks
 
 __all__ = ["RedisCountCache", "check_redis_url", "storage_scope"]
 
@@ -220,13 +222,21 @@ class RedisCountCache:
         self._scripts = {name: self._client.register_script(text) for name, text in
                          (("get", _GET), ("ticket", _TICKET), ("store", _STORE), ("begin", _BEGIN), ("end", _END))}
         self._warned = -_WARN_EVERY_S
+        #: Guards ``_warned`` and ``_owed``; made anew in a forked child
+        #: (``_after_fork_in_child``), where a thread of the parent may have held it.
         self._warn_lock = threading.Lock()
         #: Counters whose write this process could not announce or end in
         #: Redis: their totals are dropped at its next successful call.
         self._owed: dict[Hashable, str] = {}
+        _forks.register(self)
 
     def __repr__(self) -> str:
         return f"RedisCountCache({self.url!r}, scope={self.scope!r})"
+
+    def _after_fork_in_child(self) -> None:
+        """A fresh lock: the parent's thread that held it is not here.
+        (redis-py's pool opens new connections in a child by itself.)"""
+        self._warn_lock = threading.Lock()
 
     def _keys(self, key: Hashable) -> list[str]:
         base = self._prefix + json.dumps(list(key) if isinstance(key, tuple) else key, ensure_ascii=False)
@@ -289,9 +299,13 @@ class RedisCountCache:
         finally:
             if not entered and outcome != "not stored":
                 outcome = "unknown"  # unannounced: a reader may have filled the total around it
-            if self._call("end", key, token, outcome, int(amount or 0)) is None and outcome != "not stored":
-                with self._warn_lock:  # dropped at this process's next call that reaches Redis
-                    self._owed[key] = "unknown" if outcome == "unknown" and entered else "forget"
+            ended = None
+            try:
+                ended = self._call("end", key, token, outcome, int(amount or 0))
+            finally:  # Redis failed, or an interrupt came: the end may not have reached it
+                if ended is None and outcome != "not stored":
+                    with self._warn_lock:  # dropped at this process's next call that reaches Redis
+                        self._owed[key] = "unknown" if outcome == "unknown" and entered else "forget"
 
     def invalidate(self, key: Hashable) -> None:
         with self.writing(key, None):

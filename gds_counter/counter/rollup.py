@@ -60,7 +60,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, TypeGuard
 
 import attrs
 
@@ -192,22 +192,28 @@ def _micros(moment: dt.datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+def _is_generation(name: object) -> TypeGuard[str]:
+    """A generation this module names: ``none``, or microseconds."""
+    return isinstance(name, str) and (name == "none" or (name.isascii() and name.isdigit() and len(name) <= 20))
+
+
 def _claims(raw: RawEntity | None) -> list[tuple[str, int]]:
     """The claims a rollup entity lists, as (generation, microseconds when
     made); a rollup written before claims were listed names one, ``claim``,
-    made when its total was read. Malformed entries are skipped."""
+    made when its total was read. Entries this module would not have
+    written are skipped."""
     if raw is None:
         return []
     listed = raw.properties.get(_CLAIMS)
     if listed is None:
         before, as_of = raw.properties.get(_CLAIM), raw.properties.get(_AS_OF)
-        if isinstance(before, str) and before and isinstance(as_of, dt.datetime):
+        if _is_generation(before) and isinstance(as_of, dt.datetime):
             return [(before, _micros(as_of if as_of.tzinfo else as_of.replace(tzinfo=dt.timezone.utc)))]
         return []
     out = []
     for entry in listed if isinstance(listed, list) else []:
-        generation, at, made = entry.rpartition("@") if isinstance(entry, str) else ("", "", "")
-        if generation and at and made.isdigit():
+        generation, _, made = entry.rpartition("@") if isinstance(entry, str) else ("", "", "")
+        if _is_generation(generation) and made.isascii() and made.isdigit():
             out.append((generation, int(made)))
     return out
 

@@ -172,3 +172,19 @@ def test_a_reader_whose_lookup_is_old_looks_again_before_it_writes(gateway, monk
         return lookups
 
     assert lookups_of_a_stale_read("a", rollup_module.WRITE_WITHIN + 1) == lookups_of_a_stale_read("b", 0.0) + 1
+
+
+def test_a_rollup_listing_claims_this_library_never_writes_is_read_and_written_again(gateway):
+    """Entries that name no generation (another writer's, or spoiled) are
+    not this library's claims: they are dropped from the list, and no key
+    is built from them."""
+    counter = CounterShardDS("Counter Test", 1, gateway=gateway)
+    counter.add(4)
+    key = counter.layout.rollup_key(counter.name, counter.namespace)
+    hostile = [7, None, "x@1", "none@\u00b2", "__key__@5", "1@", "@1", "12@3@4", "9" * 21 + "@1", "none@1"]
+    gateway.commit([Upsert(RawEntity(key, {"total": 1, "as_of": dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc),
+                                           "claims": hostile}))])
+    assert counter.get_count(max_age=0) == 4
+    listed = _rollup(gateway, counter).properties["claims"]
+    assert [entry.rpartition("@")[0] for entry in listed] == ["946684800000000"]  # "none@1": expired, swept
+    assert _claim_names(gateway, counter) == {"946684800000000"}

@@ -24,10 +24,11 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import socket
 import tempfile
 import threading
-from typing import Any
+from typing import Any, Callable
 
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.base import Gateway
@@ -37,7 +38,7 @@ from gds_counter.server._rest import RestContext, RestHandler
 from gds_counter.server._service import DatastoreService
 from gds_counter.server._status import ServiceError
 
-__all__ = ["DEFAULT_PORT", "DatastoreService", "Server", "ServiceError"]
+__all__ = ["DEFAULT_PORT", "DatastoreService", "Server", "ServiceError", "serve_until_signalled"]
 
 log = logging.getLogger("gds_counter.server")
 
@@ -177,3 +178,31 @@ class Server:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+def serve_until_signalled(server: Server, on_ready: Callable[[Server], None] = lambda _: None) -> None:
+    """Start ``server``, call ``on_ready`` with it, and serve until SIGTERM
+    or SIGINT (Ctrl-C); then stop it as ``Server.stop`` does, so requests
+    under way finish and every acknowledged write is in the store.
+
+    Why handlers rather than KeyboardInterrupt: a SIGTERM (what ``docker
+    stop``, systemd and CI send) would otherwise kill the process wherever it
+    is. Installed only from the main thread, where Python runs signal
+    handlers; elsewhere the caller stops the server itself."""
+    stop = threading.Event()
+    previous: dict[signal.Signals, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for number in (signal.SIGTERM, signal.SIGINT):
+            previous[number] = signal.signal(number, lambda signum, _frame: stop.set())
+    try:
+        server.start()
+        try:
+            on_ready(server)
+            while not stop.wait(0.5):
+                pass
+            log.info("signalled: stopping")
+        finally:
+            server.stop()
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)

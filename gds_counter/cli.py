@@ -352,6 +352,28 @@ def _demo(ctx: Context) -> int:
     return demo.cli_handler(ctx.args, ctx.out)
 
 
+@command("serve")
+def _serve(ctx: Context) -> int:
+    from gds_counter.gateway import DEFAULT_URL
+    from gds_counter.server import Server, serve_until_signalled
+
+    url = ctx.args.serve_url or ctx.args.url or os.environ.get("GDS_URL") or DEFAULT_URL
+    if not url.lower().startswith(("sqlite:", "memory:")):
+        raise BadValueError(f"serve puts the embedded engine behind the Datastore API: --url must be sqlite:/// or "
+                            f"memory://, got {url!r}")
+    gateway = open_gateway(url)
+    try:
+        def ready(server: Server) -> None:
+            print(f"gds-counter serve: Datastore API (gRPC and REST) on {server.emulator_host} over "
+                  f"{_storage_label(gateway, url)}; export DATASTORE_EMULATOR_HOST={server.emulator_host}",
+                  file=ctx.err, flush=True)
+
+        serve_until_signalled(Server(gateway, ctx.args.host, ctx.args.port), ready)
+    finally:
+        gateway.close()
+    return EXIT_OK
+
+
 # --- arguments ------------------------------------------------------------------------
 
 
@@ -370,6 +392,13 @@ def _seconds_from_zero(text: str) -> float:
     if math.isnan(value) or value < 0:  # inf: any age
         raise argparse.ArgumentTypeError(f"expected a number of seconds from 0 up, got {text!r}")
     return value
+
+
+def _port(text: str) -> int:
+    port = _whole_number(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {text!r}")
+    return port
 
 
 def _url(text: str) -> str:
@@ -452,6 +481,14 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     p = add("reset", "set every shard of a counter to zero")
     p.add_argument("--yes", action="store_true", help="do not ask first (needed when not on a terminal)")
     demo.add_parser(sub, parents=[common])
+    p = add("serve", "serve the Datastore v1 API (gRPC and REST JSON, one port) on the embedded engine, for any "
+            "Datastore client; stops cleanly on SIGTERM or Ctrl-C", target=False, json_output=False)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=8081,
+                   help="port to listen on (default 8081, the Datastore emulator's; 0 picks a free one)")
+    p.add_argument("--url", dest="serve_url", type=_url, metavar="URL",
+                   help="sqlite:///x.db or memory:// (default: --url before the command, else $GDS_URL, else the "
+                   "persistent SQLite file ./gds_counter.sqlite3)")
     return parser
 
 

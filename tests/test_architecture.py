@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("gds", ("gds_counter.gds", "gds_counter.gds.*")),
     ("counter", ("gds_counter.counter", "gds_counter.counter.*")),
     ("aio", ("gds_counter.aio", "gds_counter.aio.*")),
+    ("server", ("gds_counter.server", "gds_counter.server.*")),
     (
         "top",
         (

@@ -21,6 +21,10 @@ Fixtures:
 * ``datastore_gateway`` / ``firestore_gateway`` (function): a fresh
   ``DatastoreGateway`` on that emulator in a fresh namespace, closed after
   the test.
+* ``serve_server`` (session): ``gds-counter serve`` (``gds_counter.server.
+  Server``) on a free port over a SQLite file of the session, started on
+  first use; ``make_gateway("serve")`` is the Datastore gateway on it, in a
+  fresh namespace.
 * ``make_gateway`` (function): ``make_gateway(name)`` for any of
   ``GATEWAY_NAMES``, so a suite can be parametrized over every gateway.
 """
@@ -47,6 +51,7 @@ __all__ = [
     "firestore_emulator",
     "firestore_gateway",
     "make_gateway",
+    "serve_server",
 ]
 
 
@@ -109,6 +114,23 @@ def firestore_gateway(firestore_emulator: Emulator) -> Iterator["DatastoreGatewa
     yield from _fresh_gateway(firestore_emulator)
 
 
+@pytest.fixture(scope="session")
+def serve_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """``gds-counter serve`` on a free port of 127.0.0.1, over a SQLite file
+    of the session, started once on first use and stopped at the end."""
+    from gds_counter.gateway import open_gateway
+    from gds_counter.server import Server
+
+    path = tmp_path_factory.mktemp("serve") / "served.sqlite3"
+    gateway = open_gateway(f"sqlite:///{path}")
+    server = Server(gateway, "127.0.0.1", 0).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        gateway.close()
+
+
 @pytest.fixture
 def make_gateway(request: pytest.FixtureRequest, tmp_path: Any) -> Callable[[str], Any]:
     """``make_gateway("memory"|"sqlite"|"datastore"|"firestore")``: a fresh
@@ -134,6 +156,13 @@ def make_gateway(request: pytest.FixtureRequest, tmp_path: Any) -> Callable[[str
             gateway = open_gateway("memory://")
         elif name == "sqlite":
             gateway = open_gateway(f"sqlite:///{tmp_path / f'{name}-{uuid.uuid4().hex}.sqlite3'}")
+        elif name == "serve":
+            from gds_counter.gateway.datastore import DatastoreGateway
+
+            server = request.getfixturevalue("serve_server")
+            gateway = DatastoreGateway(
+                "gds-counter-serve", namespace=f"t-{uuid.uuid4().hex}", emulator_host=server.emulator_host
+            )
         else:
             raise BadValueError(f"unknown gateway {name!r}; expected one of {GATEWAY_NAMES}")
         request.addfinalizer(gateway.close)

@@ -9,6 +9,14 @@ sent as set, an empty property mask is sent as ``__key__`` (an empty mask
 would mean "write everything"), a GQL cursor binding travels in its own
 field, and every aggregation is sent with its alias spelled out.
 
+The reverse direction, requests read back into neutral queries, mutations
+and GQL bindings (``query_from_pb``, ``mutation_from_pb``...), is what
+``gds-counter serve`` (``gds_counter.server``) runs on: one codec, so a
+value or a filter means the same thing whichever side of the wire it is on.
+What the neutral types cannot say (transforms other than increments,
+conflict detection by version, a vector search) is refused with
+``BadValueError`` there rather than dropped.
+
 Raw protobuf classes, not proto-plus wrappers: they are faster, and they
 expose HasField/WhichOneof, which the value mapping needs. Keys carry no
 project or database (they belong to the gateway, so keys compare equal across
@@ -27,8 +35,17 @@ from google.cloud.datastore_v1.types import query as _qry
 
 from gds_counter.errors import BadValueError, GatewayError
 from gds_counter.gateway.keys import Key, PathElement
-from gds_counter.gateway.mutations import Insert, Mutation, Update, Upsert
-from gds_counter.gateway.query import AggregationQuery, CompositeFilter, Cursor, Filter, PropertyFilter, Query
+from gds_counter.gateway.mutations import Delete, Increment, Insert, Mutation, Update, Upsert
+from gds_counter.gateway.query import (
+    Aggregation,
+    AggregationQuery,
+    CompositeFilter,
+    Cursor,
+    Filter,
+    Order,
+    PropertyFilter,
+    Query,
+)
 from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity
 
 _ValuePb = _ent.Value.pb()
@@ -56,6 +73,8 @@ _OPS = {
     "NOT_IN": _PropertyFilterPb.NOT_IN,
     "HAS_ANCESTOR": _PropertyFilterPb.HAS_ANCESTOR,
 }
+#: The neutral operator of each wire operator (``_OPS`` read backwards).
+_OPS_BACK = {number: name for name, number in _OPS.items()}
 
 
 @attrs.frozen
@@ -303,3 +322,126 @@ class Codec:
         else:
             pb.delete.CopyFrom(self.key_to_pb(mutation.key))
         return pb
+
+    # --- requests read back: the server's direction ---------------------------
+
+    def filter_from_pb(self, pb: Any) -> Filter:
+        """A wire filter as a neutral one; IN and NOT IN values as tuples,
+        as GQL makes them."""
+        which = pb.WhichOneof("filter_type")
+        if which == "composite_filter":
+            composite = pb.composite_filter
+            if composite.op not in (_CompositeFilterPb.AND, _CompositeFilterPb.OR):
+                raise BadValueError(f"a composite filter needs the operator AND or OR, got {composite.op}")
+            return CompositeFilter("AND" if composite.op == _CompositeFilterPb.AND else "OR", tuple(self.filter_from_pb(inner) for inner in composite.filters))
+        if which == "property_filter":
+            prop = pb.property_filter
+            if prop.op not in _OPS_BACK:
+                raise BadValueError(f"unknown property filter operator {prop.op} on {prop.property.name!r}")
+            op = _OPS_BACK[prop.op]
+            value, _ = self.value_from_pb(prop.value)
+            if op in ("IN", "NOT_IN"):
+                if not isinstance(value, list):
+                    raise BadValueError(f"{op} on {prop.property.name!r} needs an array value")
+                value = tuple(value)
+            elif isinstance(value, list):
+                raise BadValueError(f"an array value is only for IN and NOT_IN, not {op} on {prop.property.name!r}")
+            return PropertyFilter(prop.property.name, op, value)
+        raise BadValueError("a filter must be a composite or a property filter")
+
+    def query_from_pb(self, pb: Any, namespace: str) -> Query:
+        """A wire query in ``namespace`` (the request's partition) as a
+        neutral one: a projection of ``__key__`` alone is keys-only."""
+        if pb.HasField("find_nearest"):
+            raise BadValueError("find_nearest (vector search) is not supported")
+        if len(pb.kind) > 1:
+            raise BadValueError(f"a query takes at most one kind, got {len(pb.kind)}")
+        projection = tuple(item.property.name for item in pb.projection)
+        keys_only = projection == ("__key__",)
+        orders = []
+        for order in pb.order:
+            if order.direction not in (0, _PropertyOrderPb.ASCENDING, _PropertyOrderPb.DESCENDING):
+                raise BadValueError(f"unknown sort direction {order.direction} on {order.property.name!r}")
+            orders.append(Order(order.property.name, order.direction == _PropertyOrderPb.DESCENDING))
+        return Query(
+            kind=pb.kind[0].name if pb.kind else None,
+            namespace=namespace,
+            filter=self.filter_from_pb(pb.filter) if pb.HasField("filter") else None,
+            order=tuple(orders),
+            projection=() if keys_only else projection,
+            distinct_on=tuple(item.name for item in pb.distinct_on),
+            keys_only=keys_only,
+            limit=pb.limit.value if pb.HasField("limit") else None,
+            offset=pb.offset,
+            start_cursor=bytes(pb.start_cursor) or None,
+            end_cursor=bytes(pb.end_cursor) or None,
+        )
+
+    def aggregation_from_pb(self, pb: Any, namespace: str) -> AggregationQuery:
+        """A wire aggregation query; an empty alias takes Datastore's
+        default name (``AggregationQuery.aliases``)."""
+        if not pb.HasField("nested_query"):
+            raise BadValueError("an aggregation query needs a nested query")
+        items = []
+        for item in pb.aggregations:
+            alias = item.alias or None
+            which = item.WhichOneof("operator")
+            if which == "count":
+                if item.count.HasField("up_to"):
+                    items.append(Aggregation.count_up_to(item.count.up_to.value, alias))
+                else:
+                    items.append(Aggregation.count(alias))
+            elif which == "sum":
+                items.append(Aggregation.sum(item.sum.property.name, alias))
+            elif which == "avg":
+                items.append(Aggregation.avg(item.avg.property.name, alias))
+            else:
+                raise BadValueError("an aggregation needs an operator: count, sum or avg")
+        return AggregationQuery(self.query_from_pb(pb.nested_query, namespace), tuple(items))
+
+    def gql_bindings_from_pb(self, pb: Any) -> dict[Any, Any]:
+        """A ``GqlQuery``'s bindings as ``gds.gql.parse`` takes them: names
+        as ``str`` keys, positions as ``int`` keys from 1; a cursor
+        parameter as a ``Cursor``, an array value as a list."""
+        bindings: dict[Any, Any] = {}
+        for name, parameter in pb.named_bindings.items():
+            bindings[name] = self._binding_from_pb(parameter)
+        for position, parameter in enumerate(pb.positional_bindings, start=1):
+            bindings[position] = self._binding_from_pb(parameter)
+        return bindings
+
+    def _binding_from_pb(self, parameter: Any) -> Any:
+        if parameter.WhichOneof("parameter_type") == "cursor":
+            return Cursor(bytes(parameter.cursor))
+        return self.value_from_pb(parameter.value)[0]
+
+    def mutation_from_pb(self, pb: Any) -> Mutation:
+        """A wire mutation as a neutral one. Its key and values are checked
+        by the gateway's commit rules, as anyone's are."""
+        which = pb.WhichOneof("operation")
+        if pb.WhichOneof("conflict_detection_strategy") is not None:
+            raise BadValueError("conflict detection by base_version or update_time is not supported; use a transaction")
+        if which == "delete":
+            if pb.HasField("property_mask") or pb.property_transforms:
+                raise BadValueError("a delete takes no property mask and no transforms")
+            return Delete(self.key_from_pb(pb.delete))
+        if which not in ("insert", "update", "upsert"):
+            raise BadValueError("a mutation needs an operation: insert, update, upsert or delete")
+        written = getattr(pb, which)
+        if not written.HasField("key"):
+            raise BadValueError(f"an entity to {which} needs a key")
+        mask = None
+        if pb.HasField("property_mask"):
+            # The gateway's own codec sends an empty mask as __key__ alone.
+            mask = tuple(path for path in pb.property_mask.paths if path != "__key__")
+        transforms = []
+        for item in pb.property_transforms:
+            kind = item.WhichOneof("transform_type")
+            if kind != "increment":
+                raise BadValueError(f"the property transform {kind} of {item.property!r} is not supported (only increment is)")
+            amount, _ = self.value_from_pb(item.increment)
+            if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+                raise BadValueError(f"an increment of {item.property!r} needs an integer or a double, got {amount!r}")
+            transforms.append(Increment(item.property, amount))
+        kind_of = Insert if which == "insert" else Update if which == "update" else Upsert
+        return kind_of(self.entity_from_pb(written), property_mask=mask, transforms=tuple(transforms))

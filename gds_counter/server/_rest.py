@@ -1,0 +1,175 @@
+"""The REST face: Datastore v1's JSON API over HTTP/1.1, as the emulators serve it.
+
+``POST /v1/projects/{project}:{verb}`` with the request's JSON (the
+``lookup``, ``runQuery``, ``runAggregationQuery``, ``beginTransaction``,
+``commit``, ``rollback``, ``allocateIds`` and ``reserveIds`` verbs) answers
+the response's JSON, both through ``google.protobuf.json_format`` on the very
+messages the gRPC face uses, so the two faces cannot drift apart: field names
+in lowerCamelCase, bytes in base64, 64-bit integers as strings, as Google's
+REST APIs write them. The project of the path wins over one in the body.
+``GET /`` answers ``Ok``, which existing wait loops for the emulators poll.
+
+Errors are Google's JSON error shape, ``{"error": {"code", "message",
+"status"}}``, with the HTTP status Google maps each gRPC status to (400
+INVALID_ARGUMENT, 404 NOT_FOUND, 409 ALREADY_EXISTS and ABORTED...).
+
+One connection is served by one thread (``_listener`` starts it), with
+keep-alive; the listener closes an idle connection when the server stops,
+and a request under way finishes first (``busy``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from http.server import BaseHTTPRequestHandler
+from typing import Any, Callable
+
+import attrs
+from google.protobuf import json_format
+
+from gds_counter.server._service import METHODS, DatastoreService
+from gds_counter.server._status import HTTP_STATUS, ServiceError
+
+__all__ = ["RestContext", "RestHandler"]
+
+log = logging.getLogger("gds_counter.server")
+
+#: ``/v1/projects/{project}:{verb}``, with an optional query string (``?alt=json``...).
+_PATH = re.compile(r"^/v1/projects/(?P<project>[^/:?]+):(?P<verb>[A-Za-z]+)(?:\?.*)?$")
+
+#: The largest request body taken: more than Datastore's 10 MiB request limit.
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+
+@attrs.frozen
+class RestContext:
+    """What a connection's handler needs of the server: the service, whether
+    the server is stopping (then the connection closes after its request),
+    and where to say that a request is under way (``busy(sock, True)``) or
+    done, so that stopping closes only idle connections."""
+
+    service: DatastoreService
+    stopping: Callable[[], bool]
+    busy: Callable[[Any, bool], None]
+
+
+class RestHandler(BaseHTTPRequestHandler):
+    """One HTTP/1.1 connection; ``server`` is a ``RestContext``."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "gds-counter-serve"
+    server: RestContext  # type: ignore[assignment]
+
+    def parse_request(self) -> bool:
+        # The request line has been read: from here the request is under way.
+        self.server.busy(self.connection, True)
+        return super().parse_request()
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        finally:
+            self.server.busy(self.connection, False)
+            if self.server.stopping():
+                self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("http %s: " + format, self.address_string(), *args)
+
+    # --- methods -------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        if self.path.split("?", 1)[0] == "/":
+            self._send(200, b"Ok", "text/plain; charset=utf-8")
+        else:
+            self._error(ServiceError("NOT_FOUND", f"no such resource: GET {self.path}"))
+
+    def do_POST(self) -> None:
+        try:
+            body = self._body()
+        except ServiceError as error:
+            self.close_connection = True  # what is left of the body cannot be told from the next request
+            self._error(error)
+            return
+        match = _PATH.match(self.path)
+        found = [m for m in METHODS if match is not None and m[1] == match.group("verb")]
+        if match is None or not found:
+            self._error(ServiceError("NOT_FOUND", f"no such method: POST {self.path}"))
+            return
+        [(method, _verb, request_class, _response_class)] = found
+        try:
+            request = request_class()
+            json_format.Parse(body.decode("utf-8") if body.strip() else "{}", request)
+        except (json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
+            self._error(ServiceError("INVALID_ARGUMENT", f"Invalid JSON payload received. {exc}"))
+            return
+        request.project_id = match.group("project")
+        try:
+            response = self.server.service.call(method, request, deadline=self._deadline(), via="http")
+        except ServiceError as error:
+            self._error(error)
+            return
+        payload = json_format.MessageToJson(response, indent=None)
+        self._send(200, payload.encode("utf-8"), "application/json; charset=utf-8")
+
+    # --- plumbing ------------------------------------------------------------
+
+    def _body(self) -> bytes:
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            return self._chunked()
+        length_text = self.headers.get("Content-Length", "0")
+        try:
+            length = int(length_text)
+        except ValueError:
+            raise ServiceError("INVALID_ARGUMENT", f"Content-Length {length_text!r} is not a number") from None
+        if length < 0 or length > MAX_BODY_BYTES:
+            raise ServiceError("INVALID_ARGUMENT", f"a request body of {length} bytes is refused (at most {MAX_BODY_BYTES})")
+        body = self.rfile.read(length)
+        if len(body) < length:
+            raise ServiceError("INVALID_ARGUMENT", f"the request body ended after {len(body)} of {length} bytes")
+        return body
+
+    def _chunked(self) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            line = self.rfile.readline(1024).split(b";", 1)[0].strip()
+            try:
+                chunk = int(line, 16)
+            except ValueError:
+                raise ServiceError("INVALID_ARGUMENT", f"a malformed chunk size {line[:20]!r}") from None
+            if chunk == 0:
+                while self.rfile.readline(1024).strip():
+                    pass  # trailers
+                return b"".join(parts)
+            size += chunk
+            if size > MAX_BODY_BYTES:
+                raise ServiceError("INVALID_ARGUMENT", f"a request body over {MAX_BODY_BYTES} bytes is refused")
+            parts.append(self.rfile.read(chunk))
+            self.rfile.readline(8)
+
+    def _deadline(self) -> float | None:
+        """Google's REST header for a call's time limit, in seconds, if sent."""
+        text = self.headers.get("X-Server-Timeout")
+        try:
+            return time.monotonic() + float(text) if text else None
+        except ValueError:
+            return None
+
+    def _error(self, error: ServiceError) -> None:
+        code = HTTP_STATUS[error.status][1]
+        body = json.dumps({"error": {"code": code, "message": error.message, "status": error.status}})
+        self._send(code, body.encode("utf-8"), "application/json; charset=utf-8")
+
+    def _send(self, code: int, body: bytes, content_type: str) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        if self.close_connection or self.server.stopping():
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(body)

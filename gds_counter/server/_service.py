@@ -1,0 +1,282 @@
+"""The Datastore v1 API's eight methods on a gateway, protobuf in, protobuf out.
+
+Both protocols (gRPC in ``_grpc``, REST JSON in ``_rest``) hand their decoded
+request here and send back what it returns, so each method's meaning is
+written once. A request is read with the Datastore gateway's own codec
+(``gateway.datastore._codec``, in the reverse direction) into the neutral
+types, and run through the gateway's public calls: every rule (key and value
+checks, batching, transaction tokens, the commit's ALREADY_EXISTS/NOT_FOUND
+and contention) is the gateway's, so a client of the server gets what a
+caller of the gateway gets, and a bad request is refused before anything
+is written.
+
+Projects: the embedded engine has no project, and every project is served
+from the one store: a request's ``project_id`` and ``database_id`` are only
+echoed in the keys of its answer, so that each client sees keys of its own
+project. Two clients with different project ids therefore share data, as
+php-gds and Python apps sharing one local store want. Namespaces are kept
+as they are.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import time
+from typing import Any, Callable
+
+from google.cloud.datastore_v1.types import datastore as _ds
+from google.cloud.datastore_v1.types import query as _qry
+
+from gds_counter.errors import BadValueError
+from gds_counter.gateway import _deadlines as deadlines
+from gds_counter.gateway.base import Gateway
+from gds_counter.gateway.datastore._codec import Codec
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Delete, Mutation
+from gds_counter.gateway.query import AggregationQuery, Query, QueryResult
+from gds_counter.gds import gql
+from gds_counter.server._status import ServiceError, status_of
+
+__all__ = ["METHODS", "DatastoreService"]
+
+log = logging.getLogger("gds_counter.server")
+
+_BatchPb = _qry.QueryResultBatch.pb()
+_EntityResultPb = _qry.EntityResult.pb()
+_CommitRequestPb = _ds.CommitRequest.pb()
+
+#: Each method: its gRPC name, its REST verb, and its request and response classes (raw protobuf).
+METHODS: tuple[tuple[str, str, Any, Any], ...] = (
+    ("Lookup", "lookup", _ds.LookupRequest.pb(), _ds.LookupResponse.pb()),
+    ("RunQuery", "runQuery", _ds.RunQueryRequest.pb(), _ds.RunQueryResponse.pb()),
+    ("RunAggregationQuery", "runAggregationQuery", _ds.RunAggregationQueryRequest.pb(), _ds.RunAggregationQueryResponse.pb()),
+    ("BeginTransaction", "beginTransaction", _ds.BeginTransactionRequest.pb(), _ds.BeginTransactionResponse.pb()),
+    ("Commit", "commit", _ds.CommitRequest.pb(), _ds.CommitResponse.pb()),
+    ("Rollback", "rollback", _ds.RollbackRequest.pb(), _ds.RollbackResponse.pb()),
+    ("AllocateIds", "allocateIds", _ds.AllocateIdsRequest.pb(), _ds.AllocateIdsResponse.pb()),
+    ("ReserveIds", "reserveIds", _ds.ReserveIdsRequest.pb(), _ds.ReserveIdsResponse.pb()),
+)
+
+
+def _now(out: Any) -> None:
+    out.FromDatetime(_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None))
+
+
+class DatastoreService:
+    """The API's methods over ``gateway`` (not closed here: its opener
+    closes it). Thread-safe as the gateway is: each request is one or a few
+    gateway calls, and a transaction is the gateway's token."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self._handlers: dict[str, Callable[[Any, Codec], Any]] = {
+            "Lookup": self._lookup,
+            "RunQuery": self._run_query,
+            "RunAggregationQuery": self._run_aggregation_query,
+            "BeginTransaction": self._begin_transaction,
+            "Commit": self._commit,
+            "Rollback": self._rollback,
+            "AllocateIds": self._allocate_ids,
+            "ReserveIds": self._reserve_ids,
+        }
+
+    def call(self, method: str, request: Any, *, deadline: float | None = None, via: str = "") -> Any:
+        """Answer ``request`` (a raw protobuf of ``method``'s request class),
+        within ``deadline`` (``time.monotonic()``; the gateway's storage
+        waits end by then), or raise ``ServiceError`` with the status the
+        emulator gives. Each request is logged at INFO (``-v``)."""
+        started = time.monotonic()
+        status = "OK"
+        token = deadlines.limit(deadline) if deadline is not None else None
+        try:
+            handler = self._handlers.get(method)
+            if handler is None:
+                raise ServiceError("UNIMPLEMENTED", f"unknown method {method!r}")
+            return handler(request, Codec(request.project_id, request.database_id))
+        except Exception as exc:
+            error = status_of(exc)
+            if deadline is not None and time.monotonic() >= deadline and error.status != "INVALID_ARGUMENT":
+                error = ServiceError("DEADLINE_EXCEEDED", f"the request's deadline passed: {error.message}")
+            if error.status in ("INTERNAL", "UNKNOWN"):
+                log.error("%s %s failed", via, method, exc_info=exc)
+            status = error.status
+            raise error from exc
+        finally:
+            if token is not None:
+                deadlines.restore(token)
+            log.info("%s %s project=%s %s %.1f ms", via, method, getattr(request, "project_id", "?"), status,
+                     (time.monotonic() - started) * 1000)
+
+    # --- reads ---------------------------------------------------------------
+
+    def _read_transaction(self, options: Any) -> tuple[bytes | None, bytes | None]:
+        """The transaction a read runs in, and the token to send back when
+        the read began it (``new_transaction``)."""
+        which = options.WhichOneof("consistency_type")
+        if which == "transaction":
+            return bytes(options.transaction), None
+        if which == "new_transaction":
+            token = self.gateway.begin_transaction(read_only=options.new_transaction.HasField("read_only"))
+            return token, token
+        if which == "read_time":
+            raise BadValueError("read_time (a read at a past time) is not supported by gds-counter serve")
+        return None, None  # strong or eventual: the embedded engine's reads are always strong
+
+    def _lookup(self, request: Any, codec: Codec) -> Any:
+        token, began = self._read_transaction(request.read_options)
+        keys = list(dict.fromkeys(codec.key_from_pb(pb) for pb in request.keys))
+        found = self.gateway.lookup(keys, transaction=token)
+        response = _ds.LookupResponse.pb()()
+        for key, entity in zip(keys, found):
+            if entity is None:
+                response.missing.add().entity.key.CopyFrom(codec.key_to_pb(key))
+            else:
+                codec.entity_to_pb(entity, response.found.add().entity)
+        if began is not None:
+            response.transaction = began
+        _now(response.read_time)
+        return response
+
+    def _query_of(self, request: Any, codec: Codec, *, aggregation: bool) -> Any:
+        """The request's query as the neutral type, and the structured form
+        to send back when it came as GQL (Datastore answers with both)."""
+        namespace = request.partition_id.namespace_id
+        if request.HasField("gql_query"):
+            text = request.gql_query.query_string
+            bindings = codec.gql_bindings_from_pb(request.gql_query)
+            if aggregation:
+                return gql.parse_aggregation(text, bindings, namespace=namespace)
+            return gql.parse(text, bindings, namespace=namespace)
+        if aggregation:
+            if not request.HasField("aggregation_query"):
+                raise BadValueError("runAggregationQuery needs an aggregation_query or a gql_query")
+            return codec.aggregation_from_pb(request.aggregation_query, namespace)
+        if not request.HasField("query"):
+            raise BadValueError("runQuery needs a query or a gql_query")
+        return codec.query_from_pb(request.query, namespace)
+
+    def _run_query(self, request: Any, codec: Codec) -> Any:
+        query: Query = self._query_of(request, codec, aggregation=False)
+        token, began = self._read_transaction(request.read_options)
+        result = self.gateway.run_query(query, transaction=token)
+        response = _ds.RunQueryResponse.pb()()
+        self._batch(query, result, codec, response.batch, token)
+        if request.HasField("gql_query"):
+            response.query.CopyFrom(codec.query_to_pb(query))
+        if began is not None:
+            response.transaction = began
+        return response
+
+    def _batch(self, query: Query, result: QueryResult, codec: Codec, out: Any, token: bytes | None) -> None:
+        out.entity_result_type = (
+            _EntityResultPb.KEY_ONLY if query.keys_only
+            else _EntityResultPb.PROJECTION if query.projection
+            else _EntityResultPb.FULL
+        )
+        for entity in result.entities:
+            codec.entity_to_pb(entity, out.entity_results.add().entity)
+        if result.end_cursor:
+            out.end_cursor = result.end_cursor
+            if out.entity_results:
+                out.entity_results[-1].cursor = result.end_cursor
+        out.skipped_results = self._skipped(query, result, token)
+        if result.more_results:
+            out.more_results = _BatchPb.NOT_FINISHED
+        elif query.limit is not None and len(result.entities) >= query.limit:
+            out.more_results = _BatchPb.MORE_RESULTS_AFTER_LIMIT
+        else:
+            out.more_results = _BatchPb.NO_MORE_RESULTS
+        _now(out.read_time)
+
+    def _skipped(self, query: Query, result: QueryResult, token: bytes | None) -> int:
+        """How many results the offset skipped: all of it when a result
+        follows it (the gateway skips the whole offset before it answers),
+        else only the rows there were, counted. Clients read a smaller
+        number with more results to come as "skip the rest", so it must be
+        exact."""
+        if not query.offset or result.entities or result.more_results:
+            return query.offset
+        counting = query.replace(offset=0, limit=query.offset)
+        seen = 0
+        while True:
+            rows = self.gateway.run_query(counting, transaction=token)
+            seen += len(rows.entities)
+            if not rows.more_results or not rows.end_cursor or seen >= query.offset:
+                return min(seen, query.offset)
+            counting = counting.replace(start_cursor=rows.end_cursor, limit=query.offset - seen)
+
+    def _run_aggregation_query(self, request: Any, codec: Codec) -> Any:
+        aggregation: AggregationQuery = self._query_of(request, codec, aggregation=True)
+        token, began = self._read_transaction(request.read_options)
+        values = self.gateway.run_aggregation(aggregation, transaction=token)
+        response = _ds.RunAggregationQueryResponse.pb()()
+        batch = response.batch
+        row = batch.aggregation_results.add()
+        for alias, value in values.items():
+            codec.value_to_pb(value, False, row.aggregate_properties[alias])
+        batch.more_results = _BatchPb.NO_MORE_RESULTS
+        _now(batch.read_time)
+        if request.HasField("gql_query"):
+            response.query.CopyFrom(codec.aggregation_to_pb(aggregation))
+        if began is not None:
+            response.transaction = began
+        return response
+
+    # --- transactions ----------------------------------------------------------
+
+    def _begin_transaction(self, request: Any, codec: Codec) -> Any:
+        options = request.transaction_options
+        if options.HasField("read_only") and options.read_only.HasField("read_time"):
+            raise BadValueError("a read-only transaction at a past read_time is not supported by gds-counter serve")
+        token = self.gateway.begin_transaction(read_only=options.HasField("read_only"))
+        return _ds.BeginTransactionResponse.pb()(transaction=token)
+
+    def _rollback(self, request: Any, codec: Codec) -> Any:
+        if not request.transaction:
+            raise BadValueError("rollback needs the transaction to roll back")
+        self.gateway.rollback(bytes(request.transaction))
+        return _ds.RollbackResponse.pb()()
+
+    # --- writes ------------------------------------------------------------------
+
+    def _commit(self, request: Any, codec: Codec) -> Any:
+        which = request.WhichOneof("transaction_selector")
+        mutations: list[Mutation] = [codec.mutation_from_pb(pb) for pb in request.mutations]
+        if request.mode == _CommitRequestPb.NON_TRANSACTIONAL:
+            if which is not None:
+                raise BadValueError("a NON_TRANSACTIONAL commit names no transaction")
+            token = None
+        elif which == "transaction":
+            token = bytes(request.transaction)
+        elif which == "single_use_transaction":
+            token = self.gateway.begin_transaction(read_only=request.single_use_transaction.HasField("read_only"))
+        elif request.mode == _CommitRequestPb.TRANSACTIONAL:
+            raise BadValueError("a TRANSACTIONAL commit needs a transaction")
+        else:
+            token = None
+        result = self.gateway.commit(mutations, transaction=token)
+        response = _ds.CommitResponse.pb()()
+        for mutation, done in zip(mutations, result.mutation_results):
+            out = response.mutation_results.add()
+            key = mutation.key if isinstance(mutation, Delete) else mutation.entity.key
+            if key is not None and key.is_partial and done.key is not None:
+                # Only allocated keys are sent back: clients pair them with their incomplete keys in order.
+                out.key.CopyFrom(codec.key_to_pb(done.key))
+            for value in done.transform_results or ():
+                codec.value_to_pb(value, False, out.transform_results.add())
+        _now(response.commit_time)
+        return response
+
+    def _allocate_ids(self, request: Any, codec: Codec) -> Any:
+        keys = [codec.key_from_pb(pb) for pb in request.keys]
+        response = _ds.AllocateIdsResponse.pb()()
+        for key in self.gateway.allocate_ids(keys):
+            response.keys.add().CopyFrom(codec.key_to_pb(key))
+        return response
+
+    def _reserve_ids(self, request: Any, codec: Codec) -> Any:
+        keys: list[Key] = [codec.key_from_pb(pb) for pb in request.keys]
+        self.gateway.reserve_ids(keys)
+        return _ds.ReserveIdsResponse.pb()()
+

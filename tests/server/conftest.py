@@ -1,0 +1,47 @@
+"""A real ``gds-counter serve`` for each test module: the ``Server`` in this
+process on a free port over a SQLite file, and clients that reach it by
+``DATASTORE_EMULATOR_HOST`` as any Datastore client would."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Iterator
+
+import pytest
+
+from gds_counter.gateway import open_gateway
+from gds_counter.server import Server
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Any]]:
+    """The server, and the gateway it serves (to look behind it)."""
+    path = tmp_path_factory.mktemp("served") / "served.sqlite3"
+    gateway = open_gateway(f"sqlite:///{path}")
+    server = Server(gateway, "127.0.0.1", 0).start()
+    try:
+        yield server, gateway
+    finally:
+        server.stop()
+        gateway.close()
+
+
+@pytest.fixture
+def server(served: tuple[Server, Any]) -> Server:
+    return served[0]
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace of the test's own: the module's tests share one store."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def client(server: Server, namespace: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """google-cloud-datastore's own client, pointed at the server the way
+    its users do it: ``DATASTORE_EMULATOR_HOST``."""
+    from google.cloud import datastore
+
+    monkeypatch.setenv("DATASTORE_EMULATOR_HOST", server.emulator_host)
+    return datastore.Client(project="serve-test", namespace=namespace)

@@ -18,7 +18,6 @@ launcher is ``gds_counter.emulators``, re-exported here for convenience.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from gds_counter.emulators import (
@@ -37,7 +36,6 @@ __all__ = [
     "EMULATED_GATEWAYS",
     "EMULATOR_FIXTURES",
     "GATEWAY_NAMES",
-    "SERVE_OPT_IN",
     "Emulator",
     "EmulatorError",
     "FaultInjector",
@@ -50,14 +48,10 @@ __all__ = [
     "uses_emulator",
 ]
 
-#: Set to 1 to add "serve" to ``GATEWAY_NAMES``: the Datastore gateway on
-#: ``gds-counter serve`` (``gds_counter.server``) over a SQLite file. Opt-in
-#: until the whole conformance suite passes on it.
-SERVE_OPT_IN = "GDS_TEST_SERVE"
-#: Every gateway a conformance test should run on, by name (``make_gateway``).
-GATEWAY_NAMES = ("memory", "sqlite", "datastore", "firestore") + (
-    ("serve",) if os.environ.get(SERVE_OPT_IN, "") not in ("", "0") else ()
-)
+#: Every gateway a conformance test should run on, by name (``make_gateway``):
+#: "serve" is the Datastore gateway on ``gds-counter serve``
+#: (``gds_counter.server``) over a SQLite file.
+GATEWAY_NAMES = ("memory", "sqlite", "datastore", "firestore", "serve")
 #: The same storage through the asyncio face (``gds_counter.aio``), behind
 #: a blocking bridge (``testing.bridge``) so blocking suites exercise it.
 AIO_GATEWAY_NAMES = ("memory+aio", "firestore+aio")

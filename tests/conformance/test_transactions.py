@@ -31,12 +31,9 @@ from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Upsert
 from gds_counter.gateway.query import PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
-from gds_counter.testing import GATEWAY_NAMES
 
-#: ``gds-counter serve`` too, when its backend is opted in (``testing.SERVE_OPT_IN``).
-SERVE = tuple(name for name in GATEWAY_NAMES if name == "serve")
-#: Every schedule runs on these.
-ISOLATING = ("memory", "sqlite", "firestore") + SERVE
+#: Every schedule runs on these (``serve``: the Datastore gateway on ``gds-counter serve``).
+ISOLATING = ("memory", "sqlite", "firestore", "serve")
 #: And the legacy emulator, where it supports the schedule (module docstring).
 WITH_LEGACY = ISOLATING + ("datastore",)
 
@@ -324,7 +321,7 @@ def test_a_read_only_transaction_reads_as_of_its_begin(gw):
 # --- one key twice in one commit --------------------------------------------------------------
 
 
-@pytest.fixture(params=("memory", "sqlite", "firestore", "datastore") + SERVE)
+@pytest.fixture(params=("memory", "sqlite", "firestore", "datastore", "serve"))
 def any_gw(request, make_gateway):
     return make_gateway(request.param)
 

@@ -67,7 +67,7 @@ def test_rollup_refreshes_every_counter_and_skips_fresh_ones(url):
     for target_id in range(1, 31):  # more than one transaction's batch of 25
         run("--url", url, "increment", "Page", str(target_id), "-n", str(target_id))
     code, out, _ = run("--url", url, "rollup", "--json")
-    assert code == 0 and json.loads(out) == {"counters": 30, "fresh": 0, "read": 30, "written": 30}
+    assert code == 0 and json.loads(out) == {"counters": 30, "fresh": 0, "read": 30, "written": 30, "failed": 0}
     assert _rollups(url) == {f"Page_{n}": n for n in range(1, 31)}
     run("--url", url, "increment", "Page", "7", "-n", "100")
     assert json.loads(run("--url", url, "rollup", "--max-age", "3600", "--json")[1])["written"] == 0
@@ -89,6 +89,25 @@ def test_two_rollup_runs_at_once_each_write_a_generation_once(tmp_path):
     # one run found what the other had just written (a newer generation).
     assert 60 <= sum(r["written"] for r in reports) <= 120 and all(r["counters"] == 60 for r in reports)
     assert _rollups(url) == {f"Page_{n}": 1 for n in range(1, 61)}
+
+
+def test_rollup_exits_1_when_a_rollup_could_not_be_written(url):
+    """Another process holds the file's write lock past the deadline: the
+    totals are read, their rollups fail, and cron learns it from the code."""
+    import sqlite3
+
+    run("--url", url, "increment", "Page", "1")
+    holder = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        code, out, err = run("--url", url, "--timeout", "1", "rollup", "--json")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert code == 1, (out, err)
+    assert json.loads(out) == {"counters": 1, "fresh": 0, "read": 1, "written": 0, "failed": 1}
+    code, out, _ = run("--url", url, "rollup", "--json")
+    assert code == 0 and json.loads(out)["written"] == 1
 
 
 def test_plan_prints_the_shards_and_the_read_costs():

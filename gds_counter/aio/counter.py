@@ -23,7 +23,7 @@ from gds_counter.counter._totals import by_gateway, get_counts_plan
 from gds_counter.counter.article import article_counter_args
 from gds_counter.counter.layout import NDB_GENERAL, Layout
 from gds_counter.counter.options import CounterChanges, CounterOptions, options_of
-from gds_counter.counter.rollup import TotalAsOf
+from gds_counter.counter.rollup import TotalAsOf, check_max_age
 from gds_counter.counter.runtime import Runtime
 from gds_counter.errors import BadValueError
 from gds_counter.gateway import plan
@@ -165,6 +165,7 @@ async def get_counts(
     """Totals of many counters in input order, one batch lookup per gateway
     (``gds_counter.get_counts``; ``max_age``: from their rollups)."""
     listed = check_counters(counters, ShardedCounter)
+    max_age = None if max_age is None else check_max_age(max_age)  # also when no counter is listed
     totals = [0] * len(listed)
     for gateway, indexes in by_gateway(listed).items():
         found = await _run(get_counts_plan([listed[i] for i in indexes], use_cache=use_cache, max_age=max_age), gateway)

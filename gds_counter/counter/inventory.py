@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 import attrs
 
 from gds_counter.counter.layout import Layout
-from gds_counter.counter.rollup import ROLLUP_BATCH, TotalAsOf, check_max_age, totals_as_of_plan
+from gds_counter.counter.rollup import ROLLUP_BATCH, TotalAsOf, Writes, check_max_age, totals_as_of_plan
 from gds_counter.gateway import plan
 from gds_counter.gateway.query import Query
 
@@ -37,12 +37,13 @@ def counter_names_plan(layout: Layout, namespace: str) -> plan.Plan[list[str]]:
 
 @attrs.frozen
 class Rolled:
-    """What ``rollup_all_plan`` did: each counter's total as of when, and how
+    """What ``rollup_all_plan`` did: each counter's total as of when, how
     many rollups it wrote (the others were fresh, or another reader wrote
-    the same generation first)."""
+    the same generation first), and how many it failed to write (logged)."""
 
     totals: list[tuple[str, TotalAsOf]]
     written: int
+    failed: int = 0
 
 
 def rollup_all_plan(
@@ -56,10 +57,10 @@ def rollup_all_plan(
     once (``counter.rollup``)."""
     max_age = check_max_age(max_age)
     totals: list[tuple[str, TotalAsOf]] = []
-    written = 0
+    writes = Writes()
     for start in range(0, len(names), ROLLUP_BATCH):
         batch = list(names[start : start + ROLLUP_BATCH])
         found, wrote = yield from totals_as_of_plan([make(name) for name in batch], max_age, refresh=refresh)
         totals += zip(batch, found)
-        written += wrote
-    return Rolled(totals, written)
+        writes += wrote
+    return Rolled(totals, writes.written, writes.failed)

@@ -44,7 +44,11 @@ set and drops the total instead of adding to it.
 **When Redis is down or slow**: every Redis call has a short timeout; on
 any Redis error a read reads storage (a warning is logged, at most every
 30 s), and a write is counted as usual: a cache error never fails an
-increment. The window left: a writer that cannot reach Redis around its commit
+increment. After a failed call, no call is tried for the timeout's length
+(reads go to storage, writes count), so a stalled Redis costs about one
+timeout, not one per counter read. Redis losing its keys (a restart, an
+eviction) cannot make an old ticket match: a lost epoch starts again from
+Redis's clock, not from 0. The window left: a writer that cannot reach Redis around its commit
 leaves the cached total short of its amount until that process next
 reaches Redis (it drops the total then), or the writer's lease ends (when
 it reached Redis before its commit), or the total's ``ttl`` ends (a
@@ -86,47 +90,61 @@ _SCHEMES = ("redis", "rediss", "unix")
 _OPTIONS = {"ttl": 60.0, "lease": 30.0, "timeout": 0.25, "prefix": "gds_counter"}
 _NOT_STORED = (Contention, Unavailable, TransformsIgnored)
 _WARN_EVERY_S = 30.0
+#: What ``ttl``, ``lease`` and ``timeout`` may be, in seconds: from a
+#: millisecond (Redis counts in them) to what Redis's expiries and the
+#: platform's clocks take.
+_RANGES = {"ttl": (0.001, 365 * 86_400.0), "lease": (0.001, 86_400.0), "timeout": (0.001, 3_600.0)}
 
-# KEYS: total, epoch, pending, doubt. ARGV[1]: ttl in ms. Drops the total
-# (and blocks filling it for ttl) when a writer's lease ran out.
-_PRUNE = """
+# KEYS: total, epoch, pending, doubt. ARGV[1]: ttl in ms.
+# An epoch Redis lost (a restart, an eviction, its expiry) starts again at
+# Redis's clock in microseconds, never at 0: a ticket taken before the loss
+# cannot match an epoch counted again after it.
+_BUMP = """
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local function bump()
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
+  end
+  redis.call('INCR', KEYS[2])
+  redis.call('EXPIRE', KEYS[2], 86400)
+end
+"""
+# Drops the total (and blocks filling it for ttl) when a writer's lease ran out.
+_PRUNE = _BUMP + """
 if redis.call('ZCOUNT', KEYS[3], '-inf', ms) > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms)
   redis.call('DEL', KEYS[1])
   redis.call('SET', KEYS[4], '1', 'PX', ARGV[1])
-  redis.call('INCR', KEYS[2])
+  bump()
 end
 """
 _GET = _PRUNE + "return redis.call('GET', KEYS[1])"
 _TICKET = _PRUNE + """
 if redis.call('ZCARD', KEYS[3]) > 0 or redis.call('EXISTS', KEYS[4]) == 1 then return false end
-return redis.call('GET', KEYS[2]) or '0'
+if redis.call('EXISTS', KEYS[2]) == 0 then bump() end
+return redis.call('GET', KEYS[2])
 """
 # ARGV[2]: the ticket, ARGV[3]: the total.
 _STORE = _PRUNE + """
 if redis.call('ZCARD', KEYS[3]) > 0 or redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
-if (redis.call('GET', KEYS[2]) or '0') ~= ARGV[2] then return 0 end
+if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end
 redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[1])
 return 1
 """
 # ARGV[2]: the writer's token, ARGV[3]: its lease in ms.
-_BEGIN = """
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+_BEGIN = _BUMP + """
 redis.call('ZADD', KEYS[3], ms + tonumber(ARGV[3]), ARGV[2])
 redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[3]) * 2)
-redis.call('INCR', KEYS[2])
-redis.call('EXPIRE', KEYS[2], 86400)
+bump()
 return 1
 """
 # ARGV[2]: the token, ARGV[3]: "stored", "not stored", "dropped" (stored,
 # amount unknown), "unknown", or "forget" (a write Redis never heard of,
 # stored: drop the total); ARGV[4]: the amount.
-_END = """
+_END = _BUMP + """
 local mine = redis.call('ZREM', KEYS[3], ARGV[2])
-redis.call('INCR', KEYS[2])
+bump()
 if ARGV[3] == 'not stored' then return 1 end
 if ARGV[3] == 'forget' then redis.call('DEL', KEYS[1]) return 1 end
 if ARGV[3] == 'stored' and mine == 1 then
@@ -143,15 +161,20 @@ return 1
 
 def check_redis_url(url: object) -> str:
     """A ``redis://``, ``rediss://`` or ``unix://`` URL whose own options
-    (``ttl``, ``lease``, ``timeout``: positive seconds; ``prefix``) are well
-    formed; ``BadValueError`` naming it otherwise."""
-    if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme.lower() not in _SCHEMES:
+    (``ttl``, ``lease``, ``timeout``: seconds within ``_RANGES``;
+    ``prefix``) are well formed; ``BadValueError`` naming it otherwise.
+    (redis-py's own options are checked when the cache is made.)"""
+    try:
+        parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+    except ValueError as exc:
+        raise BadValueError(f"cache URL {url!r}: {exc}") from None
+    if parts is None or parts.scheme.lower() not in _SCHEMES:
         raise BadValueError(
             f"cache must be True, False, None, a CountCache or a redis://host:port/db URL (or rediss://, unix://), got {url!r}"
         )
-    parts = urllib.parse.urlsplit(url)
     if not (parts.netloc if parts.scheme.lower() != "unix" else parts.path):
         raise BadValueError(f"cache URL {url!r} names no {'host' if parts.scheme.lower() != 'unix' else 'socket path'}")
+    assert isinstance(url, str)
     _split(url)
     return url
 
@@ -174,10 +197,14 @@ def _split(url: str) -> tuple[str, dict[str, Any]]:
                 seconds = float(value)
             except ValueError:
                 seconds = float("nan")
-            if not (seconds > 0 and seconds != float("inf")):
-                raise BadValueError(f"cache URL {url!r}: {name} must be a positive number of seconds, got {value!r}")
+            low, high = _RANGES[name]
+            if not low <= seconds <= high:
+                raise BadValueError(f"cache URL {url!r}: {name} must be from {low:g} to {high:g} seconds, got {value!r}")
             options[name] = seconds
-    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(rest))), options
+    kept = urllib.parse.urlencode(rest)
+    if parts.scheme.lower() == "unix":  # urlunsplit would drop the "//" of a URL with no host
+        return f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{kept}" if kept else ""), options
+    return urllib.parse.urlunsplit(parts._replace(query=kept)), options
 
 
 def storage_scope(gateway: Any) -> str:
@@ -214,29 +241,49 @@ class RedisCountCache:
         self.ttl, self.lease, self.timeout = options["ttl"], options["lease"], options["timeout"]
         self._prefix = f"{options['prefix']}:{scope}:"
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
-        try:
-            self._client = redis.Redis.from_url(client_url, socket_timeout=self.timeout,
-                                                socket_connect_timeout=self.timeout, retry_on_timeout=False)
-        except ValueError as exc:
-            raise BadValueError(f"cache URL {url!r}: {exc}") from None
-        self._scripts = {name: self._client.register_script(text) for name, text in
-                         (("get", _GET), ("ticket", _TICKET), ("store", _STORE), ("begin", _BEGIN), ("end", _END))}
+        self._client_url = client_url
+        self._connect()
         self._warned = -_WARN_EVERY_S
-        #: Guards ``_warned`` and ``_owed``; made anew in a forked child
-        #: (``_after_fork_in_child``), where a thread of the parent may have held it.
+        #: Guards ``_warned``, ``_down_until`` and ``_owed``; made anew in a
+        #: forked child (``_after_fork_in_child``), where a thread of the
+        #: parent may have held it.
         self._warn_lock = threading.Lock()
+        #: Until this ``time.monotonic()``, after a Redis call failed, no
+        #: call is tried (each would wait its timeout): reads go to storage,
+        #: writes count, and what is owed waits (``_call``).
+        self._down_until = 0.0
         #: Counters whose write this process could not announce or end in
         #: Redis: their totals are dropped at its next successful call.
         self._owed: dict[Hashable, str] = {}
         _forks.register(self)
 
+    def _connect(self) -> None:
+        """A redis-py client (no connection yet) and the scripts on it; its
+        own URL options are checked here, by making (not opening) one
+        connection, so a bad one is refused before anything is written."""
+        import redis
+
+        url = self._client_url
+        try:
+            self._client = redis.Redis.from_url(url, socket_timeout=self.timeout,
+                                                socket_connect_timeout=self.timeout, retry_on_timeout=False)
+            pool = self._client.connection_pool
+            pool.connection_class(**pool.connection_kwargs)
+        except (ValueError, TypeError) as exc:
+            raise BadValueError(f"cache URL {self.url!r}: {exc}") from None
+        self._scripts = {name: self._client.register_script(text) for name, text in
+                         (("get", _GET), ("ticket", _TICKET), ("store", _STORE), ("begin", _BEGIN), ("end", _END))}
+
     def __repr__(self) -> str:
         return f"RedisCountCache({self.url!r}, scope={self.scope!r})"
 
     def _after_fork_in_child(self) -> None:
-        """A fresh lock: the parent's thread that held it is not here.
-        (redis-py's pool opens new connections in a child by itself.)"""
+        """A fresh lock and a fresh redis-py client: a thread of the parent
+        that held the lock, or the lock of redis-py's connection pool, is
+        not here to let it go."""
         self._warn_lock = threading.Lock()
+        self._down_until = 0.0
+        self._connect()
 
     def _keys(self, key: Hashable) -> list[str]:
         base = self._prefix + json.dumps(list(key) if isinstance(key, tuple) else key, ensure_ascii=False)
@@ -246,6 +293,9 @@ class RedisCountCache:
         """Run a script; None (and a warning, now and then) when Redis fails.
         First, the totals of writes this process could not report are
         dropped (and kept from being filled for ttl)."""
+        with self._warn_lock:
+            if time.monotonic() < self._down_until:
+                return None
         try:
             with self._warn_lock:
                 owed, self._owed = self._owed, {}
@@ -260,6 +310,7 @@ class RedisCountCache:
         except self._errors as exc:
             now = time.monotonic()
             with self._warn_lock:
+                self._down_until = now + self.timeout
                 due = now - self._warned >= _WARN_EVERY_S
                 if due:
                     self._warned = now
@@ -270,7 +321,11 @@ class RedisCountCache:
 
     def get(self, key: Hashable) -> int | None:
         found = self._call("get", key)
-        return int(found) if found is not None else None
+        try:
+            return int(found) if found is not None else None
+        except ValueError:  # not ours (another program's key): storage is read
+            log.warning("the shared cache %s holds %r for %r, not a total: read from storage", self.url, found, key)
+            return None
 
     def reading(self, key: Hashable) -> str | None:
         """Before reading a total from storage: a ticket for ``store``, or

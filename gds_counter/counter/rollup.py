@@ -68,11 +68,12 @@ from gds_counter._checks import is_int
 from gds_counter.counter.layout import Layout
 from gds_counter.errors import AlreadyExists, BadValueError, GDSError
 from gds_counter.gateway import plan
+from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Insert, Mutation, Upsert
 from gds_counter.gateway.values import EPOCH, RawEntity
 
 __all__ = [
-    "ROLLUP_BATCH", "Rollable", "TotalAsOf", "check_max_age", "exact_plan", "total_as_of_plan", "totals_as_of_plan", "wall_clock",
+    "ROLLUP_BATCH", "Rollable", "TotalAsOf", "Writes", "check_max_age", "exact_plan", "total_as_of_plan", "totals_as_of_plan", "wall_clock",
 ]
 
 log = logging.getLogger("gds_counter.counter.rollup")
@@ -213,9 +214,16 @@ def _claims(raw: RawEntity | None) -> list[tuple[str, int]]:
     out = []
     for entry in listed if isinstance(listed, list) else []:
         generation, _, made = entry.rpartition("@") if isinstance(entry, str) else ("", "", "")
-        if _is_generation(generation) and made.isascii() and made.isdigit():
+        if _is_generation(generation) and made.isascii() and made.isdigit() and len(made) <= 20:
             out.append((generation, int(made)))
     return out
+
+
+def _alive(made: int, now: dt.datetime) -> bool:
+    """Whether a claim made at ``made`` (microseconds) is within its
+    lifetime of ``now``, either way: a claim a clock far ahead made is not
+    kept until that clock's future comes (it would hold ``MAX_CLAIMS`` up)."""
+    return abs(_micros(now) - made) <= CLAIM_LIFETIME * 1_000_000
 
 
 def _mutations(stale: _Stale, now: dt.datetime) -> list[Mutation]:
@@ -225,8 +233,7 @@ def _mutations(stale: _Stale, now: dt.datetime) -> list[Mutation]:
     layout, name, namespace = stale.counter.layout, stale.counter.name, stale.counter.namespace
     generation = _generation(_stored(stale.raw))
     listed = [(g, made) for g, made in _claims(stale.raw) if g != generation]
-    cutoff = _micros(now) - int(CLAIM_LIFETIME * 1_000_000)
-    expired = sorted((made, g) for g, made in listed if made < cutoff)[:SWEEP]
+    expired = sorted((made, g) for g, made in listed if not _alive(made, now))[:SWEEP]
     gone = {g for _, g in expired}
     kept = [(g, made) for g, made in listed if g not in gone] + [(generation, _micros(now))]
     rollup = RawEntity(
@@ -268,19 +275,44 @@ def _writable(stale: _Stale, now: dt.datetime) -> bool:
     if (now - stale.looked).total_seconds() > WRITE_WITHIN:
         log.warning("rollup of %s not written: its lookup took %.1f s", stale.counter, (now - stale.looked).total_seconds())
         return False
-    cutoff = _micros(now) - int(CLAIM_LIFETIME * 1_000_000)
-    if sum(made >= cutoff for _, made in _claims(stale.raw)) >= MAX_CLAIMS:
+    if sum(_alive(made, now) for _, made in _claims(stale.raw)) >= MAX_CLAIMS:
         log.debug("rollup of %s not written: %d claims made in %g s", stale.counter, MAX_CLAIMS, CLAIM_LIFETIME)
         return False
     return True
 
 
-def _write(items: Sequence[_Stale]) -> plan.Plan[int]:
+@attrs.frozen
+class Writes:
+    """What writing rollups did: how many were ``written``, and how many
+    ``failed`` (an error, logged; those left to another reader, or not
+    written by the rules of the module's notes, are neither)."""
+
+    written: int = 0
+    failed: int = 0
+
+    def __add__(self, other: Writes) -> Writes:
+        return Writes(self.written + other.written, self.failed + other.failed)
+
+
+def _once(items: Sequence[_Stale]) -> list[_Stale]:
+    """``items`` with each counter once (the first): two of one counter
+    would insert one claim twice in one commit, and fail with the rest."""
+    seen: set[Key] = set()
+    out = []
+    for item in items:
+        key = item.counter.layout.rollup_key(item.counter.name, item.counter.namespace)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
+def _write(items: Sequence[_Stale]) -> plan.Plan[Writes]:
     """Write the rollups of ``items`` that may be written, ``ROLLUP_BATCH``
-    counters per transaction; how many were written. A batch that meets
-    another writer's claim is written again counter by counter, and that
-    one is left to the other."""
-    written = 0
+    counters per transaction. A batch that meets another writer's claim is
+    written again counter by counter, and that one is left to the other."""
+    done = Writes()
+    items = _once(items)
     for start in range(0, len(items), ROLLUP_BATCH):
         recent = yield from _recent(items[start : start + ROLLUP_BATCH])
         now = wall_clock()
@@ -294,19 +326,20 @@ def _write(items: Sequence[_Stale]) -> plan.Plan[int]:
 
         try:
             yield from plan.in_transaction(blind)
-            written += len(chunk)
+            done += Writes(written=len(chunk))
         except AlreadyExists:
             if len(chunk) > 1:
                 for item in chunk:
-                    written += yield from _write([item])
+                    done += yield from _write([item])
             else:
-                written += yield from _taken(chunk[0])
+                done += yield from _taken(chunk[0])
         except GDSError as exc:  # the totals are exact anyway: the next stale read writes again
             log.warning("rollup of %s not written: %s", ", ".join(str(item.counter) for item in chunk), exc)
-    return written
+            done += Writes(failed=len(chunk))
+    return done
 
 
-def _taken(stale: _Stale) -> plan.Plan[int]:
+def _taken(stale: _Stale) -> plan.Plan[Writes]:
     """The claim of the generation ``stale.raw`` shows was taken: by another
     reader, who wrote a rollup (nothing to do), or, when there is still no
     usable rollup (deleted or spoiled after its claim was made), by nobody
@@ -315,14 +348,14 @@ def _taken(stale: _Stale) -> plan.Plan[int]:
     [now] = yield from plan.lookup([counter.layout.rollup_key(counter.name, counter.namespace)])
     if _stored(now) is not None or _stored(stale.raw) is not None:
         log.debug("rollup of %s: another reader wrote this generation", counter)
-        return 0
+        return Writes()
     mutations = [Upsert(m.entity) if isinstance(m, Insert) else m for m in _mutations(stale, wall_clock())]
     try:
         yield from plan.in_transaction(lambda token: plan.just(mutations))
     except GDSError as exc:
         log.warning("rollup of %s not written: %s", counter, exc)
-        return 0
-    return 1
+        return Writes(failed=1)
+    return Writes(written=1)
 
 
 def total_as_of_plan(counter: Rollable, method: str, max_age: float) -> plan.Plan[TotalAsOf]:
@@ -340,11 +373,11 @@ def total_as_of_plan(counter: Rollable, method: str, max_age: float) -> plan.Pla
 
 def totals_as_of_plan(
     counters: Sequence[Rollable], max_age: float, *, refresh: bool = True
-) -> plan.Plan[tuple[list[TotalAsOf], int]]:
+) -> plan.Plan[tuple[list[TotalAsOf], Writes]]:
     """``total_as_of_plan`` for many counters (all on the gateway the plan
     runs against): one lookup of every rollup key, an exact read of each
     counter whose rollup is stale, and their rollups written in batches;
-    also how many were written (``refresh=False``: none; the stale totals
+    also what the writes did (``refresh=False``: none; the stale totals
     are still read exactly)."""
     looked = wall_clock()
     raws = yield from plan.lookup([c.layout.rollup_key(c.name, c.namespace) for c in counters])
@@ -358,5 +391,5 @@ def totals_as_of_plan(
         fresh = yield from exact_plan(counter, counter._read_method("auto"))
         out.append(fresh)
         stale.append(_Stale(counter, fresh, raw, looked))
-    written = (yield from _write(stale)) if refresh else 0
-    return out, written
+    writes = (yield from _write(stale)) if refresh else Writes()
+    return out, writes

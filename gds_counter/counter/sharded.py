@@ -17,7 +17,7 @@ from gds_counter.counter._engine import CounterCore
 from gds_counter.counter._totals import by_gateway, get_counts_plan
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.options import CounterChanges, CounterOptions, options_of
-from gds_counter.counter.rollup import TotalAsOf
+from gds_counter.counter.rollup import TotalAsOf, check_max_age
 from gds_counter.gateway import plan, resolve_gateway
 from gds_counter.gateway.base import Gateway
 from gds_counter.gds.store import Store
@@ -140,6 +140,7 @@ def get_counts(
     ``max_age``: one lookup of their rollups, each total at most that old
     (stale ones read exactly and rolled up)."""
     listed = check_counters(counters, ShardedCounter)
+    max_age = None if max_age is None else check_max_age(max_age)  # also when no counter is listed
     totals = [0] * len(listed)
     for gateway, indexes in by_gateway(listed).items():
         found = plan.run(get_counts_plan([listed[i] for i in indexes], use_cache=use_cache, max_age=max_age), gateway)

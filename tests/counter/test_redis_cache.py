@@ -75,6 +75,7 @@ def test_with_redis_killed_increments_count_and_reads_are_exact(redis_server, tm
             assert time.monotonic() - began < 30  # each Redis call gave up at its timeout (a bound, not a speed)
         assert "the shared cache" in caplog.text and "read from storage" in caplog.text
         redis_server.start()  # back, empty: it fills again from storage
+        time.sleep(0.3)  # after a failed call the cache tries Redis again once its timeout (0.25 s) has passed
         assert counter.get_count() == 8
         gateway.stats.reset()
         assert counter.get_count() == 8 and _rpcs(gateway) == 0
@@ -189,7 +190,8 @@ def test_two_storages_sharing_one_redis_never_share_a_total(redis_server, tmp_pa
 
 
 @pytest.mark.parametrize("bad", ["redis://", "http://localhost:6379", "redis://h:1/0?ttl=-1", "redis://h:1/0?lease=x",
-                                 "redis://h:1/0?prefix=", 7])
+                                 "redis://h:1/0?prefix=", 7, "redis://h:1/0?foo=bar", "redis://h:1/0?timeout=1e10",
+                                 "redis://h:1/0?ttl=0.0001", "redis://h:1/0?lease=1e300", "redis://[::1/0"])
 def test_a_bad_cache_url_is_refused_before_anything_is_written(bad, memory_gateway):
     with pytest.raises(BadValueError, match="cache"):
         CounterShardDS("Counter Test", 1, gateway=memory_gateway, cache=bad)
@@ -214,6 +216,7 @@ def test_a_writer_that_could_not_reach_redis_drops_the_total_when_it_next_can(re
         finally:
             redis_server.process.send_signal(signal.SIGCONT)
         other = CounterShardDS("Counter Test", 2, gateway=gateway, cache=url)
+        time.sleep(0.25)  # after a failed call the cache tries Redis again once its timeout (0.2 s) has passed
         other.get_count()  # any call of this process that reaches Redis
         import redis
 

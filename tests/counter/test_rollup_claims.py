@@ -12,7 +12,7 @@ import time
 
 from freezegun import freeze_time
 
-from gds_counter.counter import CounterShardDS
+from gds_counter.counter import CounterShardDS, get_counts
 from gds_counter.counter import rollup as rollup_module
 from gds_counter.gateway import plan
 from gds_counter.gateway.mutations import Upsert
@@ -181,10 +181,36 @@ def test_a_rollup_listing_claims_this_library_never_writes_is_read_and_written_a
     counter = CounterShardDS("Counter Test", 1, gateway=gateway)
     counter.add(4)
     key = counter.layout.rollup_key(counter.name, counter.namespace)
-    hostile = [7, None, "x@1", "none@\u00b2", "__key__@5", "1@", "@1", "12@3@4", "9" * 21 + "@1", "none@1"]
+    hostile = [7, None, "x@1", "none@\u00b2", "__key__@5", "1@", "@1", "12@3@4", "9" * 21 + "@1", "none@" + "9" * 5000,
+               "none@1"]
     gateway.commit([Upsert(RawEntity(key, {"total": 1, "as_of": dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc),
-                                           "claims": hostile}))])
+                                           "claims": hostile}, frozenset({"claims"})))])
     assert counter.get_count(max_age=0) == 4
     listed = _rollup(gateway, counter).properties["claims"]
     assert [entry.rpartition("@")[0] for entry in listed] == ["946684800000000"]  # "none@1": expired, swept
     assert _claim_names(gateway, counter) == {"946684800000000"}
+
+
+def test_a_counter_listed_twice_is_rolled_up_once_with_the_others(any_gateway, caplog):
+    a = CounterShardDS("A", 1, gateway=any_gateway)
+    b = CounterShardDS("B", 1, gateway=any_gateway)
+    a.add(1)
+    b.add(2)
+    with caplog.at_level("WARNING", logger="gds_counter.counter.rollup"):
+        assert get_counts([a, b, CounterShardDS("A", 1, gateway=any_gateway), a], max_age=60) == [1, 2, 1, 1]
+    assert "not written" not in caplog.text
+    assert [found.from_rollup for found in (a.get_count_as_of(max_age=60), b.get_count_as_of(max_age=60))] == [True, True]
+
+
+def test_claims_a_clock_far_ahead_made_do_not_hold_the_rollup_up(gateway):
+    """Readers on a host a day ahead fill the claim list; readers with the
+    right time still find the claims outside their lifetime, and write."""
+    counter = CounterShardDS("Counter Test", 1, gateway=gateway)
+    ahead = dt.datetime.now(dt.timezone.utc) + dt.timedelta(days=1)
+    with freeze_time(ahead, tick=True):
+        for _ in range(rollup_module.MAX_CLAIMS + 5):
+            counter.get_count(max_age=0)
+    counter.add(3)
+    assert counter.get_count_as_of(max_age=60).from_rollup is False  # a rollup from the future is not trusted
+    found = counter.get_count_as_of(max_age=60)
+    assert (found.total, found.from_rollup) == (3, True)  # ... and it was written over

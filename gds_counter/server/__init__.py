@@ -21,6 +21,7 @@ until SIGTERM or Ctrl-C.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -28,7 +29,7 @@ import signal
 import socket
 import tempfile
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.base import Gateway
@@ -38,7 +39,7 @@ from gds_counter.server._rest import RestContext, RestHandler
 from gds_counter.server._service import DatastoreService
 from gds_counter.server._status import ServiceError
 
-__all__ = ["DEFAULT_PORT", "DatastoreService", "Server", "ServiceError", "serve_until_signalled"]
+__all__ = ["DEFAULT_PORT", "DatastoreService", "Server", "ServiceError", "serve_until_signalled", "serving"]
 
 log = logging.getLogger("gds_counter.server")
 
@@ -178,6 +179,22 @@ class Server:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def serving(url: str) -> Iterator[Server]:
+    """A server on a free port of 127.0.0.1 over the storage ``url`` names
+    (``sqlite:///file`` or ``memory://``), opened here and closed after the
+    server has stopped: what tests and benchmarks need of ``gds-counter
+    serve`` in their own process. ``server.service.gateway`` is the storage."""
+    from gds_counter.gateway import open_gateway
+
+    gateway = open_gateway(url)
+    try:
+        with Server(gateway, "127.0.0.1", 0) as server:
+            yield server
+    finally:
+        gateway.close()
 
 
 def serve_until_signalled(server: Server, on_ready: Callable[[Server], None] = lambda _: None) -> None:

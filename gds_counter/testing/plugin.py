@@ -118,17 +118,10 @@ def firestore_gateway(firestore_emulator: Emulator) -> Iterator["DatastoreGatewa
 def serve_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """``gds-counter serve`` on a free port of 127.0.0.1, over a SQLite file
     of the session, started once on first use and stopped at the end."""
-    from gds_counter.gateway import open_gateway
-    from gds_counter.server import Server
+    from gds_counter.server import serving
 
-    path = tmp_path_factory.mktemp("serve") / "served.sqlite3"
-    gateway = open_gateway(f"sqlite:///{path}")
-    server = Server(gateway, "127.0.0.1", 0).start()
-    try:
+    with serving(f"sqlite:///{tmp_path_factory.mktemp('serve') / 'served.sqlite3'}") as server:
         yield server
-    finally:
-        server.stop()
-        gateway.close()
 
 
 @pytest.fixture

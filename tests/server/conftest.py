@@ -9,21 +9,14 @@ from typing import Any, Iterator
 
 import pytest
 
-from gds_counter.gateway import open_gateway
-from gds_counter.server import Server
+from gds_counter.server import Server, serving
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Any]]:
     """The server, and the gateway it serves (to look behind it)."""
-    path = tmp_path_factory.mktemp("served") / "served.sqlite3"
-    gateway = open_gateway(f"sqlite:///{path}")
-    server = Server(gateway, "127.0.0.1", 0).start()
-    try:
-        yield server, gateway
-    finally:
-        server.stop()
-        gateway.close()
+    with serving(f"sqlite:///{tmp_path_factory.mktemp('served') / 'served.sqlite3'}") as server:
+        yield server, server.service.gateway
 
 
 @pytest.fixture

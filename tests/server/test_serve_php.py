@@ -20,21 +20,20 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Hashable, Iterator, Mapping
+from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gds_counter.counter.article import CounterShardDS
-from gds_counter.gateway import open_gateway
+from gds_counter.counter.shard_choice import RandomShards
 from gds_counter.gateway.datastore import DatastoreGateway
-from gds_counter.server import Server
+from gds_counter.server import Server, serving
 
 PHP_DIR = Path(__file__).parent / "php"
 PROJECT = "php-interop"
@@ -81,13 +80,8 @@ def php_env() -> dict[str, str]:
 def fresh_server(tmp_path: Path, php_env: dict[str, str]) -> Iterator[Server]:
     """A server of the test's own: the article's PHP class always counts in
     the default namespace, so tests cannot share a store."""
-    gateway = open_gateway(f"sqlite:///{tmp_path / 'php.sqlite3'}")
-    server = Server(gateway, "127.0.0.1", 0).start()
-    try:
+    with serving(f"sqlite:///{tmp_path / 'php.sqlite3'}") as server:
         yield server
-    finally:
-        server.stop()
-        gateway.close()
 
 
 def run_php(env: dict[str, str], *args: str, timeout: float = 120) -> dict[str, Any]:
@@ -110,21 +104,12 @@ def python_counter(server: Server, **options: Any) -> CounterShardDS:
     return CounterShardDS("Counter Test", 1, gateway=gateway, **options)
 
 
-class ShardsAbovePhp:
+class ShardsAbovePhp(RandomShards):
     """Python's writers take shards 21..40 of the counter, which PHP (shards
     1..20) never writes, so what each side's writes left can be told apart."""
 
     def take(self, counter: Hashable, shards: range) -> int:
-        return random.choice([n for n in shards if n > PHP_SHARDS])
-
-    def give_back(self, counter: Hashable, shard: int, error: BaseException | None) -> bool:
-        return False
-
-    def wrote(self, counter: Hashable, shard: int, found: int, stored: int) -> bool:
-        return False
-
-    def seen(self, counter: Hashable, counts: Mapping[int, int], *, every: bool) -> None:
-        return None
+        return self.dice.choice([n for n in shards if n > PHP_SHARDS])
 
 
 def count_concurrently(

@@ -22,7 +22,9 @@ Measured for each:
 * resident memory: the RSS of the whole process tree (the process and its
   children, from ``/proc``: for the emulators, gcloud's Python launcher and
   its Java child), 1 s after start-up (idle), at its peak while the rates
-  below run (sampled every 0.1 s; under load), and 1 s after them;
+  below run (sampled every 0.1 s; under load), and 1 s after them; and the
+  tree's CPU seconds per second while the rates ran ("server cores busy":
+  the machine's cores are shared with the client's threads);
 * rates, ``--threads`` threads each with its own ``datastore.Client``
   (``DATASTORE_EMULATOR_HOST`` set), ``--duration`` seconds each: puts/s
   (``client.put`` of one small entity, a key per thread and call), lookups/s
@@ -92,9 +94,8 @@ def emulator_command(kind: str, host: str, folder: str) -> list[str]:
     return _command(kind, find_gcloud(), host, PROJECT, folder, on_disk=False)  # type: ignore[arg-type]
 
 
-def tree_rss_mb(root: int) -> float:
-    """The resident memory of ``root`` and all its descendants, in MB (10^6
-    bytes), from ``/proc/PID/status``."""
+def tree(root: int) -> list[int]:
+    """``root`` and all its descendants (from ``/proc/PID/stat``)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -103,16 +104,36 @@ def tree_rss_mb(root: int) -> float:
             with open(f"/proc/{entry}/stat") as f:
                 ppid = int(f.read().rpartition(")")[2].split()[1])
             children.setdefault(ppid, []).append(int(entry))
-    total, todo = 0, [root]
+    out, todo = [], [root]
     while todo:
         pid = todo.pop()
+        out.append(pid)
         todo.extend(children.get(pid, ()))
+    return out
+
+
+def tree_rss_mb(root: int) -> float:
+    """The resident memory of ``root`` and all its descendants, in MB (10^6
+    bytes), from ``/proc/PID/status``."""
+    total = 0
+    for pid in tree(root):
         with contextlib.suppress(OSError, ValueError):
             with open(f"/proc/{pid}/status") as f:
                 for line in f:
                     if line.startswith("VmRSS:"):
                         total += int(line.split()[1]) * 1024
     return total / 1e6
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds (user and system) used so far by ``root``'s tree."""
+    ticks = 0
+    for pid in tree(root):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 class Sampler:
@@ -317,12 +338,16 @@ def measure(target: str, threads: int, duration: float, php_seconds: float) -> d
         time.sleep(1.0)
         idle = tree_rss_mb(run["pid"])
         with Sampler(run["pid"]) as sampler:
+            cpu, wall = tree_cpu_s(run["pid"]), time.monotonic()
             rates = measure_rates(run["host"], threads, duration)
+            # the server's cores busy while the rates ran (its CPU seconds per second)
+            busy = (tree_cpu_s(run["pid"]) - cpu) / (time.monotonic() - wall)
             rates["php_increments"] = php_increments(run["host"], php_seconds)
         time.sleep(1.0)
         after = tree_rss_mb(run["pid"])
-        command = " ".join(run["command"]).replace(folder, "TMP")
+        command = " ".join([Path(run["command"][0]).name, *run["command"][1:]]).replace(folder, "TMP")
     return {"target": target, "command": command, "startup_http_s": run["startup_http_s"],
+            "server_cores_busy_under_load": busy,
             "startup_grpc_s": run["startup_grpc_s"], "rss_idle_mb": idle, "rss_load_peak_mb": sampler.peak,
             "rss_after_load_mb": after, "rates": rates}
 
@@ -353,7 +378,7 @@ def rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for target, r in results.items():
         row = {"target": target, "http": r["startup_http_s"], "grpc": r["startup_grpc_s"], "idle": r["rss_idle_mb"],
-               "load": r["rss_load_peak_mb"], "after": r["rss_after_load_mb"]}
+               "load": r["rss_load_peak_mb"], "after": r["rss_after_load_mb"], "cpu": r["server_cores_busy_under_load"]}
         row.update({name: r["rates"][name]["per_second"] for name in (*RATES, "php_increments")})
         out.append(row)
     return out
@@ -362,7 +387,7 @@ def rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 COLUMNS = [("target", "target", 0), ("http", "start GET / s", 2), ("grpc", "start gRPC s", 2),
            ("idle", "RSS idle MB", 0), ("load", "RSS load MB", 0), ("after", "RSS after MB", 0),
            ("puts", "puts/s", 0), ("lookups", "lookups/s", 0), ("queries", "queries/s", 0),
-           ("php_increments", "PHP incr/s", 1)]
+           ("php_increments", "PHP incr/s", 1), ("cpu", "server cores busy", 2)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -138,3 +138,44 @@ def test_scale_curve_and_read_costs(tmp_path):
     assert reads["exact: batched lookup"]["entity_reads"] == 10_001
     assert "all exact" in done.stdout
     assert (tmp_path / "scale.png").exists() or "matplotlib is not installed" in done.stdout
+
+
+def _serve_record(tmp_path, targets):
+    done = _run("serve.py", "--targets", targets, "--threads", "2", "--duration", "0.2", "--php-seconds", "0.2",
+                "--json", str(tmp_path / "serve.json"))
+    return done, json.loads((tmp_path / "serve.json").read_text())
+
+
+def test_serve_benchmark_on_the_server_alone(tmp_path, monkeypatch):
+    monkeypatch.delenv("PHP_GDS_SRC", raising=False)
+    done, record = _serve_record(tmp_path, "serve")
+    assert record["command"].startswith("python benchmarks/serve.py --targets serve")
+    assert {"python", "platform", "cpu_count", "packages", "git_commit"} <= set(record["environment"])
+    [(target, serve)] = record["results"].items()
+    assert target == "serve" and serve["command"].startswith("gds-counter serve --port ")
+    assert 0 < serve["startup_http_s"] <= serve["startup_grpc_s"]
+    assert serve["rss_idle_mb"] > 0 and serve["rss_load_peak_mb"] > 0 and serve["rss_after_load_mb"] > 0
+    for name in ("puts", "lookups", "queries"):
+        assert serve["rates"][name]["calls"] > 0 and serve["rates"][name]["failed"] == 0
+        assert serve["rates"][name]["per_second"] > 0
+    assert serve["rates"]["php_increments"] == {"per_second": None, "reason": "PHP_GDS_SRC not set"}
+    goals = {g["goal"].split()[0]: g for g in record["goals"]}
+    assert goals["start-up"]["value"] == serve["startup_grpc_s"] and goals["start-up"]["met"] in (True, False)
+    assert goals["resident"]["met"] in (True, False)
+    assert all(goals[f"{name}/s"]["met"] is None for name in ("puts", "lookups", "queries", "php_increments"))
+    assert "Goals (gds-counter serve):" in done.stdout and "not measured" in done.stdout
+    assert "PHP_GDS_SRC not set" in done.stdout
+
+
+@pytest.mark.emulator
+def test_serve_benchmark_against_the_firestore_emulator(tmp_path, monkeypatch):
+    monkeypatch.delenv("PHP_GDS_SRC", raising=False)
+    _, record = _serve_record(tmp_path, "serve,firestore")
+    results = record["results"]
+    assert list(results) == ["serve", "firestore"]
+    assert results["firestore"]["command"].startswith("gcloud ") and results["firestore"]["rss_idle_mb"] > 0
+    goals = {g["goal"].split()[0]: g for g in record["goals"]}
+    for name in ("puts", "lookups", "queries"):
+        ratio = results["serve"]["rates"][name]["per_second"] / results["firestore"]["rates"][name]["per_second"]
+        assert goals[f"{name}/s"]["value"] == pytest.approx(ratio) and goals[f"{name}/s"]["met"] == (ratio >= 1)
+    assert goals["php_increments/s"]["met"] is None

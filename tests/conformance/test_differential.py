@@ -41,6 +41,7 @@ import datetime as dt
 import math
 import os
 import random
+import re
 import uuid
 from typing import Any, Iterator
 
@@ -399,6 +400,61 @@ def test_embedded_answers_every_query_as_the_firestore_emulator(data_sets: Any) 
     assert not distinct, f"{len(distinct)} distinct queries of {counts['cases']} differ:\n" + "\n".join(distinct[:40])
 
 
+@pytest.fixture(scope="module")
+def served(data_sets: Any, serve_server: Any) -> Iterator[Any]:
+    """``gds-counter serve`` (a ``Server`` over its own SQLite file) holding
+    the same data sets, through gds_counter's Datastore gateway: its answers
+    must be the embedded engine's, case by case (issue 27)."""
+    from gds_counter.gateway.datastore import DatastoreGateway
+
+    _, _, namespaces = data_sets
+    gateway = DatastoreGateway("gds-counter-serve", namespace=namespaces[0], emulator_host=serve_server.emulator_host)
+    for seed, ns in enumerate(namespaces):
+        gateway.commit([Upsert(e) for e in make_data_set(seed, ns)])
+    try:
+        yield gateway
+    finally:
+        gateway.close()
+
+
+def through_the_server(result: Any) -> Any:
+    """A result as the server's side is compared with the embedded engine's:
+    rows as they are; a refusal by its error class and message, without the
+    status name the server puts before the engine's message."""
+    if isinstance(result, tuple) and result[:1] == ("refused",):
+        return ("refused", result[1], re.sub(r"^(\w+: rejected by Datastore: )?([A-Z_]+: )?", "", result[2])[:120])
+    return result
+
+
+def test_the_server_answers_every_query_as_the_embedded_engine(data_sets: Any, served: Any) -> None:
+    """The differential through ``gds-counter serve``: the same generated
+    queries (the same seed and count as the emulator's differential above),
+    answered by the Datastore gateway pointed at the server, give exactly
+    the embedded engine's rows, in order, and its refusals, with its
+    message; so the differential through the server is the differential
+    on the engine."""
+    _, embedded, namespaces = data_sets
+    differences: list[str] = []
+    counts = {"cases": 0, "rows": 0, "refused": 0}
+
+    @settings(max_examples=QUERIES, derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(specs(namespaces))
+    def check(spec: Spec) -> None:
+        counts["cases"] += 1
+        ours = through_the_server(run(embedded, spec))
+        theirs = through_the_server(run(served, spec))
+        counts["refused" if outcome(ours) == "refused" else "rows"] += 1
+        if theirs != ours:
+            differences.append(difference(spec, theirs, ours).replace("emulator:", "server:  "))
+
+    check()
+    print(f"differential through the server: {counts}")
+    assert counts["cases"] >= QUERIES and counts["rows"] > QUERIES // 4 and counts["refused"] > QUERIES // 20, counts
+    distinct = list(dict.fromkeys(differences))
+    assert not distinct, f"{len(distinct)} distinct queries of {counts['cases']} differ:\n" + "\n".join(distinct[:40])
+
+
 def test_the_oracle_answers_and_refuses(data_sets: Any) -> None:
     """The comparison means something only if the emulator runs the queries:
     a plain one returns rows and an invalid one is refused."""
@@ -752,14 +808,16 @@ def cursor_queries(draw: Any, ns: str) -> Query:
     return Query(KIND, ns, flt, orders, projection, distinct_on, keys_only=mode == "keys")
 
 
-def test_a_cursor_continues_another_query_as_the_firestore_emulator(data_sets: Any) -> None:
+def test_a_cursor_continues_another_query_as_the_firestore_emulator(data_sets: Any, served: Any) -> None:
     """A cursor is a point: the end cursor of one query (after 1 to 6 rows),
     given as the start or the end cursor of another query of the same kind
     (another order, direction, filter or projection), gives the rows the
-    emulator gives, or is refused where the emulator refuses it."""
+    emulator gives, or is refused where the emulator refuses it. Through
+    ``gds-counter serve`` (``served``, its own cursors) every pair gives
+    exactly the embedded engine's rows or refusal."""
     oracle, embedded, namespaces = data_sets
     differences: list[str] = []
-    counts = {"pairs": 0, "rows": 0, "refused": 0, "emulator_failed": 0}
+    counts = {"pairs": 0, "rows": 0, "refused": 0, "emulator_failed": 0, "server_differs": 0}
 
     def continued(gateway: Any, issuing: Query, other: Query, as_end: bool) -> Any:
         try:
@@ -781,6 +839,13 @@ def test_a_cursor_continues_another_query_as_the_firestore_emulator(data_sets: A
         counts["pairs"] += 1
         theirs = continued(oracle, issuing, other, as_end)
         ours = continued(embedded, issuing, other, as_end)
+        through = continued(served, issuing, other, as_end)
+        if through_the_server(through) != through_the_server(ours):
+            counts["server_differs"] += 1
+            differences.append(
+                f"through the server: cursor of [{Spec(index, issuing, None).describe()}] as {'end' if as_end else 'start'}"
+                f" of [{Spec(index, other, None).describe()}]\n    server:   {show(through)}\n    embedded: {show(ours)}"
+            )
         if isinstance(theirs, tuple) and theirs[1] == "GatewayError":
             counts["emulator_failed"] += 1  # (UNKNOWN from the emulator itself: nothing to compare)
             return

@@ -1037,8 +1037,8 @@ class Oracle:
 class Embedded:
     """The embedded engine: our parser, then the memory gateway."""
 
-    def __init__(self) -> None:
-        self.gateway = open_gateway("memory://")
+    def __init__(self, gateway: Any = None) -> None:
+        self.gateway = gateway if gateway is not None else open_gateway("memory://")
 
     def close(self) -> None:
         self.gateway.close()
@@ -1142,6 +1142,70 @@ def sides(firestore_emulator: Any) -> Iterator[tuple[Oracle, Embedded, list[str]
         writer.close()
         oracle.close()
         embedded.close()
+
+
+@pytest.fixture(scope="module")
+def served(sides: Any, serve_server: Any) -> Iterator[tuple[Embedded, Oracle]]:
+    """``gds-counter serve`` (a ``Server`` over its own SQLite file) holding
+    the same data sets, asked two ways: through gds_counter's Datastore
+    gateway (``Embedded`` on it: the text parsed here, then sent as GQL
+    text, which the server parses again and runs; aggregations structured),
+    and as raw GQL text by a plain ``datastore_v1`` client (``Oracle`` on
+    it: the server alone reads the text, as php-gds sends it)."""
+    from gds_counter.gateway.datastore import DatastoreGateway
+
+    _, _, namespaces, project = sides
+    gateway = DatastoreGateway(project, namespace=namespaces[0], emulator_host=serve_server.emulator_host)
+    for index, ns in enumerate(namespaces):
+        gateway.commit([Upsert(e) for e in data_set(index, ns)])
+    text = Oracle(serve_server.emulator_host, project, gateway)
+    try:
+        yield Embedded(gateway), text
+    finally:
+        text.close()
+        gateway.close()
+
+
+def through_the_server(result: Any) -> Any:
+    """A result as the server's sides are compared with the embedded
+    engine's: rows and aggregations as they are; a refusal as the outcome
+    class and the engine's message (without what the gateway or the status
+    puts before it: ``run_query: rejected by Datastore:``, ``400 ...``)."""
+    if isinstance(result, tuple) and result[0] in ("refused", "failed"):
+        message = re.sub(r"^(the issuing query: )?(\w+: rejected by Datastore: )?(\d{3} )?([A-Z_]+: )?", "", result[2])
+        return ("refused", message[:100])
+    return result
+
+
+def test_the_server_answers_every_gql_text_as_the_embedded_engine(sides: Any, served: Any) -> None:
+    """The GQL differential through ``gds-counter serve``: the same texts
+    (same seed and count as the emulator's GQL differential), through the
+    Datastore gateway on the server and as raw text to the server, give
+    exactly the embedded engine's rows in order, aggregations by alias, and
+    refusals with its message."""
+    _, embedded, namespaces, project = sides
+    gateway_side, text_side = served
+    differences: list[str] = []
+    counts: Counter[str] = Counter()
+
+    @seed(SEED)
+    @settings(max_examples=QUERIES, derandomize=True, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(cases(namespaces, project))
+    def check(case: Case) -> None:
+        counts["cases"] += 1
+        ours = through_the_server(answer(embedded, case))
+        counts[outcome(ours)] += 1
+        for label, side in (("gateway", gateway_side), ("text", text_side)):
+            theirs = through_the_server(answer(side, case))
+            if theirs != ours:
+                differences.append(difference(case, theirs, ours).replace("emulator:", f"server ({label}):"))
+
+    check()
+    distinct = list(dict.fromkeys(differences))
+    print(f"\nGQL differential through the server (seed {SEED}): {dict(counts)}, {len(distinct)} differences")
+    assert counts["cases"] >= QUERIES and counts["rows"] > QUERIES // 4 and counts["refused"] > QUERIES // 10, counts
+    assert not distinct, f"{len(distinct)} of {counts['cases']} texts differ:\n" + "\n".join(distinct[:40])
 
 
 # --- the differences left (docs/gql.md, "GQL: what the differential compares") ---------------------

@@ -60,6 +60,8 @@ from typing import Any, Callable, Iterator
 
 from _common import REPO, command_line, environment, fmt, parse_choices, script_parser, table, write_json
 
+from gds_counter.emulators import emulator_command
+
 TARGETS = ("serve", "firestore", "datastore")
 RATES = ("puts", "lookups", "queries")
 PROJECT = "serve-bench"
@@ -86,12 +88,6 @@ def serve_command(port: int, folder: str) -> list[str]:
     script = Path(sys.executable).with_name("gds-counter")
     launcher = [str(script)] if script.exists() else [sys.executable, "-m", "gds_counter"]
     return [*launcher, "serve", "--port", str(port), "--url", f"sqlite:///{folder}/serve.sqlite3"]
-
-
-def emulator_command(kind: str, host: str, folder: str) -> list[str]:
-    from gds_counter.emulators import _command, find_gcloud
-
-    return _command(kind, find_gcloud(), host, PROJECT, folder, on_disk=False)  # type: ignore[arg-type]
 
 
 def tree(root: int) -> list[int]:
@@ -206,7 +202,7 @@ def started(target: str, folder: str, timeout: float = 120.0) -> Iterator[dict[s
     """Start ``target``; yield its host, pid and start-up times; stop it."""
     port = free_port()
     host = f"127.0.0.1:{port}"
-    command = serve_command(port, folder) if target == "serve" else emulator_command(target, host, folder)
+    command = serve_command(port, folder) if target == "serve" else emulator_command(target, host, PROJECT, folder)  # type: ignore[arg-type]
     env = dict(os.environ, CLOUDSDK_CORE_DISABLE_PROMPTS="1", CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK="1")
     env.pop("DATASTORE_EMULATOR_HOST", None)
     probe = client(host, "startup")  # made before the clock: a client's own set-up is not the server's

@@ -57,6 +57,7 @@ __all__ = [
     "Emulator",
     "EmulatorError",
     "EmulatorKind",
+    "emulator_command",
     "find_gcloud",
     "launch_emulator",
     "start_emulator",
@@ -191,7 +192,12 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _command(kind: EmulatorKind, gcloud: str, host: str, project: str, data_dir: str, on_disk: bool) -> list[str]:
+def emulator_command(kind: EmulatorKind, host: str, project: str, data_dir: str, *, on_disk: bool = False,
+                     gcloud: str | None = None) -> list[str]:
+    """The command line that starts emulator ``kind`` on ``host`` (what
+    ``launch_emulator`` runs; a benchmark that times the start-up runs it
+    itself). ``gcloud``: found on the PATH when not given."""
+    gcloud = gcloud if gcloud is not None else find_gcloud()
     if kind == "datastore":
         return [
             gcloud, "--quiet", "beta", "emulators", "datastore", "start",
@@ -246,7 +252,7 @@ def launch_emulator(
     env = dict(os.environ)
     env.update(CLOUDSDK_CORE_DISABLE_PROMPTS="1", CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK="1")
     env.pop("DATASTORE_EMULATOR_HOST", None)
-    command = _command(kind, gcloud, host, project, folder, on_disk=not owned)
+    command = emulator_command(kind, host, project, folder, on_disk=not owned, gcloud=gcloud)
     log.info("starting the %s emulator: %s", kind, " ".join(command))
     try:
         with open(log_path, "ab") as log_file:  # appended: a restart keeps the earlier log

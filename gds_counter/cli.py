@@ -38,6 +38,7 @@ from gds_counter.counter.inventory import counter_names_plan, rollup_all_plan
 from gds_counter.counter.planning import DEFAULT_WRITES_PER_SHARD, plan_shards
 from gds_counter.errors import BadValueError, CommitUnknown, GDSError, Unavailable
 from gds_counter.gateway import Gateway, open_gateway, plan
+from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway.base import MAX_KEYS_PER_LOOKUP, run_query_all
 from gds_counter.gateway.query import Query
 from gds_counter.gds.transaction import DEFAULT_RETRY
@@ -525,6 +526,9 @@ def _storage_label(gateway: Gateway | None, url: str | None) -> str:
 def _run(ctx: Context) -> int:
     args = ctx.args
     where = f"{getattr(args, 'prog', PROG)} {args.command}"
+    # The embedded engine's waits (a lock another process holds, a
+    # connection) end by the command's deadline too; the server has none.
+    bounded = deadlines.limit(ctx.deadline) if args.command != "serve" else None
     try:
         _check_names(args)
         return COMMANDS[args.command](ctx)
@@ -547,6 +551,8 @@ def _run(ctx: Context) -> int:
         print(f"{where}: error{opening}: {type(exc).__name__}: {exc}{hint}", file=ctx.err)
         return EXIT_FAILURE
     finally:
+        if bounded is not None:
+            deadlines.restore(bounded)
         if ctx.opened is not None:
             ctx.opened.close()
 

@@ -8,6 +8,7 @@ import io
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -100,12 +101,18 @@ def test_rollup_exits_1_when_a_rollup_could_not_be_written(url):
     holder = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
+        began = time.monotonic()
         code, out, err = run("--url", url, "--timeout", "1", "rollup", "--json")
+        took = time.monotonic() - began
+        listed = run("--url", url, "--timeout", "1", "list", "--max-age", "0")
+        took_list = time.monotonic() - began - took
     finally:
         holder.execute("ROLLBACK")
         holder.close()
     assert code == 1, (out, err)
     assert json.loads(out) == {"counters": 1, "fresh": 0, "read": 1, "written": 0, "failed": 1}
+    assert took < 10 and took_list < 10, (took, took_list)  # --timeout bounds the lock waits (30 s by default)
+    assert listed[0] == 0 and "Page_1" in listed[1]  # list reads exactly; its rollup write is the one that failed
     code, out, _ = run("--url", url, "rollup", "--json")
     assert code == 0 and json.loads(out)["written"] == 1
 

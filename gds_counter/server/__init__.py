@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator
 
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.base import Gateway
+from gds_counter.server._expiry import IDLE_S
 from gds_counter.server._grpc import grpc_server
 from gds_counter.server._listener import Listener
 from gds_counter.server._rest import RestContext, RestHandler
@@ -69,12 +70,13 @@ class Server:
         *,
         workers: int = DEFAULT_WORKERS,
         grace: float = DEFAULT_GRACE_S,
+        transaction_idle: float = IDLE_S,
     ) -> None:
         if not isinstance(port, int) or not 0 <= port <= 65535:
             raise BadValueError(f"port must be a number from 0 to 65535, got {port!r}")
         if workers < 1:
             raise BadValueError(f"workers must be at least 1, got {workers!r}")
-        self.service = DatastoreService(gateway)
+        self.service = DatastoreService(gateway, transaction_idle=transaction_idle)
         self.host = host
         self.port = port
         self.workers = workers

@@ -36,6 +36,7 @@ from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Mutation
 from gds_counter.gateway.query import AggregationQuery, Query, QueryResult
 from gds_counter.gds import gql
+from gds_counter.server._expiry import IDLE_S, OpenTransactions
 from gds_counter.server._status import ServiceError, status_of
 
 __all__ = ["METHODS", "DatastoreService"]
@@ -68,8 +69,10 @@ class DatastoreService:
     closes it). Thread-safe as the gateway is: each request is one or a few
     gateway calls, and a transaction is the gateway's token."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, *, transaction_idle: float = IDLE_S) -> None:
         self.gateway = gateway
+        #: Transactions clients began and have not ended (``_expiry``).
+        self.transactions = OpenTransactions(gateway.rollback, transaction_idle)
         self._handlers: dict[str, Callable[[Any, Codec], Any]] = {
             "Lookup": self._lookup,
             "RunQuery": self._run_query,
@@ -93,6 +96,7 @@ class DatastoreService:
             handler = self._handlers.get(method)
             if handler is None:
                 raise ServiceError("UNIMPLEMENTED", f"unknown method {method!r}")
+            self.transactions.expire()
             return handler(request, Codec(request.project_id, request.database_id))
         except Exception as exc:
             error = status_of(exc)
@@ -115,9 +119,11 @@ class DatastoreService:
         the read began it (``new_transaction``)."""
         which = options.WhichOneof("consistency_type")
         if which == "transaction":
+            self.transactions.used(bytes(options.transaction))
             return bytes(options.transaction), None
         if which == "new_transaction":
             token = self.gateway.begin_transaction(read_only=options.new_transaction.HasField("read_only"))
+            self.transactions.began(token)
             return token, token
         if which == "read_time":
             raise BadValueError("read_time (a read at a past time) is not supported by gds-counter serve")
@@ -230,11 +236,13 @@ class DatastoreService:
         if options.HasField("read_only") and options.read_only.HasField("read_time"):
             raise BadValueError("a read-only transaction at a past read_time is not supported by gds-counter serve")
         token = self.gateway.begin_transaction(read_only=options.HasField("read_only"))
+        self.transactions.began(token)
         return _ds.BeginTransactionResponse.pb()(transaction=token)
 
     def _rollback(self, request: Any, codec: Codec) -> Any:
         if not request.transaction:
             raise BadValueError("rollback needs the transaction to roll back")
+        self.transactions.ended(bytes(request.transaction))
         self.gateway.rollback(bytes(request.transaction))
         return _ds.RollbackResponse.pb()()
 
@@ -249,6 +257,7 @@ class DatastoreService:
             token = None
         elif which == "transaction":
             token = bytes(request.transaction)
+            self.transactions.ended(token)  # committed or not, it ends here
         elif which == "single_use_transaction":
             token = self.gateway.begin_transaction(read_only=request.single_use_transaction.HasField("read_only"))
         elif request.mode == _CommitRequestPb.TRANSACTIONAL:

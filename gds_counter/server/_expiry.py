@@ -1,0 +1,68 @@
+"""Transactions a client began and left: ended once idle, as Datastore ends them.
+
+A client that crashes, or simply forgets, between BeginTransaction and its
+Commit or Rollback leaves a transaction open for ever. On a file store
+each open transaction holds a connection and its snapshot, and past the
+pool's share for transactions a new one waits ``HOLD_WAIT_S`` for one
+(``gateway.embedded._connections``): a few crashed clients would slow every
+later transaction of every client. Firestore ends a transaction that has
+been idle for 60 seconds; the server does the same, at the next request
+that comes (so nothing runs while no one asks), and a later use of that
+transaction is refused as any unknown transaction is.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+__all__ = ["IDLE_S", "OpenTransactions"]
+
+log = logging.getLogger("gds_counter.server")
+
+#: Seconds a transaction may stay unused before the server ends it.
+IDLE_S = 60.0
+
+
+class OpenTransactions:
+    """The transactions begun through the server and not ended yet, each
+    with when it was last used; ``expire()`` rolls back the idle ones."""
+
+    def __init__(self, rollback: Callable[[bytes], None], idle: float = IDLE_S) -> None:
+        self._rollback = rollback
+        self.idle = idle
+        self._lock = threading.Lock()
+        self._last_used: dict[bytes, float] = {}
+
+    def __len__(self) -> int:
+        return len(self._last_used)
+
+    def began(self, token: bytes) -> None:
+        with self._lock:
+            self._last_used[token] = time.monotonic()
+
+    def used(self, token: bytes) -> None:
+        with self._lock:
+            if token in self._last_used:
+                self._last_used[token] = time.monotonic()
+
+    def ended(self, token: bytes) -> None:
+        with self._lock:
+            self._last_used.pop(token, None)
+
+    def expire(self) -> None:
+        """Roll back every transaction idle for longer than ``idle``."""
+        cutoff = time.monotonic() - self.idle
+        with self._lock:
+            idle = [token for token, last in self._last_used.items() if last < cutoff]
+            for token in idle:
+                del self._last_used[token]
+        for token in idle:
+            try:
+                self._rollback(token)
+            except Exception:  # noqa: BLE001 - already ended by its client, or the store is closing
+                log.debug("ending an idle transaction failed", exc_info=True)
+        if idle:
+            log.info("ended %d transaction(s) idle for more than %g s", len(idle), self.idle)

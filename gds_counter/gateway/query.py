@@ -18,6 +18,7 @@ from gds_counter.gateway.values import MAX_INDEXED_STRING_BYTES, RawEntity
 
 __all__ = [
     "leaves_of",
+    "without_repeats",
     "AGGREGATION_KINDS",
     "KEY_PROPERTY",
     "MAX_AGGREGATIONS",
@@ -80,6 +81,22 @@ def leaves_of(f: Filter) -> Iterator[PropertyFilter]:
     else:
         for child in f.filters:
             yield from leaves_of(child)
+
+
+def without_repeats(f: Filter) -> Filter:
+    """``f`` with each AND's and OR's repeated children given once (the
+    first), at every depth: the same filter twice means it once, and
+    Datastore answers however many times it is repeated. Told apart by
+    ``repr``, so ``1``, ``1.0`` and ``True`` stay three filters."""
+    if isinstance(f, PropertyFilter):
+        return f
+    seen: set[str] = set()
+    kept: list[Filter] = []
+    for child in map(without_repeats, f.filters):
+        if (shape := repr(child)) not in seen:
+            seen.add(shape)
+            kept.append(child)
+    return f if kept == list(f.filters) else CompositeFilter(f.op, tuple(kept))
 
 
 def _orders(orders: Iterable[Order]) -> tuple[Order, ...]:

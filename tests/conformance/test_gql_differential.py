@@ -1303,6 +1303,9 @@ def test_limits_the_emulator_enforces_are_refused(sides: Any) -> None:
          f"SELECT * FROM {KIND} WHERE q NOT IN ARRAY(1, 2, 3) AND {equalities(97)}"),
         (f"SELECT * FROM {KIND} WHERE (q = 1 OR r = 1 OR s = 1) AND {equalities(98)}",
          f"SELECT * FROM {KIND} WHERE (q = 1 OR r = 1 OR s = 1) AND {equalities(97)}"),
+        # the same filter repeated is that filter once, however often (it counts once)
+        (f"SELECT * FROM {KIND} WHERE {equalities(101)}", f"SELECT * FROM {KIND} WHERE {' AND '.join(['a = 1'] * 600)}"),
+        (f"SELECT * FROM {KIND} WHERE {equalities(101)}", f"SELECT * FROM {KIND} WHERE {' OR '.join(['a = 1'] * 600)}"),
     ]
     for past, within in pairs:
         for text, expected in ((past, "refused"), (within, "rows")):

@@ -45,7 +45,7 @@ from gds_counter.gateway.embedded._storage import (
 )
 from gds_counter.gateway.keys import METADATA_KINDS, Key
 from gds_counter.gateway.mutations import Delete, Mutation, Upsert
-from gds_counter.gateway.query import Query, QueryResult
+from gds_counter.gateway.query import Query, QueryResult, without_repeats
 from gds_counter.gateway.values import RawEntity
 
 # Logged under the package's name, as before the package was split by idea,
@@ -217,6 +217,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         return out
 
     def _run_query(self, query: Query, txn: Transaction | None) -> QueryResult:
+        if query.filter is not None:
+            query = query.replace(filter=without_repeats(query.filter))  # as Datastore reads them
         if query.kind in METADATA_KINDS:  # made from the index (``_metadata``), outside any transaction
             with self._db() as conn:
                 entities, cursor, more = metadata_batch(conn, query)

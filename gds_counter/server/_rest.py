@@ -15,7 +15,17 @@ INVALID_ARGUMENT, 404 NOT_FOUND, 409 ALREADY_EXISTS and ABORTED...).
 
 One connection is served by one thread (``_listener`` starts it), with
 keep-alive; the listener closes an idle connection when the server stops,
-and a request under way finishes first (``busy``).
+and a request under way finishes first (``busy``). A connection that sends
+nothing for ``READ_TIMEOUT_S`` (idle, or stalled half way through a
+request) is closed, so slow clients cannot keep threads for ever.
+
+**Web pages may not use it.** A page the developer visits can send a
+simple cross-site POST to ``127.0.0.1`` (no preflight is needed for
+``text/plain``), or reach it under a name of its own that resolves there
+(DNS rebinding). Browsers name the page's origin in an ``Origin`` header,
+which other clients do not send; a request whose ``Origin`` is not on this
+machine (``localhost``, ``127.x.x.x``, ``[::1]``) is refused with 403
+PERMISSION_DENIED before anything is read or written.
 """
 
 from __future__ import annotations
@@ -43,6 +53,12 @@ _PATH = re.compile(r"^/v1/projects/(?P<project>[^/:?]+):(?P<verb>[A-Za-z]+)(?:\?
 #: The largest request body taken: more than Datastore's 10 MiB request limit.
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
+#: Seconds a connection may send nothing (between requests, or within one).
+READ_TIMEOUT_S = 30.0
+
+#: Origins of this machine: a browser page served from one may use the server.
+_LOCAL_ORIGIN = re.compile(r"^https?://(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d+)?$", re.IGNORECASE)
+
 
 @attrs.frozen
 class RestContext:
@@ -62,6 +78,7 @@ class RestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "gds-counter-serve"
     server: RestContext  # type: ignore[assignment]
+    timeout = READ_TIMEOUT_S  # set on the socket by ``setup``; a read past it ends the connection
 
     def parse_request(self) -> bool:
         # The request line has been read: from here the request is under way.
@@ -81,13 +98,27 @@ class RestHandler(BaseHTTPRequestHandler):
 
     # --- methods -------------------------------------------------------------
 
+    def _from_elsewhere(self) -> bool:
+        """Whether a web page of another site sent this request (its
+        ``Origin`` is not this machine); then it is refused, answered 403."""
+        origin = self.headers.get("Origin")
+        if origin is None or _LOCAL_ORIGIN.match(origin.strip()):
+            return False
+        self.close_connection = True
+        self._error(ServiceError("PERMISSION_DENIED", f"requests from web pages of {origin[:100]!r} are refused"))
+        return True
+
     def do_GET(self) -> None:
+        if self._from_elsewhere():
+            return
         if self.path.split("?", 1)[0] == "/":
             self._send(200, b"Ok", "text/plain; charset=utf-8")
         else:
             self._error(ServiceError("NOT_FOUND", f"no such resource: GET {self.path}"))
 
     def do_POST(self) -> None:
+        if self._from_elsewhere():
+            return
         try:
             body = self._body()
         except ServiceError as error:

@@ -97,6 +97,8 @@ class DatastoreService:
             if handler is None:
                 raise ServiceError("UNIMPLEMENTED", f"unknown method {method!r}")
             self.transactions.expire()
+            if not request.project_id:
+                raise BadValueError("the request names no project_id (as Datastore refuses it)")
             return handler(request, Codec(request.project_id, request.database_id))
         except Exception as exc:
             error = status_of(exc)
@@ -109,7 +111,7 @@ class DatastoreService:
         finally:
             if token is not None:
                 deadlines.restore(token)
-            log.info("%s %s project=%s %s %.1f ms", via, method, getattr(request, "project_id", "?"), status,
+            log.info("%s %s project=%r %s %.1f ms", via, method, getattr(request, "project_id", "?"), status,
                      (time.monotonic() - started) * 1000)
 
     # --- reads ---------------------------------------------------------------
@@ -263,7 +265,7 @@ class DatastoreService:
         elif request.mode == _CommitRequestPb.TRANSACTIONAL:
             raise BadValueError("a TRANSACTIONAL commit needs a transaction")
         else:
-            token = None
+            raise BadValueError("a commit needs its mode: TRANSACTIONAL or NON_TRANSACTIONAL (as Datastore refuses one without)")
         result = self.gateway.commit(mutations, transaction=token)
         response = _ds.CommitResponse.pb()()
         for mutation, done in zip(mutations, result.mutation_results):

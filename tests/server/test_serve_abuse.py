@@ -5,6 +5,7 @@ at their usual pace, and nothing written that was not asked for."""
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Iterator
 
@@ -70,3 +71,81 @@ def test_a_transaction_in_use_is_not_ended(idle_server):
         _client(idle_server).lookup([key])  # other requests come (each one expires the idle)
     client.commit([Upsert(RawEntity(key, {"v": 1}))], transaction=token)
     assert client.lookup([key])[0] is not None
+
+
+def _http(server: Server, raw: bytes, *, wait: float = 5.0) -> bytes:
+    """Send ``raw`` on a new connection; all the server answers before it
+    closes the connection or ``wait`` seconds pass."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=wait) as sock:
+        sock.sendall(raw)
+        got = b""
+        try:
+            while chunk := sock.recv(65536):
+                got += chunk
+        except (socket.timeout, ConnectionResetError):
+            pass
+        return got
+
+
+def test_a_connection_stalled_half_way_through_a_request_is_closed(idle_server, monkeypatch):
+    from gds_counter.server import _rest
+
+    monkeypatch.setattr(_rest.RestHandler, "timeout", 0.5)
+    for stalled in (b"POST /v1/projects/p:lookup HTTP/1.1\r\nHost: x\r\n",
+                    b"POST /v1/projects/p:lookup HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"):
+        began = time.monotonic()
+        assert _http(idle_server, stalled, wait=10) == b""  # closed without an answer
+        assert time.monotonic() - began < 5  # at the read timeout, not never (a bound, not a speed)
+
+
+def _commit_body() -> bytes:
+    return (b'{"mode": "NON_TRANSACTIONAL", "mutations": [{"upsert": {"key": {"path": [{"kind": "Web", "name": "x"}]},'
+            b' "properties": {"v": {"integerValue": "1"}}}}]}')
+
+
+def _post(server: Server, origin: str | None, content_type: str = "text/plain") -> bytes:
+    body = _commit_body()
+    headers = f"POST /v1/projects/p1:commit HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n"
+    headers += f"Origin: {origin}\r\n" if origin is not None else ""
+    headers += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    return _http(server, headers.encode() + body)
+
+
+@pytest.mark.parametrize("origin", ["http://evil.example", "https://evil.example:8081", "null", "http://127.0.0.1.evil.example"])
+def test_a_web_page_of_another_site_can_neither_write_nor_read(idle_server, origin):
+    answer = _post(idle_server, origin)
+    assert answer.startswith(b"HTTP/1.1 403"), answer[:200]
+    assert b"PERMISSION_DENIED" in answer
+    assert idle_server.service.gateway.lookup([Key.of("Web", "x")]) == [None]
+
+
+@pytest.mark.parametrize("origin", [None, "http://localhost:3000", "http://127.0.0.1:8081", "http://[::1]:8081"])
+def test_clients_and_pages_of_this_machine_are_served(idle_server, origin):
+    answer = _post(idle_server, origin, content_type="application/json")
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert idle_server.service.gateway.lookup([Key.of("Web", "x")])[0] is not None
+
+
+def test_what_clients_send_is_logged_escaped(idle_server, caplog):
+    """A project id is the client's to choose (gRPC takes any string): at
+    ``-v`` it is logged as a quoted literal, never as lines or colours."""
+    import logging
+
+    from google.cloud.datastore_v1.types import datastore as ds
+
+    request = ds.LookupRequest.pb()(project_id="x\nINFO forged line\x1b[31m")
+    request.keys.add().path.add(kind="K", name="a")
+    with caplog.at_level(logging.INFO, logger="gds_counter.server"):
+        idle_server.service.call("Lookup", request, via="grpc")
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines and not any("\n" in line or "\x1b" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("body, why", [
+    (b'{"mutations": [{"upsert": {"key": {"path": [{"kind": "Web", "name": "x"}]}}}]}', b"mode"),
+])
+def test_a_commit_without_its_mode_is_refused_and_writes_nothing(idle_server, body, why):
+    head = f"POST /v1/projects/p1:commit HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    answer = _http(idle_server, head.encode() + body)
+    assert answer.startswith(b"HTTP/1.1 400") and why in answer, answer[:300]
+    assert idle_server.service.gateway.lookup([Key.of("Web", "x")]) == [None]

@@ -98,7 +98,7 @@ def test_it_says_where_it_listens_and_logs_requests_at_v(started: Any) -> None:
     assert process.wait(30) == 0
     assert process.stderr is not None
     rest = process.stderr.read()
-    assert "http Lookup project=logged OK" in rest
+    assert "http Lookup project='logged' OK" in rest
 
 
 def test_it_refuses_to_serve_a_datastore_url(tmp_path: Path) -> None:

@@ -79,6 +79,7 @@ import urllib.parse
 import uuid
 from typing import Any, Hashable, Iterator
 
+from gds_counter._checks import INT64_MAX
 from gds_counter.errors import BadValueError, Contention, TransformsIgnored, Unavailable
 from gds_counter.gateway import _forks
 
@@ -240,7 +241,10 @@ class RedisCountCache:
         self.url, self.scope = url, scope
         self.ttl, self.lease, self.timeout = options["ttl"], options["lease"], options["timeout"]
         self._prefix = f"{options['prefix']}:{scope}:"
-        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        #: What a Redis call may raise that is the cache's failure, never the
+        #: caller's: redis-py's errors, the network's, and the ``ValueError``
+        #: or ``TypeError`` of an option it only checks when it connects.
+        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError, ValueError, TypeError)
         self._client_url = client_url
         self._connect()
         self._warned = -_WARN_EVERY_S
@@ -269,6 +273,9 @@ class RedisCountCache:
                                                 socket_connect_timeout=self.timeout, retry_on_timeout=False)
             pool = self._client.connection_pool
             pool.connection_class(**pool.connection_kwargs)
+            for name in ("socket_timeout", "socket_connect_timeout"):
+                if not (pool.connection_kwargs.get(name) or 1) > 0:
+                    raise ValueError(f"{name} must be a positive number of seconds")
         except (ValueError, TypeError) as exc:
             raise BadValueError(f"cache URL {self.url!r}: {exc}") from None
         self._scripts = {name: self._client.register_script(text) for name, text in
@@ -322,10 +329,13 @@ class RedisCountCache:
     def get(self, key: Hashable) -> int | None:
         found = self._call("get", key)
         try:
-            return int(found) if found is not None else None
-        except ValueError:  # not ours (another program's key): storage is read
+            total = int(found) if found is not None else None
+        except ValueError:
+            total = INT64_MAX + 1
+        if total is not None and not -INT64_MAX - 1 <= total <= INT64_MAX:  # not ours (another program's key)
             log.warning("the shared cache %s holds %r for %r, not a total: read from storage", self.url, found, key)
             return None
+        return total
 
     def reading(self, key: Hashable) -> str | None:
         """Before reading a total from storage: a ticket for ``store``, or

@@ -77,7 +77,7 @@ def test_what_is_not_a_total_in_redis_is_read_from_storage(redis_server, storage
     assert counter.get_count() == 3
     plain = redis.Redis.from_url(redis_server.url)
     [name] = plain.keys("*:total")
-    for garbage in (b"abc", b"1.5"):
+    for garbage in (b"abc", b"1.5", b"99999999999999999999999"):
         plain.set(name, garbage)
         assert counter.get_count() == 3
 

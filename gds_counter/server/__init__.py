@@ -47,7 +47,7 @@ log = logging.getLogger("gds_counter.server")
 #: The port the official Datastore emulator listens on by default.
 DEFAULT_PORT = 8081
 #: Requests served at once (gRPC worker threads; each HTTP/1.1 connection has its own thread).
-DEFAULT_WORKERS = 16
+DEFAULT_WORKERS = 8
 #: Seconds ``stop`` lets requests under way finish.
 DEFAULT_GRACE_S = 10.0
 

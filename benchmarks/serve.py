@@ -48,6 +48,7 @@ import contextlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -348,6 +349,26 @@ def measure(target: str, threads: int, duration: float, php_seconds: float) -> d
             "rss_after_load_mb": after, "rates": rates}
 
 
+def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One target's rounds as one result: each number the median of its
+    rounds (a rate's ``each`` keeps every round's), so one noisy round on a
+    shared machine moves no goal; a rate not measured keeps its reason."""
+    out = dict(runs[0])
+    for name, value in runs[0].items():
+        if isinstance(value, (int, float)):
+            out[name] = statistics.median(run[name] for run in runs)
+    out["rates"] = {}
+    for name, first in runs[0]["rates"].items():
+        each = [run["rates"][name].get("per_second") for run in runs]
+        if any(value is None for value in each):
+            out["rates"][name] = first
+            continue
+        out["rates"][name] = {"per_second": statistics.median(each), "each": each,
+                              **{key: sum(run["rates"][name].get(key, 0) for run in runs)
+                                 for key in ("calls", "failed", "seconds", "increments") if key in first}}
+    return out
+
+
 # --- goals and output -----------------------------------------------------------------------------
 
 
@@ -393,13 +414,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=16)
     parser.add_argument("--duration", type=float, default=4.0, help="seconds per rate")
     parser.add_argument("--php-seconds", type=float, default=5.0)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="rounds, the targets' order reversed each round; the record keeps each round and the medians")
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON, help="where the record goes")
     args = parser.parse_args(argv)
     targets = parse_choices(args.targets, TARGETS, "target")
-    results: dict[str, dict[str, Any]] = {}
-    for target in targets:
-        print(f"measuring {target} ...", file=sys.stderr, flush=True)
-        results[target] = measure(target, args.threads, args.duration, args.php_seconds)
+    rounds: dict[str, list[dict[str, Any]]] = {target: [] for target in targets}
+    for round_ in range(max(1, args.repeats)):
+        for target in targets if round_ % 2 == 0 else list(reversed(targets)):
+            print(f"measuring {target} (round {round_ + 1}) ...", file=sys.stderr, flush=True)
+            rounds[target].append(measure(target, args.threads, args.duration, args.php_seconds))
+    results = {target: medians(rounds[target]) for target in targets}
     reached = goals(results)
     print(table(rows(results), COLUMNS))
     php = {t: r["rates"]["php_increments"].get("reason") for t, r in results.items()}
@@ -412,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {"command": command_line([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
               "environment": environment(),
               "settings": {"targets": targets, "threads": args.threads, "duration_s": args.duration,
-                           "php_seconds": args.php_seconds, "stored_entities": STORED},
+                           "php_seconds": args.php_seconds, "stored_entities": STORED, "repeats": max(1, args.repeats)},
               "results": results, "goals": reached}
     print(f"\nwrote {write_json(args.json, record)}")
     return 0

@@ -77,7 +77,7 @@ import random
 import re
 import uuid
 from collections import Counter
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import attrs
 import grpc
@@ -1177,6 +1177,18 @@ def through_the_server(result: Any) -> Any:
     return result
 
 
+def every_generated_text(namespaces: Any, project: str) -> Callable[[Callable[[Case], None]], Callable[[], None]]:
+    """Run a check on each generated text of the run: the same seed and
+    count for every side compared, so their answers pair up."""
+
+    def run_on_each(check: Callable[[Case], None]) -> Callable[[], None]:
+        generated = given(cases(namespaces, project))(check)
+        return seed(SEED)(settings(max_examples=QUERIES, derandomize=True, deadline=None, database=None,
+                                   suppress_health_check=list(HealthCheck))(generated))
+
+    return run_on_each
+
+
 def test_the_server_answers_every_gql_text_as_the_embedded_engine(sides: Any, served: Any) -> None:
     """The GQL differential through ``gds-counter serve``: the same texts
     (same seed and count as the emulator's GQL differential), through the
@@ -1188,10 +1200,7 @@ def test_the_server_answers_every_gql_text_as_the_embedded_engine(sides: Any, se
     differences: list[str] = []
     counts: Counter[str] = Counter()
 
-    @seed(SEED)
-    @settings(max_examples=QUERIES, derandomize=True, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(cases(namespaces, project))
+    @every_generated_text(namespaces, project)
     def check(case: Case) -> None:
         counts["cases"] += 1
         ours = through_the_server(answer(embedded, case))
@@ -1321,10 +1330,7 @@ def test_embedded_answers_every_gql_text_as_the_firestore_emulator(sides: Any) -
     differences: list[str] = []
     counts: Counter[str] = Counter()
 
-    @seed(SEED)
-    @settings(max_examples=QUERIES, derandomize=True, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
-    @given(cases(namespaces, project))
+    @every_generated_text(namespaces, project)
     def check(case: Case) -> None:
         counts["cases"] += 1
         counts.update(case.features)

@@ -18,12 +18,15 @@ import threading
 import time
 from typing import Callable
 
-__all__ = ["IDLE_S", "OpenTransactions"]
+__all__ = ["IDLE_S", "REMEMBERED", "OpenTransactions"]
 
 log = logging.getLogger("gds_counter.server")
 
 #: Seconds a transaction may stay unused before the server ends it.
 IDLE_S = 60.0
+#: Ended transactions remembered, so that rolling one back again is a
+#: no-op while rolling back one never begun here is refused.
+REMEMBERED = 10_000
 
 
 class OpenTransactions:
@@ -35,6 +38,7 @@ class OpenTransactions:
         self.idle = idle
         self._lock = threading.Lock()
         self._last_used: dict[bytes, float] = {}
+        self._ended: dict[bytes, None] = {}  # oldest first, at most REMEMBERED
 
     def __len__(self) -> int:
         return len(self._last_used)
@@ -50,7 +54,18 @@ class OpenTransactions:
 
     def ended(self, token: bytes) -> None:
         with self._lock:
-            self._last_used.pop(token, None)
+            self._forget(token)
+
+    def known(self, token: bytes) -> bool:
+        """Whether ``token`` was begun here (open, or ended not long ago)."""
+        with self._lock:
+            return token in self._last_used or token in self._ended
+
+    def _forget(self, token: bytes) -> None:
+        if self._last_used.pop(token, None) is not None:
+            self._ended[token] = None
+            while len(self._ended) > REMEMBERED:
+                del self._ended[next(iter(self._ended))]
 
     def expire(self) -> None:
         """Roll back every transaction idle for longer than ``idle``."""
@@ -58,7 +73,7 @@ class OpenTransactions:
         with self._lock:
             idle = [token for token, last in self._last_used.items() if last < cutoff]
             for token in idle:
-                del self._last_used[token]
+                self._forget(token)
         for token in idle:
             try:
                 self._rollback(token)

@@ -244,6 +244,8 @@ class DatastoreService:
     def _rollback(self, request: Any, codec: Codec) -> Any:
         if not request.transaction:
             raise BadValueError("rollback needs the transaction to roll back")
+        if not self.transactions.known(bytes(request.transaction)):
+            raise BadValueError("Invalid transaction: this server never began it")  # as the emulator answers
         self.transactions.ended(bytes(request.transaction))
         self.gateway.rollback(bytes(request.transaction))
         return _ds.RollbackResponse.pb()()

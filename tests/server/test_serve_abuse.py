@@ -149,3 +149,24 @@ def test_a_commit_without_its_mode_is_refused_and_writes_nothing(idle_server, bo
     answer = _http(idle_server, head.encode() + body)
     assert answer.startswith(b"HTTP/1.1 400") and why in answer, answer[:300]
     assert idle_server.service.gateway.lookup([Key.of("Web", "x")]) == [None]
+
+
+def test_rolling_back_a_transaction_never_begun_here_is_refused(idle_server):
+    """As the emulator answers ("Invalid transaction"); one that was begun
+    here and has ended (committed, rolled back, expired) rolls back as a no-op."""
+    def rollback(token: bytes) -> bytes:
+        import base64
+
+        body = ('{"transaction": "%s"}' % base64.b64encode(token).decode()).encode()
+        head = f"POST /v1/projects/p1:rollback HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {len(body)}\r\n"
+        return _http(idle_server, (head + "Connection: close\r\n\r\n").encode() + body)
+
+    assert rollback(b"not-a-transaction").startswith(b"HTTP/1.1 400")
+    client = _client(idle_server)
+    token = client.begin_transaction()
+    client.commit([Upsert(RawEntity(Key.of("TxK", "rb"), {"v": 1}))], transaction=token)
+    client.rollback(token)  # after its commit: nothing to undo, nothing refused
+    assert rollback(token).startswith(b"HTTP/1.1 200")
+    other = client.begin_transaction()
+    assert rollback(other).startswith(b"HTTP/1.1 200") and rollback(other).startswith(b"HTTP/1.1 200")
+    assert client.lookup([Key.of("TxK", "rb")])[0] is not None

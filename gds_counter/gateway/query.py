@@ -87,13 +87,15 @@ def without_repeats(f: Filter) -> Filter:
     """``f`` with each AND's and OR's repeated children given once (the
     first), at every depth: the same filter twice means it once, and
     Datastore answers however many times it is repeated. Told apart by
-    ``repr``, so ``1``, ``1.0`` and ``True`` stay three filters."""
+    ``repr``, so ``1``, ``1.0`` and ``True`` stay three filters. A ``!=`` or
+    ``NOT IN`` stays repeated: Datastore refuses a second one, even the same."""
     if isinstance(f, PropertyFilter):
         return f
     seen: set[str] = set()
     kept: list[Filter] = []
     for child in map(without_repeats, f.filters):
-        if (shape := repr(child)) not in seen:
+        shape = repr(child)
+        if shape not in seen or any(leaf.op in ("!=", "NOT_IN") for leaf in leaves_of(child)):
             seen.add(shape)
             kept.append(child)
     return f if kept == list(f.filters) else CompositeFilter(f.op, tuple(kept))

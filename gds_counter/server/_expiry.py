@@ -13,10 +13,11 @@ transaction is refused as any unknown transaction is.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 __all__ = ["IDLE_S", "REMEMBERED", "OpenTransactions"]
 
@@ -39,6 +40,7 @@ class OpenTransactions:
         self._lock = threading.Lock()
         self._last_used: dict[bytes, float] = {}
         self._ended: dict[bytes, None] = {}  # oldest first, at most REMEMBERED
+        self._busy: dict[bytes, int] = {}  # requests under way in each transaction
 
     def __len__(self) -> int:
         return len(self._last_used)
@@ -47,10 +49,25 @@ class OpenTransactions:
         with self._lock:
             self._last_used[token] = time.monotonic()
 
-    def used(self, token: bytes) -> None:
+    @contextlib.contextmanager
+    def in_use(self, token: bytes | None) -> Iterator[None]:
+        """Around a request in transaction ``token`` (None: in none): it is
+        not idle while the request runs, and its idle time starts anew
+        when the request ends, however long the request took."""
+        if token is None:
+            yield
+            return
         with self._lock:
-            if token in self._last_used:
-                self._last_used[token] = time.monotonic()
+            self._busy[token] = self._busy.get(token, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                left = self._busy.pop(token) - 1
+                if left:
+                    self._busy[token] = left
+                if token in self._last_used:
+                    self._last_used[token] = time.monotonic()
 
     def ended(self, token: bytes) -> None:
         with self._lock:
@@ -71,7 +88,7 @@ class OpenTransactions:
         """Roll back every transaction idle for longer than ``idle``."""
         cutoff = time.monotonic() - self.idle
         with self._lock:
-            idle = [token for token, last in self._last_used.items() if last < cutoff]
+            idle = [token for token, last in self._last_used.items() if last < cutoff and token not in self._busy]
             for token in idle:
                 self._forget(token)
         for token in idle:

@@ -60,6 +60,17 @@ METHODS: tuple[tuple[str, str, Any, Any], ...] = (
 )
 
 
+def _transaction_of(request: Any) -> bytes | None:
+    """The transaction an existing request runs in, if any (a read's
+    ``read_options.transaction``, a commit's ``transaction``)."""
+    options = getattr(request, "read_options", None)
+    if options is not None and options.WhichOneof("consistency_type") == "transaction":
+        return bytes(options.transaction)
+    if isinstance(request, _CommitRequestPb) and request.WhichOneof("transaction_selector") == "transaction":
+        return bytes(request.transaction)
+    return None
+
+
 def _now(out: Any) -> None:
     out.FromDatetime(_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None))
 
@@ -99,7 +110,8 @@ class DatastoreService:
             self.transactions.expire()
             if not request.project_id:
                 raise BadValueError("the request names no project_id (as Datastore refuses it)")
-            return handler(request, Codec(request.project_id, request.database_id))
+            with self.transactions.in_use(_transaction_of(request)):
+                return handler(request, Codec(request.project_id, request.database_id))
         except Exception as exc:
             error = status_of(exc)
             if deadline is not None and time.monotonic() >= deadline and error.status != "INVALID_ARGUMENT":
@@ -121,7 +133,6 @@ class DatastoreService:
         the read began it (``new_transaction``)."""
         which = options.WhichOneof("consistency_type")
         if which == "transaction":
-            self.transactions.used(bytes(options.transaction))
             return bytes(options.transaction), None
         if which == "new_transaction":
             token = self.gateway.begin_transaction(read_only=options.new_transaction.HasField("read_only"))

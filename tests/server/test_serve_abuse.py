@@ -170,3 +170,41 @@ def test_rolling_back_a_transaction_never_begun_here_is_refused(idle_server):
     other = client.begin_transaction()
     assert rollback(other).startswith(b"HTTP/1.1 200") and rollback(other).startswith(b"HTTP/1.1 200")
     assert client.lookup([Key.of("TxK", "rb")])[0] is not None
+
+
+def test_a_transaction_whose_request_takes_longer_than_the_idle_limit_is_not_ended(idle_server, monkeypatch):
+    """Idle means no request under way and none for ``transaction_idle``:
+    a read slower than the limit, while other clients' requests come, ends
+    nothing, and the commit after it lands."""
+    import threading
+
+    client = _client(idle_server)
+    key = Key.of("TxK", "slow")
+    token = client.begin_transaction()
+    gateway = idle_server.service.gateway
+    original = gateway.lookup
+
+    def slow_lookup(keys, *, transaction=None):
+        if transaction == token:
+            time.sleep(1.2)  # longer than the 0.5 s idle limit
+        return original(keys, transaction=transaction)
+
+    monkeypatch.setattr(gateway, "lookup", slow_lookup)
+    stop = threading.Event()
+
+    def others() -> None:
+        other = _client(idle_server)
+        while not stop.is_set():
+            other.lookup([Key.of("TxK", "other")])  # each request expires what is idle
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=others)
+    thread.start()
+    try:
+        assert client.lookup([key], transaction=token) == [None]
+        time.sleep(0.3)  # less than the limit since the read ended
+        client.commit([Upsert(RawEntity(key, {"v": 1}))], transaction=token)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert client.lookup([key])[0] is not None

@@ -73,6 +73,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 import urllib.parse
@@ -91,6 +92,8 @@ _SCHEMES = ("redis", "rediss", "unix")
 _OPTIONS = {"ttl": 60.0, "lease": 30.0, "timeout": 0.25, "prefix": "gds_counter"}
 _NOT_STORED = (Contention, Unavailable, TransformsIgnored)
 _WARN_EVERY_S = 30.0
+#: What a stored total looks like (as this module writes it: INCRBY's digits).
+_TOTAL = re.compile(rb"-?[0-9]{1,19}")
 #: What ``ttl``, ``lease`` and ``timeout`` may be, in seconds: from a
 #: millisecond (Redis counts in them) to what Redis's expiries and the
 #: platform's clocks take.
@@ -187,6 +190,8 @@ def _split(url: str) -> tuple[str, dict[str, Any]]:
     options: dict[str, Any] = dict(_OPTIONS)
     rest = []
     for name, value in query:
+        if name in ("decode_responses", "encoding"):
+            raise BadValueError(f"cache URL {url!r}: {name} is this cache's to set (it reads bytes)")
         if name not in _OPTIONS:
             rest.append((name, value))
         elif name == "prefix":
@@ -243,8 +248,10 @@ class RedisCountCache:
         self._prefix = f"{options['prefix']}:{scope}:"
         #: What a Redis call may raise that is the cache's failure, never the
         #: caller's: redis-py's errors, the network's, and the ``ValueError``
-        #: or ``TypeError`` of an option it only checks when it connects.
-        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError, ValueError, TypeError)
+        #: ``TypeError`` or ``OverflowError`` of an option it only checks when
+        #: it connects.
+        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError, ValueError, TypeError,
+                                                         OverflowError)
         self._client_url = client_url
         self._connect()
         self._warned = -_WARN_EVERY_S
@@ -274,9 +281,11 @@ class RedisCountCache:
             pool = self._client.connection_pool
             pool.connection_class(**pool.connection_kwargs)
             for name in ("socket_timeout", "socket_connect_timeout"):
-                if not (pool.connection_kwargs.get(name) or 1) > 0:
-                    raise ValueError(f"{name} must be a positive number of seconds")
-        except (ValueError, TypeError) as exc:
+                value = pool.connection_kwargs.get(name)
+                low, high = _RANGES["timeout"]
+                if value is not None and not low <= value <= high:
+                    raise ValueError(f"{name} must be from {low:g} to {high:g} seconds, got {value!r}")
+        except (ValueError, TypeError, redis.RedisError) as exc:
             raise BadValueError(f"cache URL {self.url!r}: {exc}") from None
         self._scripts = {name: self._client.register_script(text) for name, text in
                          (("get", _GET), ("ticket", _TICKET), ("store", _STORE), ("begin", _BEGIN), ("end", _END))}
@@ -315,25 +324,30 @@ class RedisCountCache:
                     raise
             return self._scripts[script](keys=self._keys(key), args=[int(self.ttl * 1000), *args])
         except self._errors as exc:
-            now = time.monotonic()
             with self._warn_lock:
-                self._down_until = now + self.timeout
-                due = now - self._warned >= _WARN_EVERY_S
-                if due:
-                    self._warned = now
-            if due:
-                log.warning("the shared cache %s failed (%s: %s): totals are read from storage, writes count as usual",
-                            self.url, type(exc).__name__, exc)
+                self._down_until = time.monotonic() + self.timeout
+            self._warn(f"the shared cache {self.url} failed ({type(exc).__name__}: {exc}): totals are read from "
+                       "storage, writes count as usual")
             return None
+
+    def _warn(self, message: str) -> None:
+        """Log ``message`` as a warning, at most once every ``_WARN_EVERY_S``
+        seconds (a cache that fails fails on every call)."""
+        now = time.monotonic()
+        with self._warn_lock:
+            due = now - self._warned >= _WARN_EVERY_S
+            if due:
+                self._warned = now
+        if due:
+            log.warning("%s", message)
 
     def get(self, key: Hashable) -> int | None:
         found = self._call("get", key)
-        try:
-            total = int(found) if found is not None else None
-        except ValueError:
-            total = INT64_MAX + 1
-        if total is not None and not -INT64_MAX - 1 <= total <= INT64_MAX:  # not ours (another program's key)
-            log.warning("the shared cache %s holds %r for %r, not a total: read from storage", self.url, found, key)
+        if found is None:
+            return None
+        total = int(found) if _TOTAL.fullmatch(found) else INT64_MAX + 1
+        if not -INT64_MAX - 1 <= total <= INT64_MAX:  # not ours (another program's key)
+            self._warn(f"the shared cache {self.url} holds {found[:40]!r} for {key!r}, not a total: read from storage")
             return None
         return total
 

@@ -191,7 +191,11 @@ def test_two_storages_sharing_one_redis_never_share_a_total(redis_server, tmp_pa
 
 @pytest.mark.parametrize("bad", ["redis://", "http://localhost:6379", "redis://h:1/0?ttl=-1", "redis://h:1/0?lease=x",
                                  "redis://h:1/0?prefix=", 7, "redis://h:1/0?foo=bar", "redis://h:1/0?timeout=1e10",
-                                 "redis://h:1/0?ttl=0.0001", "redis://h:1/0?lease=1e300", "redis://[::1/0"])
+                                 "redis://h:1/0?ttl=0.0001", "redis://h:1/0?lease=1e300", "redis://[::1/0",
+                                 "redis://h:1/0?socket_timeout=-1", "redis://h:1/0?socket_connect_timeout=-1",
+                                 "redis://h:1/0?socket_timeout=inf", "redis://h:1/0?socket_timeout=1e308",
+                                 "redis://h:1/0?socket_timeout=0", "redis://h:1/0?decode_responses=true",
+                                 "rediss://h:1/0?ssl_cert_reqs=garbage"])
 def test_a_bad_cache_url_is_refused_before_anything_is_written(bad, memory_gateway):
     with pytest.raises(BadValueError, match="cache"):
         CounterShardDS("Counter Test", 1, gateway=memory_gateway, cache=bad)

@@ -70,7 +70,7 @@ from gds_counter.errors import AlreadyExists, BadValueError, GDSError
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Insert, Mutation, Upsert
-from gds_counter.gateway.values import EPOCH, RawEntity
+from gds_counter.gateway.values import RawEntity, epoch_micros
 
 __all__ = [
     "ROLLUP_BATCH", "Rollable", "TotalAsOf", "Writes", "check_max_age", "exact_plan", "total_as_of_plan", "totals_as_of_plan", "wall_clock",
@@ -142,7 +142,12 @@ def check_max_age(max_age: object) -> float:
 
 
 def _generation(stored: TotalAsOf | None) -> str:
-    return "none" if stored is None else str(_micros(stored.as_of))
+    return "none" if stored is None else str(epoch_micros(stored.as_of))
+
+
+def _utc(moment: dt.datetime) -> dt.datetime:
+    """A stored timestamp as UTC (one written without a zone is UTC)."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.timezone.utc)
 
 
 def _stored(raw: RawEntity | None) -> TotalAsOf | None:
@@ -153,7 +158,7 @@ def _stored(raw: RawEntity | None) -> TotalAsOf | None:
     total, as_of = raw.properties.get(_TOTAL), raw.properties.get(_AS_OF)
     if not is_int(total) or not isinstance(as_of, dt.datetime):
         return None
-    return TotalAsOf(total, as_of if as_of.tzinfo else as_of.replace(tzinfo=dt.timezone.utc), True)
+    return TotalAsOf(total, _utc(as_of), True)
 
 
 def _looked_up(raw: RawEntity | None) -> TotalAsOf | None:
@@ -188,11 +193,6 @@ class _Stale:
     looked: dt.datetime
 
 
-def _micros(moment: dt.datetime) -> int:
-    delta = moment - EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
 def _is_generation(name: object) -> TypeGuard[str]:
     """A generation this module names: ``none``, or microseconds."""
     return isinstance(name, str) and (name == "none" or (name.isascii() and name.isdigit() and len(name) <= 20))
@@ -209,7 +209,7 @@ def _claims(raw: RawEntity | None) -> list[tuple[str, int]]:
     if listed is None:
         before, as_of = raw.properties.get(_CLAIM), raw.properties.get(_AS_OF)
         if _is_generation(before) and isinstance(as_of, dt.datetime):
-            return [(before, _micros(as_of if as_of.tzinfo else as_of.replace(tzinfo=dt.timezone.utc)))]
+            return [(before, epoch_micros(_utc(as_of)))]
         return []
     out = []
     for entry in listed if isinstance(listed, list) else []:
@@ -223,7 +223,7 @@ def _alive(made: int, now: dt.datetime) -> bool:
     """Whether a claim made at ``made`` (microseconds) is within its
     lifetime of ``now``, either way: a claim a clock far ahead made is not
     kept until that clock's future comes (it would hold ``MAX_CLAIMS`` up)."""
-    return abs(_micros(now) - made) <= CLAIM_LIFETIME * 1_000_000
+    return abs(epoch_micros(now) - made) <= CLAIM_LIFETIME * 1_000_000
 
 
 def _mutations(stale: _Stale, now: dt.datetime) -> list[Mutation]:
@@ -235,7 +235,7 @@ def _mutations(stale: _Stale, now: dt.datetime) -> list[Mutation]:
     listed = [(g, made) for g, made in _claims(stale.raw) if g != generation]
     expired = sorted((made, g) for g, made in listed if not _alive(made, now))[:SWEEP]
     gone = {g for _, g in expired}
-    kept = [(g, made) for g, made in listed if g not in gone] + [(generation, _micros(now))]
+    kept = [(g, made) for g, made in listed if g not in gone] + [(generation, epoch_micros(now))]
     rollup = RawEntity(
         layout.rollup_key(name, namespace),
         {

@@ -61,7 +61,7 @@ from gds_counter.gateway.query import (
     Query,
     leaves_of,
 )
-from gds_counter.gateway.values import EPOCH, MAX_PROPERTY_NAME_BYTES, RawEntity
+from gds_counter.gateway.values import MAX_PROPERTY_NAME_BYTES, RawEntity, epoch_micros
 
 __all__ = ["Totals", "aggregate_rows", "billed_reads", "check_aggregation", "row_query"]
 
@@ -142,11 +142,6 @@ def billed_reads(rows: int) -> int:
 # --- the arithmetic ----------------------------------------------------------------
 
 
-def _micros(moment: _dt.datetime) -> int:
-    delta = moment - EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
 def _float_total(doubles: list[float], integers: int) -> float:
     if any(math.isnan(v) for v in doubles):
         return math.nan
@@ -176,7 +171,7 @@ class Totals:
         elif isinstance(value, float):
             self.doubles.append(value)
         elif isinstance(value, _dt.datetime):
-            self.integers += _micros(value)
+            self.integers += epoch_micros(value)
         else:
             return  # not a number: a row that adds nothing
         self.counted += 1

@@ -19,7 +19,7 @@ from gds_counter._checks import INT64_MAX, INT64_MIN, utf8_size
 from gds_counter.errors import BadKeyError, BadValueError
 from gds_counter.gateway.keys import METADATA_KINDS, RESERVED_NAME, Key
 
-__all__ = ["EPOCH", "check_entity_limits", "MAX_ENTITY_BYTES", "MAX_INDEXED_STRING_BYTES", "MAX_INDEXED_VALUES", "MAX_PROPERTY_NAME_BYTES", "MAX_VALUE_BYTES", "Geopoint", "RawEntity", "Value"]
+__all__ = ["EPOCH", "check_entity_limits", "epoch_micros", "MAX_ENTITY_BYTES", "MAX_INDEXED_STRING_BYTES", "MAX_INDEXED_VALUES", "MAX_PROPERTY_NAME_BYTES", "MAX_VALUE_BYTES", "Geopoint", "RawEntity", "Value"]
 
 #: Datastore's limit on an indexed string or blob, in bytes.
 MAX_INDEXED_STRING_BYTES = 1500
@@ -41,6 +41,14 @@ MAX_INDEXED_VALUES = 5000
 
 #: The zero of Datastore timestamps (and of their integer-microsecond form).
 EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_ONE_MICRO = _dt.timedelta(microseconds=1)
+
+
+def epoch_micros(moment: _dt.datetime) -> int:
+    """A timestamp's integer-microsecond form, as Datastore's index keeps it
+    (``moment`` is timezone-aware)."""
+    return (moment - EPOCH) // _ONE_MICRO
+
 
 def _check_latitude(_: Any, __: Any, value: float) -> None:
     if not -90.0 <= value <= 90.0:

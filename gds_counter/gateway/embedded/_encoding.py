@@ -41,12 +41,11 @@ from typing import Any, Iterable, Iterator
 
 from gds_counter.errors import BadValueError, GatewayError
 from gds_counter.gateway.keys import Key, PathElement
-from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity
+from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity, epoch_micros
 
 # --- order-preserving value encoding ---------------------------------------
 
 _NULL, _INT, _BOOL, _STR, _FLOAT, _GEO, _KEY = (bytes([c]) for c in (0x10, 0x20, 0x30, 0x40, 0x50, 0x60, 0x70))
-_ONE_MICRO = _dt.timedelta(microseconds=1)
 _INVERT = bytes(range(255, -1, -1))
 
 
@@ -66,10 +65,6 @@ def _f64(number: float) -> bytes:
     (bits,) = struct.unpack(">Q", struct.pack(">d", number))  # -0.0 sorts just below 0.0 and never equals it
     bits = bits ^ 0xFFFF_FFFF_FFFF_FFFF if bits >> 63 else bits | 1 << 63
     return bits.to_bytes(8, "big")
-
-
-def _micros(moment: _dt.datetime) -> int:
-    return (moment - EPOCH) // _ONE_MICRO
 
 
 @functools.lru_cache(maxsize=16_384)  # keys are immutable; hot keys (counter shards) are encoded on every read
@@ -154,7 +149,7 @@ def sortable(value: Any) -> bytes:
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None:
             raise BadValueError(f"naive datetime {value!r} cannot be compared; give it a timezone")
-        return _INT + _i64(_micros(value))
+        return _INT + _i64(epoch_micros(value))
     if isinstance(value, str):
         return _STR + escaped(value.encode("utf-8"))
     if isinstance(value, bytes):
@@ -217,7 +212,7 @@ def _to_json(value: Any) -> Any:
     if isinstance(value, bytes):
         return {"b": base64.b64encode(value).decode("ascii")}
     if isinstance(value, _dt.datetime):
-        return {"t": _micros(value)}
+        return {"t": epoch_micros(value)}
     if isinstance(value, Key):
         return {"k": _key_to_json(value)}
     if isinstance(value, Geopoint):

@@ -247,7 +247,7 @@ class RedisCountCache:
         self.ttl, self.lease, self.timeout = options["ttl"], options["lease"], options["timeout"]
         self._prefix = f"{options['prefix']}:{scope}:"
         #: What a Redis call may raise that is the cache's failure, never the
-        #: caller's: redis-py's errors, the network's, and the ``ValueError``
+        #: caller's: redis-py's errors, the network's, and the ``ValueError``,
         #: ``TypeError`` or ``OverflowError`` of an option it only checks when
         #: it connects.
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError, ValueError, TypeError,
@@ -258,7 +258,7 @@ class RedisCountCache:
         #: Guards ``_warned``, ``_down_until`` and ``_owed``; made anew in a
         #: forked child (``_after_fork_in_child``), where a thread of the
         #: parent may have held it.
-        self._warn_lock = threading.Lock()
+        self._lock = threading.Lock()
         #: Until this ``time.monotonic()``, after a Redis call failed, no
         #: call is tried (each would wait its timeout): reads go to storage,
         #: writes count, and what is owed waits (``_call``).
@@ -280,9 +280,9 @@ class RedisCountCache:
                                                 socket_connect_timeout=self.timeout, retry_on_timeout=False)
             pool = self._client.connection_pool
             pool.connection_class(**pool.connection_kwargs)
+            low, high = _RANGES["timeout"]
             for name in ("socket_timeout", "socket_connect_timeout"):
                 value = pool.connection_kwargs.get(name)
-                low, high = _RANGES["timeout"]
                 if value is not None and not low <= value <= high:
                     raise ValueError(f"{name} must be from {low:g} to {high:g} seconds, got {value!r}")
         except (ValueError, TypeError, redis.RedisError) as exc:
@@ -297,7 +297,7 @@ class RedisCountCache:
         """A fresh lock and a fresh redis-py client: a thread of the parent
         that held the lock, or the lock of redis-py's connection pool, is
         not here to let it go."""
-        self._warn_lock = threading.Lock()
+        self._lock = threading.Lock()
         self._down_until = 0.0
         self._connect()
 
@@ -309,22 +309,22 @@ class RedisCountCache:
         """Run a script; None (and a warning, now and then) when Redis fails.
         First, the totals of writes this process could not report are
         dropped (and kept from being filled for ttl)."""
-        with self._warn_lock:
+        with self._lock:
             if time.monotonic() < self._down_until:
                 return None
         try:
-            with self._warn_lock:
+            with self._lock:
                 owed, self._owed = self._owed, {}
             for stale, why in owed.items():
                 try:
                     self._scripts["end"](keys=self._keys(stale), args=[int(self.ttl * 1000), "", why, 0])
                 except BaseException:
-                    with self._warn_lock:
+                    with self._lock:
                         self._owed.setdefault(stale, why)
                     raise
             return self._scripts[script](keys=self._keys(key), args=[int(self.ttl * 1000), *args])
         except self._errors as exc:
-            with self._warn_lock:
+            with self._lock:
                 self._down_until = time.monotonic() + self.timeout
             self._warn(f"the shared cache {self.url} failed ({type(exc).__name__}: {exc}): totals are read from "
                        "storage, writes count as usual")
@@ -334,7 +334,7 @@ class RedisCountCache:
         """Log ``message`` as a warning, at most once every ``_WARN_EVERY_S``
         seconds (a cache that fails fails on every call)."""
         now = time.monotonic()
-        with self._warn_lock:
+        with self._lock:
             due = now - self._warned >= _WARN_EVERY_S
             if due:
                 self._warned = now
@@ -383,7 +383,7 @@ class RedisCountCache:
                 ended = self._call("end", key, token, outcome, int(amount or 0))
             finally:  # Redis failed, or an interrupt came: the end may not have reached it
                 if ended is None and outcome != "not stored":
-                    with self._warn_lock:  # dropped at this process's next call that reaches Redis
+                    with self._lock:  # dropped at this process's next call that reaches Redis
                         self._owed[key] = "unknown" if outcome == "unknown" and entered else "forget"
 
     def invalidate(self, key: Hashable) -> None:

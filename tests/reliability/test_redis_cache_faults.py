@@ -179,7 +179,7 @@ def test_a_fork_while_another_thread_holds_the_caches_lock_leaves_the_child_coun
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with counter._cache._warn_lock:
+        with counter._cache._lock:
             held.set()
             release.wait(10)
 

@@ -217,8 +217,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         return out
 
     def _run_query(self, query: Query, txn: Transaction | None) -> QueryResult:
-        if query.filter is not None:
-            query = query.replace(filter=without_repeats(query.filter))  # as Datastore reads them
+        if query.filter is not None and (read := without_repeats(query.filter)) is not query.filter:
+            query = query.replace(filter=read)  # a repeated filter once, as Datastore reads it
         if query.kind in METADATA_KINDS:  # made from the index (``_metadata``), outside any transaction
             with self._db() as conn:
                 entities, cursor, more = metadata_batch(conn, query)

@@ -19,6 +19,7 @@ import sys
 import textwrap
 import threading
 import time
+from typing import Callable
 
 import pytest
 
@@ -132,6 +133,26 @@ def test_a_stalled_redis_at_each_call_ends_at_its_timeout_and_leaves_no_untrue_t
     _settled(counter, gateway)
 
 
+def _forked(body: Callable[[], bool]) -> int:
+    """Fork, and run ``body`` in the child: it exits 0 when ``body`` returns
+    true, 2 when false, 1 when it raises, and dies of SIGALRM after 20 s (a
+    child stuck on a lock a thread of the parent held). The child's pid."""
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.alarm(20)
+            code = 0 if body() else 2
+        finally:
+            os._exit(code)
+    return pid
+
+
+def _exit_code(pid: int) -> int:
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
 @pytest.mark.parametrize("point", POINTS)
 def test_a_fork_at_each_redis_call_leaves_parent_and_child_counting(point, storage, redis_server, monkeypatch):
@@ -151,23 +172,20 @@ def test_a_fork_at_each_redis_call_leaves_parent_and_child_counting(point, stora
         worker = threading.Thread(target=_operate, args=(counter, point))
         worker.start()
         assert inside.wait(10)
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                patched.undo()
-                child = CounterShardDS("Counter Test", 1, gateway=gateway, cache=redis_server.url)
-                low, high = 2, 5 if point in WRITE_POINTS else 2  # the parent's add has not returned
-                seen = child.get_count()
-                child.add(1)
-                again = child.get_count()
-                code = 0 if low <= seen <= high and low + 1 <= again <= high + 1 else 2
-            finally:
-                os._exit(code)
+
+        def in_the_child() -> bool:
+            patched.undo()
+            child = CounterShardDS("Counter Test", 1, gateway=gateway, cache=redis_server.url)
+            low, high = 2, 5 if point in WRITE_POINTS else 2  # the parent's add has not returned
+            seen = child.get_count()
+            child.add(1)
+            again = child.get_count()
+            return low <= seen <= high and low + 1 <= again <= high + 1
+
+        pid = _forked(in_the_child)
         release.set()
         worker.join(30)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert _exit_code(pid) == 0
     assert _exact(gateway) == (6 if point in WRITE_POINTS else 3)
     _settled(counter, gateway)
 
@@ -186,19 +204,15 @@ def test_a_fork_while_another_thread_holds_the_caches_lock_leaves_the_child_coun
     holder = threading.Thread(target=hold)
     holder.start()
     assert held.wait(10)
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            signal.alarm(20)  # a child stuck on the parent's lock dies of SIGALRM
-            counter.add(1)
-            code = 0 if counter.get_count() == 3 else 2
-        finally:
-            os._exit(code)
+
+    def in_the_child() -> bool:
+        counter.add(1)
+        return counter.get_count() == 3
+
+    pid = _forked(in_the_child)
     release.set()
     holder.join(10)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    assert _exit_code(pid) == 0
     _settled(counter, gateway)
 
 

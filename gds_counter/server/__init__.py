@@ -184,16 +184,17 @@ class Server:
 
 
 @contextlib.contextmanager
-def serving(url: str) -> Iterator[Server]:
+def serving(url: str, **options: Any) -> Iterator[Server]:
     """A server on a free port of 127.0.0.1 over the storage ``url`` names
     (``sqlite:///file`` or ``memory://``), opened here and closed after the
     server has stopped: what tests and benchmarks need of ``gds-counter
-    serve`` in their own process. ``server.service.gateway`` is the storage."""
+    serve`` in their own process. ``options`` are ``Server``'s (``workers``,
+    ``transaction_idle``...); ``server.service.gateway`` is the storage."""
     from gds_counter.gateway import open_gateway
 
     gateway = open_gateway(url)
     try:
-        with Server(gateway, "127.0.0.1", 0) as server:
+        with Server(gateway, "127.0.0.1", 0, **options) as server:
             yield server
     finally:
         gateway.close()

@@ -16,20 +16,14 @@ from gds_counter.gateway.datastore import DatastoreGateway
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Upsert
 from gds_counter.gateway.values import RawEntity
-from gds_counter.server import Server
+from gds_counter.server import Server, serving
 
 
 @pytest.fixture
 def idle_server(tmp_path) -> Iterator[Server]:
     """A server over a file whose transactions end after 0.5 s unused."""
-    from gds_counter.gateway import open_gateway
-
-    gateway = open_gateway(f"sqlite:///{tmp_path / 'abuse.sqlite3'}")
-    try:
-        with Server(gateway, "127.0.0.1", 0, transaction_idle=0.5) as server:
-            yield server
-    finally:
-        gateway.close()
+    with serving(f"sqlite:///{tmp_path / 'abuse.sqlite3'}", transaction_idle=0.5) as server:
+        yield server
 
 
 def _client(server: Server) -> DatastoreGateway:

@@ -191,11 +191,12 @@ def _rollup(ctx: Context) -> int:
     names, make = _counters(ctx)
     rolled = plan.run(rollup_all_plan(names, make, ctx.args.max_age), ctx.gateway())
     fresh = sum(found.from_rollup for _, found in rolled.totals)
-    data = {"counters": len(names), "fresh": fresh, "read": len(names) - fresh, "written": rolled.written,
-            "failed": rolled.failed}
+    writes = rolled.writes
+    data = {"counters": len(names), "fresh": fresh, "read": len(names) - fresh, "written": writes.written,
+            "failed": writes.failed}
     ctx.emit(data, f"{len(names)} counters: {fresh} rollups fresh, {len(names) - fresh} read from their shards, "
-                   f"{rolled.written} rollups written" + (f", {rolled.failed} failed" if rolled.failed else ""))
-    return EXIT_FAILURE if rolled.failed else EXIT_OK  # so cron learns that some were not written
+                   f"{writes.written} rollups written" + (f", {writes.failed} failed" if writes.failed else ""))
+    return EXIT_FAILURE if writes.failed else EXIT_OK  # so cron learns that some were not written
 
 
 @command("plan")

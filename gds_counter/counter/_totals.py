@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Callable, Hashable, Protocol, Sequence
 
 from gds_counter.counter.cache import TotalCache
-from gds_counter.counter.rollup import Rollable, check_max_age, totals_as_of_plan
+from gds_counter.counter.rollup import Rollable, totals_as_of_plan
 from gds_counter.counter.shard_choice import ShardChooser, told
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
@@ -59,11 +59,12 @@ def get_counts_plan(counters: Sequence[Readable], *, use_cache: bool, max_age: f
     """What ``get_counts`` reads for the counters of one gateway: exact
     totals (``counts_plan``), or with ``max_age`` their rollups, each at most
     that old (``rollup.totals_as_of_plan``; stale ones are read exactly and
-    rolled up)."""
+    rolled up). ``max_age`` was checked by the caller (``check_max_age``),
+    before anything is read, even when no counter is listed."""
     if max_age is None:
         totals: list[int] = yield from counts_plan(counters, use_cache=use_cache)
         return totals
-    found, _ = yield from totals_as_of_plan(counters, check_max_age(max_age))
+    found, _ = yield from totals_as_of_plan(counters, max_age)
     return [f.total for f in found]
 
 

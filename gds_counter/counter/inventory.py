@@ -42,8 +42,7 @@ class Rolled:
     the same generation first), and how many it failed to write (logged)."""
 
     totals: list[tuple[str, TotalAsOf]]
-    written: int
-    failed: int = 0
+    writes: Writes
 
 
 def rollup_all_plan(
@@ -63,4 +62,4 @@ def rollup_all_plan(
         found, wrote = yield from totals_as_of_plan([make(name) for name in batch], max_age, refresh=refresh)
         totals += zip(batch, found)
         writes += wrote
-    return Rolled(totals, writes.written, writes.failed)
+    return Rolled(totals, writes)

@@ -132,7 +132,8 @@ class Runtime:
     def redis_cache(self, url: str, gateway: Any) -> RedisCountCache:
         """The cache every process shares for ``url`` (``cache="redis://..."``),
         one client per URL for the counters on ``gateway`` (whose storage
-        names its keys); redis-py opens new connections in a forked child."""
+        names its keys); in a forked child it makes its own client
+        (``RedisCountCache._after_fork_in_child``)."""
         with self._redis_lock:
             found = self._redis_caches.get(url)
             if found is None:

@@ -28,10 +28,11 @@ mode (the oracle; ``tests/conformance/test_aggregation.py`` compares the two):
   always a double (the total over the values counted), or null when no
   value counted. NaN anywhere gives NaN, ``inf`` and ``-inf`` together NaN.
 * ``COUNT_UP_TO(n)`` is ``min(COUNT(*), n)``.
-* An aggregated property that also has an ``=`` filter takes the filter's
-  value (Datastore cannot project it); with ``IN``, the first listed value
-  the entity holds; with an equality only in an OR branch, the values it
-  holds.
+* An aggregated property that also has an AND-ed ``=`` filter takes the
+  filter's value (Datastore cannot project it); with ``IN``, the first
+  listed value the entity holds. One with an equality only in an OR branch
+  is read from its index rows like any other property
+  (``Query.aggregated_rows``).
 
 Datastore bills one entity read per started 1,000 index rows, at least one;
 ``billed_reads`` says how many.
@@ -54,11 +55,10 @@ from gds_counter.gateway.query import (
     MAX_AGGREGATIONS,
     Aggregation,
     AggregationQuery,
-    CompositeFilter,
-    Filter,
     Order,
     PropertyFilter,
     Query,
+    conjuncts_of,
     leaves_of,
 )
 from gds_counter.gateway.values import MAX_PROPERTY_NAME_BYTES, RawEntity, epoch_micros
@@ -188,32 +188,19 @@ class Totals:
 # --- rows ----------------------------------------------------------------------------
 
 
-def _conjuncts(flt: Filter | None) -> list[PropertyFilter]:
-    if isinstance(flt, PropertyFilter):
-        return [flt]
-    if isinstance(flt, CompositeFilter) and flt.op == "AND":
-        return [f for f in flt.filters if isinstance(f, PropertyFilter)]
-    return []
-
-
 def _aggregated(aggregation: AggregationQuery) -> list[str]:
     return sorted({a.property for a in aggregation.aggregations if a.property is not None})
 
 
-def _fixed(aggregation: AggregationQuery) -> dict[str, PropertyFilter | None]:
-    """Aggregated properties that an equality makes unprojectable, each
-    with the ``=`` or ``IN`` conjunct that fixes its value (the first one),
-    or None when the equality is only in an OR branch (the stored value
-    counts then)."""
+def _fixed(aggregation: AggregationQuery) -> dict[str, PropertyFilter]:
+    """Aggregated properties that an AND-ed equality makes unprojectable,
+    each with the ``=`` or ``IN`` conjunct that fixes its value (the first
+    one)."""
     names = set(_aggregated(aggregation))
-    query = aggregation.query
-    fixed: dict[str, PropertyFilter | None] = {}
-    for f in _conjuncts(query.filter):
+    fixed: dict[str, PropertyFilter] = {}
+    for f in conjuncts_of(aggregation.query.filter):
         if f.op in ("=", "IN") and f.name in names:
             fixed.setdefault(f.name, f)
-    for f in leaves_of(query.filter) if query.filter is not None else ():
-        if f.op in ("=", "IN") and f.name in names:
-            fixed.setdefault(f.name, None)
     return fixed
 
 
@@ -238,18 +225,22 @@ def row_query(aggregation: AggregationQuery) -> Query:
         rows = query
     else:
         leaves = list(leaves_of(query.filter)) if query.filter is not None else []
-        equal = {f.name for f in leaves if f.op in ("=", "IN")}
+        equal = {f.name for f in conjuncts_of(query.filter) if f.op in ("=", "IN")}
         made = [o.name for o in query.order] + [f.name for f in leaves if f.op in _RANGES]
         made += [*query.distinct_on, *_aggregated(aggregation)]
         projection = tuple(dict.fromkeys(n for n in made if n != KEY_PROPERTY and n not in equal))
-        rows = query.replace(projection=projection) if projection else query.replace(keys_only=True)
-        fixed = [n for n, f in _fixed(aggregation).items() if f is not None]
+        # A property an equality names only in an OR branch is projected all the same:
+        # its index rows are the aggregation's (see ``Query.aggregated_rows``).
+        in_branches = bool(set(projection) & {f.name for f in leaves if f.op in ("=", "IN")})
+        rows = (query.replace(projection=projection, aggregated_rows=in_branches) if projection
+                else query.replace(keys_only=True))
+        fixed = list(_fixed(aggregation))
         if fixed:
             # A summed property an AND-ed equality fixes cannot be projected,
             # but its index rows are still what is read: ordered by it, after
             # DISTINCT ON and the inequalities, as the emulator reads them
             # (an IN's values in order; a cursor compared with it first).
-            ranges = [f.name for f in _conjuncts(query.filter) if f.op in _RANGES and f.name != KEY_PROPERTY]
+            ranges = [f.name for f in conjuncts_of(query.filter) if f.op in _RANGES and f.name != KEY_PROPERTY]
             named = {o.name for o in query.order}
             descending = query.order[-1].descending if query.order else False
             added = [n for n in dict.fromkeys([*query.distinct_on, *ranges, *fixed]) if n not in named]
@@ -298,8 +289,8 @@ def aggregate_rows(
             for name in names:
                 if name not in fixed:
                     values.append([row.properties[name]] if name in row.properties else [])
-                elif (f := fixed[name]) is not None and f.op == "=":
-                    values.append([f.value])
+                elif fixed[name].op == "=":
+                    values.append([fixed[name].value])
                 else:
                     values.append(choices.get((row.key, name), []) if row.key is not None else [])
             for combination in itertools.product(*values):
@@ -321,13 +312,12 @@ def aggregate_rows(
 
 def _choices(
     batch: Sequence[RawEntity],
-    fixed: dict[str, PropertyFilter | None],
+    fixed: dict[str, PropertyFilter],
     lookup: Callable[[list[Key]], list[RawEntity | None]],
 ) -> dict[tuple[Key, str], list[Any]]:
-    """For each row and property a projection cannot give: for an
-    ``IN``-fixed one, the first listed value the stored entity holds; for
-    one with an equality only in an OR branch, its stored indexed values."""
-    among = {name: f for name, f in fixed.items() if f is None or f.op == "IN"}
+    """For each row and ``IN``-fixed property (which a projection cannot
+    give): the first listed value the stored entity holds."""
+    among = {name: f for name, f in fixed.items() if f.op == "IN"}
     keys = [row.key for row in batch if row.key is not None]
     if not among or not keys:
         return {}
@@ -335,5 +325,5 @@ def _choices(
     for key, entity in zip(keys, lookup(keys)):
         for name, f in among.items():
             held = indexed_values(entity, name) if entity is not None else []
-            out[(key, name)] = held if f is None else [v for v in f.value if any(_same(v, h) for h in held)][:1]
+            out[(key, name)] = [v for v in f.value if any(_same(v, h) for h in held)][:1]
     return out

@@ -83,6 +83,16 @@ def leaves_of(f: Filter) -> Iterator[PropertyFilter]:
             yield from leaves_of(child)
 
 
+def conjuncts_of(f: Filter | None) -> list[PropertyFilter]:
+    """The property filters every result meets: ``f`` itself, or the
+    property filters directly under a top-level AND (not in an OR branch)."""
+    if isinstance(f, PropertyFilter):
+        return [f]
+    if isinstance(f, CompositeFilter) and f.op == "AND":
+        return [c for c in f.filters if isinstance(c, PropertyFilter)]
+    return []
+
+
 def without_repeats(f: Filter) -> Filter:
     """``f`` with each AND's and OR's repeated children given once (the
     first), at every depth: the same filter twice means it once, and
@@ -143,6 +153,12 @@ class Query:
     ``start_cursor``/``end_cursor`` are opaque bytes issued by the same gateway.
     ``gql`` is set when the query came from GQL text and nothing was changed
     since; gateways may use it or ignore it.
+
+    ``aggregated_rows`` marks the query a gateway without aggregations of its
+    own reads to compute one (``_aggregation.row_query``). Its projection may
+    name a property that an equality filters in an OR branch, which a query
+    cannot project but Datastore still reads from that property's index to
+    aggregate it; no other query sets it.
     """
 
     kind: str | None = attrs.field(default=None, converter=lambda kind: None if kind == "" else kind)  # "": kindless, as Datastore reads it
@@ -157,6 +173,7 @@ class Query:
     start_cursor: bytes | None = None
     end_cursor: bytes | None = None
     gql: GqlSource | None = attrs.field(default=None, eq=False)
+    aggregated_rows: bool = False
 
     def replace(self, **changes: Any) -> "Query":
         """A copy with ``changes``; the GQL source is dropped because the

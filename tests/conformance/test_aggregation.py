@@ -33,6 +33,13 @@ Emulator quirks (``QUIRKS``; the embedded engine follows Datastore's rules):
 3. ``SUM(emb.x)`` where ``emb`` is a list of embedded entities: the emulator
    skips the list's entities (as its ordinary queries on ``emb.x`` do); the
    embedded engine indexes each element's ``x`` (as its queries do).
+4. The same with the equality in an OR branch: ``qty = 40 OR n = 7`` over
+   ``qty = [10, 20, 40]`` sums 40 three times on the emulator, but the same
+   filter written ``n = 7 OR qty = 40`` sums 10 + 20 + 40: its answer
+   depends on the order of the branches, which an OR does not have. The
+   embedded engine reads the list's index rows, 10 + 20 + 40, either way
+   (three rows on both sides: every element of an entity an equality
+   branch matches).
 """
 
 from __future__ import annotations
@@ -186,6 +193,16 @@ CASES = [
          page="SELECT * FROM Item WHERE n = 4 LIMIT 1"),
     Case("cursor-end-fixed-sum", "AGGREGATE SUM(n) AS s, COUNT(*) AS c OVER (SELECT * FROM Item WHERE n = 4 LIMIT @c)",
          page="SELECT * FROM Item LIMIT 1"),
+    # a property an equality fixes only in an OR branch: its index rows, ordered by it (as projected)
+    Case("sum-or-fixed-limit", "AGGREGATE SUM(price) AS s, COUNT(*) AS c OVER (SELECT * FROM Item WHERE n >= 9 OR price = 0.1 LIMIT 3)"),
+    Case("sum-or-fixed-offset", "AGGREGATE SUM(price) AS s, COUNT(*) AS c OVER (SELECT * FROM Item WHERE s = 'x' OR price = 0.1 OFFSET 2)"),
+    Case("sum-or-fixed-desc", "AGGREGATE SUM(price) AS s, COUNT(*) AS c OVER (SELECT * FROM Item WHERE n > 8 OR price = 2.25 ORDER BY n DESC LIMIT 2)"),
+    Case("sum-or-fixed-without-value", "AGGREGATE SUM(price) AS s, AVG(price) AS a, COUNT(*) AS c OVER (SELECT * FROM Item WHERE n > 9 OR price = 2.25)"),
+    Case("sum-or-fixed-in", "AGGREGATE SUM(price) AS s, COUNT(*) AS c OVER (SELECT * FROM Item WHERE n = 12 OR price IN ARRAY(0.2, 1.5) LIMIT 2)"),
+    Case("count-or-list-equality-and-inequality", "SELECT COUNT(*) AS c FROM Item WHERE qty = 20 OR qty > 4"),
+    Case("count-or-list-equality-ordered", "AGGREGATE COUNT(*) AS c OVER (SELECT * FROM Item WHERE qty = 3 OR n = 7 ORDER BY qty)"),
+    Case("cursor-or-fixed-sum", "AGGREGATE SUM(price) AS s, COUNT(*) AS c OVER (SELECT * FROM Item WHERE n >= 9 OR price = 0.1 OFFSET @c)",
+         page="SELECT * FROM Item WHERE n >= 9 OR price = 0.1 LIMIT 2"),
     Case("count-or-fixes-the-order", "AGGREGATE COUNT_UP_TO(4) AS c, SUM(qty) AS s OVER (SELECT * FROM Item WHERE n < 3 OR n = 7 ORDER BY n)"),
     # cursors
     Case("cursor-count", "AGGREGATE COUNT(*) AS c OVER (SELECT * FROM Item OFFSET @c)", page="SELECT * FROM Item LIMIT 3"),
@@ -205,6 +222,9 @@ CASES = [
     # emulator quirks (see QUIRKS)
     Case("quirk-equality-on-a-list", "SELECT SUM(qty) AS s, COUNT(*) AS c FROM Item WHERE qty = 20"),
     Case("quirk-sum-of-entities", "SELECT SUM(emb) AS s FROM Item"),
+    Case("quirk-or-equality-on-a-list", "SELECT SUM(qty) AS s, COUNT(*) AS c FROM Item WHERE qty = 40 OR n = 7"),
+    # the same filter, its branches swapped: here the emulator agrees (quirk 4)
+    Case("sum-or-equality-on-a-list-other-branch-first", "SELECT SUM(qty) AS s, COUNT(*) AS c FROM Item WHERE n = 7 OR qty = 40"),
     Case("quirk-list-of-entities", "SELECT SUM(emb.x) AS s, COUNT(*) AS c FROM Item"),
 ]
 
@@ -213,6 +233,7 @@ QUIRKS: dict[str, tuple[Any, Any]] = {
     "quirk-equality-on-a-list": ({"s": 60, "c": 3}, {"s": 20, "c": 1}),
     "quirk-sum-of-entities": ("GatewayError", {"s": 0}),
     "quirk-list-of-entities": ({"s": 6.5, "c": 2}, {"s": 306.5, "c": 4}),
+    "quirk-or-equality-on-a-list": ({"s": 120, "c": 3}, {"s": 70, "c": 3}),
 }
 
 

@@ -107,7 +107,16 @@ from gds_counter.gateway.base import iterate_batches
 from gds_counter.gateway.datastore._codec import Codec
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Upsert
-from gds_counter.gateway.query import CompositeFilter, Cursor, GqlSource, Order, PropertyFilter, Query, leaves_of
+from gds_counter.gateway.query import (
+    CompositeFilter,
+    Cursor,
+    GqlSource,
+    Order,
+    PropertyFilter,
+    Query,
+    conjuncts_of,
+    leaves_of,
+)
 from gds_counter.gateway.values import Geopoint, RawEntity
 from gds_counter.gds import gql
 
@@ -255,6 +264,10 @@ class Case:
         return "; ".join(out)
 
 
+def has_or(f: Any) -> bool:
+    return isinstance(f, CompositeFilter) and (f.op == "OR" or any(has_or(child) for child in f.filters))
+
+
 def combine(op: str, items: list[Any]) -> Any:
     """As the parsers normalize a filter: one condition stays itself, nested
     groups of the same operator are flattened."""
@@ -287,6 +300,10 @@ class Writer:
         self.tokens: list[tuple[str, str]] = []  # (text, role)
         self.cursor_site: str | None = None
         self.year_one = False
+        #: The properties the aggregation being written sums or averages:
+        #: its filter names them often (an equality in an OR branch on one
+        #: is read from its index rows, ``row_query``).
+        self.aggregated: tuple[str, ...] = ()
 
     # drawing
     def one(self, options: Any) -> Any:
@@ -353,6 +370,8 @@ class Writer:
         return prop
 
     def prop(self, choices: tuple[str, ...] = PROPERTIES) -> str:
+        if self.aggregated and self.maybe(30):
+            return self.one(self.aggregated)
         if self.maybe(4):
             return self.one(WORDLIKE)
         if self.maybe(3):
@@ -567,7 +586,7 @@ class Writer:
     # the grammar
     def condition(self, depth: int = 0) -> tuple[list[tuple[str, str]], Any]:
         if depth < 2 and self.maybe(38 if depth == 0 else 28):
-            op = self.one(("AND", "OR"))
+            op = "OR" if self.aggregated and self.maybe(40) else self.one(("AND", "OR"))
             self.feature("and" if op == "AND" else "or")
             parts = [self.condition(depth + 1) for _ in range(self.draw(st.integers(2, 3)))]
             tokens: list[tuple[str, str]] = []
@@ -585,6 +604,11 @@ class Writer:
         return self.leaf()
 
     def leaf(self) -> tuple[list[tuple[str, str]], Any]:
+        if self.aggregated and self.maybe(20):  # an equality on what the aggregation sums
+            prop = self.one(self.aggregated)
+            value = self.value_for(prop)
+            self.feature("op =")
+            return [(self.name(prop), "name"), ("=", "other"), (self.literal(value), "lit")], PropertyFilter(prop, "=", value)
         form = self.one(("cmp",) * 8 + ("reversed", "reversed", "in", "in", "not_in", "contains", "value_in",
                                          "is_null", "key_cmp", "key_cmp", "key_in", "ancestor", "descendant"))
         if form in ("cmp", "reversed"):
@@ -824,6 +848,7 @@ class Writer:
                 if not self.maybe(5):
                     aliases.remove(alias)
                 self.add(alias, "name")
+        self.aggregated = tuple(prop for _, prop in items if prop is not None and prop in PROPERTIES)
         if form == "aggregate":
             self.kw("OVER")
             self.add("(")
@@ -927,6 +952,10 @@ def cases(draw: Any, namespaces: list[str], project: str) -> Case:
         not_compared = "a DATETIME on 1 or 2 January of the year 1 (docs/gql.md)"
     elif aggregation:
         summed = {prop for kind, prop in structure["aggregations"] if prop is not None}
+        if has_or(flt):
+            fixed_in_and = {c.name for c in conjuncts_of(flt) if c.op in ("=", "IN")}
+            if any(leaf.op in ("=", "IN") and leaf.name in summed - fixed_in_and for leaf in leaves_of(flt)):
+                w.feature("aggregated_fixed_in_or_branch")
         equal_on_list = any(leaf.name == "l" and leaf.op in ("=", "IN") for leaf in (leaves_of(flt) if flt is not None else ()))
         if "e" in summed:
             not_compared = "SUM/AVG of embedded entities (test_aggregation.py quirk 2)"
@@ -1407,6 +1436,7 @@ def test_embedded_answers_every_gql_text_as_the_firestore_emulator(sides: Any) -
         "wordlike_name", "quoted_name_odd", "limit_comma", "keyword_case", "whitespace_varied", "whitespace_none",
         "broken", "refused",
         "compared rows", "compared aggregations", "nonempty", "where with rows", "repeats_per_element",
+        "aggregated_fixed_in_or_branch",
     ]
     missing = [name for name in required if counts[name] == 0]
     if missing:

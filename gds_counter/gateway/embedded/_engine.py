@@ -308,7 +308,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         ``repr``, not by equality, which would take ``1``, ``1.0`` and
         ``True`` (or ``0.0`` and ``-0.0``) for one value though each has
         its own encoding. The cache is emptied when full."""
-        shape = repr((query.kind, query.namespace, query.filter, query.order, query.projection, query.distinct_on, query.keys_only))
+        shape = repr((query.kind, query.namespace, query.filter, query.order, query.projection, query.distinct_on, query.keys_only,
+                      query.aggregated_rows))
         found = self._compiled_queries.get(shape)
         if found is None:
             plan = Plan.of(query)

@@ -39,7 +39,16 @@ from gds_counter.gateway.embedded._refusals import (
     disjunctions,
 )
 from gds_counter.gateway.keys import Key
-from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, Order, PropertyFilter, Query, leaves_of
+from gds_counter.gateway.query import (
+    KEY_PROPERTY,
+    CompositeFilter,
+    Filter,
+    Order,
+    PropertyFilter,
+    Query,
+    conjuncts_of,
+    leaves_of,
+)
 from gds_counter.gateway.values import EPOCH, RawEntity
 
 _ONE_MICRO = _dt.timedelta(microseconds=1)
@@ -223,10 +232,9 @@ def _top_level_ranges(f: Filter | None) -> dict[str, list[Callable[[bytes], bool
     as Datastore reads them from the index range. != and NOT_IN are index
     ranges too (the values on either side of the excluded ones), so
     ``tags != 'a'`` never projects or sorts by the element 'a'."""
-    direct = [f] if isinstance(f, PropertyFilter) else list(f.filters) if isinstance(f, CompositeFilter) and f.op == "AND" else []
     out: dict[str, list[Callable[[bytes], bool]]] = defaultdict(list)
-    for child in direct:
-        if isinstance(child, PropertyFilter) and child.op in _INEQUALITY_OPS and child.name != KEY_PROPERTY:
+    for child in conjuncts_of(f):
+        if child.op in _INEQUALITY_OPS and child.name != KEY_PROPERTY:
             out[child.name].append(_value_test(child.op, _filter_target(child)))
     return out
 
@@ -396,7 +404,8 @@ class Plan:
         keys_only = query.keys_only or (bool(query.projection) and not projection)
         equalities = {leaf.name for leaf in leaves_of(query.filter) if leaf.op in ("=", "IN")} if query.filter is not None else set()
         for name in set(projection) & equalities:  # anywhere in the filter, OR branches too (as Datastore refuses)
-            raise BadValueError(f"cannot project property {name!r} that has an equality filter")
+            if not (query.aggregated_rows and all(c.name != name or c.op not in ("=", "IN") for c in conjuncts_of(query.filter))):
+                raise BadValueError(f"cannot project property {name!r} that has an equality filter")
         for name in set(query.distinct_on) & equalities:  # also for DISTINCT ON with *: "Cannot use group by ..."
             raise BadValueError(f"cannot use DISTINCT ON property {name!r} that has an equality filter")
         orders = list(query.order)

@@ -40,7 +40,7 @@ URL_FORMS = (
 )
 
 #: Query parameters each scheme takes; anything else is a typo, refused.
-_PARAMS = {"sqlite": ("namespace",), "memory": ("namespace",), "datastore": ("namespace", "database")}
+_PARAMS = {"sqlite": ("namespace", "project"), "memory": ("namespace", "project"), "datastore": ("namespace", "database")}
 #: Datastore's rules: namespaces and project ids as the server accepts them.
 _NAMESPACE = re.compile(r"[0-9A-Za-z._-]{0,100}")
 _PROJECT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
@@ -55,7 +55,10 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
     1. ``url`` argument, then the ``GDS_URL`` environment variable:
        ``sqlite:///relative/path.db`` (relative to the working directory),
        ``sqlite:////absolute/path.db``, ``memory://``,
-       ``datastore://PROJECT?namespace=NS&database=DB``.
+       ``datastore://PROJECT?namespace=NS&database=DB``. The embedded ones
+       take ``?project=P`` too: the project a GQL ``KEY(PROJECT(...))`` is
+       told apart from (default: ``DATASTORE_PROJECT_ID``,
+       ``GOOGLE_CLOUD_PROJECT``, else ``gds-counter-local``).
     2. ``DATASTORE_EMULATOR_HOST`` set: the Datastore gateway on that emulator.
     3. The embedded SQLite default (``DEFAULT_URL``, in the working directory).
 
@@ -98,7 +101,7 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
         params = _params(chosen, rest.partition("?")[2], scheme)
         _ignored_timeout(timeout, chosen)
         log.info("storage: the SQLite file %s (from %s)", path, source)
-        return _open_sqlite(path, params.get("namespace", ""))
+        return _open_sqlite(path, params.get("namespace", ""), params.get("project"))
     parts = urlsplit(chosen)
     if scheme == "memory":
         if not rest.startswith("//") or parts.netloc or parts.path or parts.fragment:
@@ -107,7 +110,7 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
         params = _params(chosen, parts.query, scheme)
         _ignored_timeout(timeout, chosen)
         log.info("storage: an in-memory SQLite database, gone when the process exits (from %s)", source)
-        return EmbeddedGateway(None, namespace=params.get("namespace", ""))
+        return EmbeddedGateway(None, namespace=params.get("namespace", ""), project=params.get("project"))
     if scheme == "datastore":
         project = parts.netloc
         if not rest.startswith("//") or not project:
@@ -168,9 +171,9 @@ def sqlite_path(url: str) -> str:
     return path
 
 
-def _open_sqlite(path: str, namespace: str) -> Gateway:
+def _open_sqlite(path: str, namespace: str, project: str | None = None) -> Gateway:
     try:
-        return EmbeddedGateway(path, namespace=namespace)
+        return EmbeddedGateway(path, namespace=namespace, project=project)
     except (OSError, sqlite3.Error) as exc:
         raise GatewayError(f"cannot open the SQLite file {path}: {exc}") from exc
 

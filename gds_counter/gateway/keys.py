@@ -8,6 +8,7 @@ Every gateway and the mapper check keys here, so a bad key fails the same way
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from typing import Any, Iterable
 
 import attrs
@@ -15,7 +16,9 @@ import attrs
 from gds_counter._checks import INT64_MAX, INT64_MIN, check_text, is_int, utf8_size
 from gds_counter.errors import BadKeyError
 
-__all__ = ["MAX_KEY_NAME_BYTES", "MAX_KEY_PATH", "METADATA_KINDS", "RESERVED_NAME", "Key", "PathElement"]
+__all__ = [
+    "MAX_KEY_NAME_BYTES", "MAX_KEY_PATH", "METADATA_KINDS", "RESERVED_NAME", "SERVING_PROJECT", "Key", "PathElement",
+]
 
 #: Datastore's limit on a key name (and kind), in UTF-8 bytes.
 MAX_KEY_NAME_BYTES = 1500
@@ -33,6 +36,22 @@ METADATA_KINDS = frozenset({"__namespace__", "__kind__", "__property__"})
 #: What a namespace may be (the Firestore emulator refuses anything else:
 #: 'Illegal string "a/b" in namespace id'); ``RESERVED_NAME`` ones are Datastore's.
 _NAMESPACE = re.compile(r"[0-9A-Za-z._-]{0,100}")
+
+#: What a key's project may be, as the Firestore emulator in Datastore mode
+#: takes it in a GQL ``KEY(PROJECT(...), ...)`` and in a key value (measured:
+#: ``other-project``, ``1abc``, ``a-``, ``example.com:p``, ``:b``, ``a.com:``
+#: and ``__x__`` are taken; ``A``, ``a_b``, ``a.b``, ``-a``, ``a:b:c``,
+#: ``__a_b__`` and 101 characters are refused: '"a_b" is an invalid project id.').
+_PROJECT = re.compile(r"(?:(?:[a-z0-9][a-z0-9.-]*)?:)?(?:[a-z0-9][a-z0-9-]*)?|__(?:[a-z0-9][a-z0-9-]*)?__")
+MAX_PROJECT = 100
+
+#: The project a key without one belongs to while ``gds-counter serve``
+#: answers a request: the server keeps one store for every project a client
+#: names (``gds_counter.server._service``), so a key of "another project" is
+#: another than the request's, which only the request knows. A context
+#: variable, set around each request, because the query reaches the gateway
+#: through its ordinary calls. Unset (None): the gateway's own project.
+SERVING_PROJECT: ContextVar[str | None] = ContextVar("gds_counter_serving_project", default=None)
 
 
 def check_kind(kind: str) -> None:
@@ -87,6 +106,19 @@ def namespace_name(namespace: str | None) -> str:
     return namespace
 
 
+def project_name(project: str | None) -> str | None:
+    """A key's project: None (or ``""``, as Datastore reads an empty
+    project id) is the gateway's; anything else must be a project id
+    Datastore takes, or ``BadKeyError`` names it."""
+    if project is None or project == "":
+        return None
+    if not isinstance(project, str):
+        raise BadKeyError(f"a key's project must be a string, got {type(project).__name__} {project!r}")
+    if len(project) > MAX_PROJECT or not _PROJECT.fullmatch(project):
+        raise BadKeyError(f"{project[:120]!r} is not a project id Datastore takes (as in my-project or example.com:my-project)")
+    return project
+
+
 @attrs.frozen(cache_hash=True)
 class PathElement:
     """One (kind, id or name) step of a key path. Both id and name are None
@@ -128,11 +160,18 @@ class Key:
 
     The project and database are a property of the gateway, not of the key, so
     keys compare equal across gateways and the conformance suite can check
-    them exactly.
+    them exactly: ``project`` is None for every key a gateway reads or makes.
+    Only a key that names another project has one: a GQL
+    ``KEY(PROJECT('other'), ...)``, or a key value of another project read
+    from Datastore. Each gateway decides what it means against its own
+    project (``project_name``): the Datastore gateway sends it, the embedded
+    engine orders it before or after all of its own keys and refuses to
+    filter ``__key__`` on it or to store it.
     """
 
     path: tuple[PathElement, ...] = attrs.field(converter=_path)
     namespace: str = attrs.field(default="", converter=namespace_name)
+    project: str | None = attrs.field(default=None, converter=project_name, kw_only=True)
 
     def __attrs_post_init__(self) -> None:
         if not self.path:
@@ -187,7 +226,7 @@ class Key:
 
     @property
     def parent(self) -> "Key | None":
-        return Key(self.path[:-1], self.namespace) if len(self.path) > 1 else None
+        return Key(self.path[:-1], self.namespace, project=self.project) if len(self.path) > 1 else None
 
     @property
     def flat_path(self) -> tuple[Any, ...]:
@@ -199,22 +238,23 @@ class Key:
         return tuple(out)
 
     def child(self, kind: str, id_or_name: int | str | None = None) -> "Key":
-        return Key.of(*self.flat_path, kind, id_or_name, namespace=self.namespace)
+        return attrs.evolve(Key.of(*self.flat_path, kind, id_or_name, namespace=self.namespace), project=self.project)
 
     def completed(self, id_or_name: int | str) -> "Key":
         """The same key with the last element's allocated id or name filled in."""
         if not self.is_partial:
             raise BadKeyError(f"key {self} is already complete")
-        return Key.of(*self.flat_path, id_or_name, namespace=self.namespace)
+        return attrs.evolve(Key.of(*self.flat_path, id_or_name, namespace=self.namespace), project=self.project)
 
     def is_ancestor_of(self, other: "Key") -> bool:
         """True for ``other`` itself and its descendants, as HAS ANCESTOR matches."""
-        return self.namespace == other.namespace and other.path[: len(self.path)] == self.path
+        return (self.project, self.namespace) == (other.project, other.namespace) and other.path[: len(self.path)] == self.path
 
     def __str__(self) -> str:
         inner = ", ".join(repr(p) for p in self.flat_path)
         ns = f", namespace={self.namespace!r}" if self.namespace else ""
-        return f"Key({inner}{ns})"
+        project = f", project={self.project!r}" if self.project is not None else ""
+        return f"Key({inner}{ns}{project})"
 
 
 def require_complete(key: Any, what: str) -> Key:

@@ -19,7 +19,7 @@ import attrs
 
 from gds_counter._checks import is_int
 from gds_counter.errors import GDSError
-from gds_counter.gateway.keys import Key, PathElement
+from gds_counter.gateway.keys import Key, PathElement, project_name
 from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Cursor, Filter, Order, PropertyFilter, Query
 from gds_counter.gds._gql_lexer import (
     COMPARATORS,
@@ -551,8 +551,14 @@ class Parser(TokenStream):
         if self.at_call("DATASET"):
             # The Firestore emulator: 'Unknown partition dimension "DATASET"'.
             self.error("KEY(DATASET(...), ...) is not Datastore GQL; name the project with PROJECT(...)", self.tok)
+        project = None
         if self.at_call("PROJECT"):
-            self.string_argument()  # the gateway's project applies; see gds_counter.gds.gql
+            project_token = self.tok
+            project, _ = self.string_argument()  # kept: the gateway compares it with its own (gds_counter.gds.gql)
+            try:
+                project = project_name(project)
+            except GDSError as exc:
+                self.error(f"bad KEY(...): {exc}", project_token)
             self.expect_punct(",")
             namespace = ""  # a key naming its project is in the default namespace unless it names one
         if self.at_call("NAMESPACE"):
@@ -579,5 +585,5 @@ class Parser(TokenStream):
                 self.error(f"bad key element: {exc}", kind_token)
             if self.at_punct(")"):
                 self.advance()
-                return Key(tuple(path), namespace)
+                return Key(tuple(path), namespace, project=project)
             self.expect_punct(",", "',' or ')'")

@@ -58,9 +58,15 @@ Decisions where the reference leaves room, or where we differ from it:
   [NAMESPACE('ns'),] Kind, id_or_name, ...)``, ``ARRAY(v, ...)``,
   ``BLOB('base64')`` and ``DATETIME('2013-09-29T09:30:20.00002-08:00')``
   (a zone is required; at most microseconds; read as UTC). ``KEY``'s
-  ``PROJECT`` (or the older ``DATASET``) is accepted and ignored because
-  our ``Key`` carries no project: the gateway decides the project. A KEY
-  without NAMESPACE takes the query's namespace, as Datastore does.
+  ``PROJECT('p')`` is kept on the key (``Key.project``; ``''`` is none, a
+  project id Datastore refuses is refused, the older ``DATASET`` is refused
+  as the emulator refuses it), and the gateway decides what it means
+  against its own project: the Datastore gateway sends it, the embedded
+  engine treats its own project as no project and orders any other before
+  or after all of its keys, refusing a ``__key__`` filter on it
+  (``gateway.embedded._projects``). A KEY without NAMESPACE takes the
+  query's namespace, as Datastore does; one naming its PROJECT is in the
+  default namespace unless it names one.
 * Names: ``[A-Za-z_$][A-Za-z_$0-9]*`` (letters may be non-ASCII) or
   backtick-quoted with a doubled backtick (or a backslash escape) inside.
   Property names may be dotted (``a.b``, a sub-property of an embedded

@@ -15,7 +15,10 @@ from the one store: a request's ``project_id`` and ``database_id`` are only
 echoed in the keys of its answer, so that each client sees keys of its own
 project. Two clients with different project ids therefore share data, as
 php-gds and Python apps sharing one local store want. Namespaces are kept
-as they are.
+as they are. A key naming another project than the request's (a GQL
+``KEY(PROJECT('other'), ...)``, a key value of another project) is told
+apart from the request's: the codec keeps its project, and the request's
+project is the engine's own for the request (``keys.SERVING_PROJECT``).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from gds_counter.errors import BadValueError
 from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway.base import Gateway
 from gds_counter.gateway.datastore._codec import Codec
-from gds_counter.gateway.keys import Key
+from gds_counter.gateway.keys import SERVING_PROJECT, Key
 from gds_counter.gateway.mutations import Delete, Mutation
 from gds_counter.gateway.query import AggregationQuery, Query, QueryResult
 from gds_counter.gds import gql
@@ -110,8 +113,12 @@ class DatastoreService:
             self.transactions.expire()
             if not request.project_id:
                 raise BadValueError("the request names no project_id (as Datastore refuses it)")
-            with self.transactions.in_use(_transaction_of(request)):
-                return handler(request, Codec(request.project_id, request.database_id))
+            serving = SERVING_PROJECT.set(request.project_id)  # a key of another project is another than this
+            try:
+                with self.transactions.in_use(_transaction_of(request)):
+                    return handler(request, Codec(request.project_id, request.database_id))
+            finally:
+                SERVING_PROJECT.reset(serving)
         except Exception as exc:
             error = status_of(exc)
             if deadline is not None and time.monotonic() >= deadline and error.status != "INVALID_ARGUMENT":

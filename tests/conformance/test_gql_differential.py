@@ -57,11 +57,11 @@ too (docs/gql.md). Aggregations follow
 also has an equality filter, or of a property holding embedded entities,
 are run but not compared.
 
-Two more kinds of difference are counted, not failed (``OPEN`` and
-``the_query_alone_is_refused`` below, each recognised narrowly, each a row
-of docs/gql.md): an aggregation the emulator answers over a query it
-refuses alone (deliberate: the embedded engine applies the query's rules
-either way), and the differences still open in the engine (issue 25).
+One more kind of difference is counted, not failed
+(``the_query_alone_is_refused`` below, recognised narrowly, a row of
+docs/gql.md): an aggregation the emulator answers over a query it refuses
+alone (deliberate: the embedded engine applies the query's rules either
+way).
 
 ``GDS_GQL_DIFFERENTIAL_QUERIES`` (default 1,000) sets the number of texts,
 ``GDS_GQL_DIFFERENTIAL_SEED`` the seed.
@@ -266,6 +266,11 @@ class Case:
 
 def has_or(f: Any) -> bool:
     return isinstance(f, CompositeFilter) and (f.op == "OR" or any(has_or(child) for child in f.filters))
+
+
+#: Projects other than the emulator's (``gds-counter-test``) that key
+#: literals name: one sorting after it, two before it.
+OTHER_PROJECTS = ("other-project", "aaa", "example.com:gds")
 
 
 def combine(op: str, items: list[Any]) -> Any:
@@ -542,9 +547,11 @@ class Writer:
                 self.feature("lit_key_project", "lit_key_namespace")
                 parts.append(f"{self.spell('PROJECT')}({self.string(self.project, plain=True)})")
                 parts.append(f"{self.spell('NAMESPACE')}({self.string(self.ns, plain=True)})")
-            elif form < 0.22:
+            elif form < 0.24:
+                # another project, sorting after the emulator's or before it (a prefix of it too)
                 self.feature("alt_key_other_project")
-                parts.append(f"{self.spell('PROJECT')}({self.string('other-project', plain=True)})")
+                other = self.one(OTHER_PROJECTS + (self.project[:-1],))
+                parts.append(f"{self.spell('PROJECT')}({self.string(other, plain=True)})")
                 parts.append(f"{self.spell('NAMESPACE')}({self.string(self.ns, plain=True)})")
         else:
             self.feature("lit_key_other_namespace")
@@ -1157,7 +1164,7 @@ def sides(firestore_emulator: Any) -> Iterator[tuple[Oracle, Embedded, list[str]
     namespaces = [f"gqldiff-{run_id}-{i}" for i in range(len(DATA_SEEDS))]
     writer = firestore_emulator.gateway(namespace=namespaces[0])
     oracle = Oracle(firestore_emulator.host, firestore_emulator.project, writer)
-    embedded = Embedded()
+    embedded = Embedded(open_gateway(f"memory://?project={firestore_emulator.project}"))
     for index, ns in enumerate(namespaces):
         entities = data_set(index, ns)
         for gateway in (writer, embedded.gateway):
@@ -1266,33 +1273,6 @@ def the_query_alone_is_refused(oracle: Oracle, case: Case, ours: Any) -> bool:
     return False
 
 
-#: Differences the embedded engine still has, each recognised narrowly and
-#: counted in the report; open defects, listed in docs/gql.md (issue 25).
-OPEN: dict[str, str] = {
-    "KEY(PROJECT(other))": "the engine has no project: it ignores PROJECT in a key literal",
-    "a list with an equality and an inequality in OR branches, aggregated": (
-        "the engine cannot project the list (an equality names it), so it counts one row per entity"
-    ),
-}
-
-
-def open_defect(case: Case, theirs: Any, ours: Any, project: str) -> str | None:
-    """Which of ``OPEN`` this difference is, if any."""
-    if re.search(r"project\s*\(\s*['\"](?!" + re.escape(project) + r"['\"])", case.text, re.IGNORECASE):
-        return "KEY(PROJECT(other))"
-    if case.aggregation and isinstance(theirs, dict) and isinstance(ours, dict):
-        try:
-            parsed = gql.parse_aggregation(case.text, Embedded._bindings(dict(case.named), list(case.positional)),
-                                           namespace=case.namespace).query.filter
-        except Exception:  # noqa: BLE001 - unparsable here: not this defect
-            return None
-        leaves = list(leaves_of(parsed)) if parsed is not None else []
-        if any(a.name == b.name == "l" and a.op in ("=", "IN") and b.op not in ("=", "IN", "HAS_ANCESTOR")
-               for a in leaves for b in leaves):
-            return "a list with an equality and an inequality in OR branches, aggregated"
-    return None
-
-
 def plain(ns: str, text: str, aggregation: bool = False) -> Case:
     return Case(0, ns, text, aggregation, (), (), None, (), 0, frozenset(), False, None, None)
 
@@ -1354,6 +1334,60 @@ def test_limits_the_emulator_enforces_are_refused(sides: Any) -> None:
                 assert ours[0] == "refused", ours  # a gds_counter error, not a crash
 
 
+def test_keys_of_another_project_are_answered_as_the_emulator_answers_them(sides: Any) -> None:
+    """``KEY(PROJECT(p), ...)`` where p is not the emulator's project (issue
+    25): as a property filter's value the key sorts by project first (before
+    every stored key, or after every one; never equal to one), and a
+    ``__key__`` filter or an ancestor on it is refused. Each text, on both
+    sides: the same rows in order, the same aggregation, or both refuse."""
+    oracle, embedded, namespaces, project = sides
+    ns = namespaces[0]
+    key = f"KEY(P, 'p1', {KIND}, 'e05')"
+    before, after, prefix = "KEY(PROJECT('aaa'), ", "KEY(PROJECT('zzz'), ", f"KEY(PROJECT('{project[:-1]}'), "
+    own, empty, longer = f"KEY(PROJECT('{project}'), ", "KEY(PROJECT(''), ", f"KEY(PROJECT('{project}-x'), "
+    texts = [
+        *(f"SELECT __key__ FROM {KIND} WHERE {name} {op} {other}{KIND}, 'e05')"
+          for name in ("a", "b", "l") for op in ("=", "!=", "<", "<=", ">", ">=")
+          for other in (before, after, prefix, longer)),
+        *(f"SELECT __key__ FROM {KIND} WHERE a {op} {other}NAMESPACE('{ns}'), {KIND}, 'e05')"
+          for op in ("<", ">=") for other in (own, empty)),
+        f"SELECT __key__ FROM {KIND} WHERE a IN ARRAY({before}{KIND}, 1), {after}{KIND}, 1), 'a''b')",
+        f"SELECT __key__ FROM {KIND} WHERE a NOT IN ARRAY({before}{KIND}, 1), 7)",
+        f"SELECT __key__ FROM {KIND} WHERE l CONTAINS {after}{KIND}, 1)",
+        f"SELECT __key__ FROM {KIND} WHERE {before}{KIND}, 1) < a ORDER BY a DESC",
+        f"SELECT a FROM {KIND} WHERE a > {before}{KIND}, 1) AND a < {after}{KIND}, 1)",
+        f"SELECT * FROM {KIND} WHERE a > {after}{KIND}, 1) OR b = 7",
+        f"SELECT __key__ FROM {KIND} WHERE a = {before}NAMESPACE('{ns}'), {KIND}, 's03') OR a = 'a''b'",
+        *(f"SELECT __key__ FROM {KIND} WHERE __key__ {op} {other}NAMESPACE('{ns}'), {KIND}, 'e05')"
+          for op in ("=", "!=", ">", "<=") for other in (before, after, own)),
+        f"SELECT __key__ FROM {KIND} WHERE __key__ IN ARRAY({key}, {before}NAMESPACE('{ns}'), {KIND}, 7))",
+        f"SELECT __key__ FROM {KIND} WHERE __key__ NOT IN ARRAY({after}NAMESPACE('{ns}'), {KIND}, 7))",
+        f"SELECT __key__ FROM {KIND} WHERE __key__ HAS ANCESTOR {after}NAMESPACE('{ns}'), P, 'p1')",
+        f"SELECT __key__ FROM {KIND} WHERE {before}NAMESPACE('{ns}'), P, 'p1') HAS DESCENDANT __key__",
+        f"SELECT __key__ FROM {KIND} WHERE b = 1 OR __key__ = {after}NAMESPACE('{ns}'), {KIND}, 7)",
+        f"SELECT __key__ FROM {KIND} WHERE a > KEY(PROJECT('Bad_Project'), {KIND}, 1)",
+        f"SELECT __key__ FROM {KIND} WHERE a > KEY(PROJECT('example.com:gds'), {KIND}, 1)",
+    ]
+    aggregations = [
+        f"SELECT COUNT(*) FROM {KIND} WHERE a > {before}{KIND}, 1)",
+        f"SELECT COUNT(*) AS n, SUM(b) AS s FROM {KIND} WHERE a <= {after}{KIND}, 1)",
+        f"SELECT COUNT(*) FROM {KIND} WHERE a = {after}{KIND}, 1)",
+        f"SELECT COUNT(*) FROM {KIND} WHERE __key__ = {after}NAMESPACE('{ns}'), {KIND}, 7)",
+    ]
+    differences: list[str] = []
+    outcomes: Counter[str] = Counter()
+    for case in [plain(ns, text) for text in texts] + [plain(ns, text, True) for text in aggregations]:
+        theirs, ours = answer(oracle, case), answer(embedded, case)
+        outcomes[outcome(theirs)] += 1
+        if outcome(theirs) == outcome(ours) == "refused":
+            if ours[0] != "refused":  # a gds_counter error, not a crash
+                differences.append(difference(case, theirs, ours))
+        elif (first_rows(theirs) if isinstance(theirs, list) else theirs) != ours:
+            differences.append(difference(case, theirs, ours))
+    assert outcomes["refused"] >= 15 and outcomes["rows"] >= 50, outcomes  # both kinds of answer were reached
+    assert not differences, f"{len(differences)} texts differ:\n" + "\n".join(differences)
+
+
 def test_embedded_answers_every_gql_text_as_the_firestore_emulator(sides: Any) -> None:
     oracle, embedded, namespaces, project = sides
     differences: list[str] = []
@@ -1368,11 +1402,6 @@ def test_embedded_answers_every_gql_text_as_the_firestore_emulator(sides: Any) -
         failed = isinstance(theirs, tuple) and theirs[0] == "failed"
         if not failed and ours != theirs and outcome(theirs) != "refused" and the_query_alone_is_refused(oracle, case, ours):
             counts["deliberate: the emulator aggregates over a query it refuses alone"] += 1
-            return
-        both_refused = outcome(theirs) == outcome(ours) == "refused"
-        defect = open_defect(case, theirs, ours, project) if not failed and not both_refused and ours != theirs else None
-        if defect is not None:
-            counts["open: " + defect] += 1
             return
         if failed:
             counts["emulator failed (UNKNOWN/INTERNAL)"] += 1
@@ -1430,7 +1459,7 @@ def test_embedded_answers_every_gql_text_as_the_firestore_emulator(sides: Any) -
         "reversed_condition", "key_condition", "lit_int", "lit_int_negative", "lit_int64_edge",
         "lit_int_leading_zero", "lit_double", "lit_double_exponent", "lit_negative_zero", "lit_string_single",
         "lit_string_double", "lit_string_escape", "lit_string_doubled_quote", "lit_string_non_ascii", "lit_true",
-        "lit_false", "lit_null", "lit_key", "lit_key_project", "lit_key_namespace", "lit_key_path",
+        "lit_false", "lit_null", "lit_key", "lit_key_project", "lit_key_namespace", "lit_key_path", "alt_key_other_project",
         "lit_key_negative_id", "lit_datetime", "lit_datetime_offset", "lit_datetime_fraction", "lit_blob",
         "lit_array", "binding_named", "binding_positional", "binding_list", "quoted_name", "dotted_name",
         "wordlike_name", "quoted_name_odd", "limit_comma", "keyword_case", "whitespace_varied", "whitespace_none",

@@ -264,7 +264,13 @@ CASES: list[tuple[str, str, Any, Query]] = [
         "key-literal-project-namespace",
         "SELECT * FROM K WHERE k = KEY(PROJECT('p'), NAMESPACE('ns'), A, 1)",
         None,
-        Query(kind="K", filter=F("k", "=", Key.of("A", 1, namespace="ns"))),
+        Query(kind="K", filter=F("k", "=", Key(Key.of("A", 1).path, "ns", project="p"))),
+    ),
+    (
+        "key-literal-empty-project",  # '' is the request's own project, as Datastore reads it
+        "SELECT * FROM K WHERE k = KEY(PROJECT(''), A, 1)",
+        None,
+        Query(kind="K", filter=F("k", "=", Key.of("A", 1))),
     ),
     (
         "key-literal-quoted-kind",

@@ -130,3 +130,41 @@ class _Unknown:
 
     def current(self) -> Any:
         return self
+
+
+def test_a_key_of_another_project_is_told_apart_from_the_requests_own(client: Any, server: Any, namespace: str) -> None:
+    """The server keeps one store for every project, so "another project"
+    is another than the request's (``serve-test`` here): a filter value of
+    another project sorts by project first, a ``__key__`` filter on one is
+    refused, and the same text naming the request's own project is an
+    ordinary key (issue 25)."""
+    import grpc
+    from google.cloud import datastore, datastore_v1
+    from google.cloud.datastore.query import PropertyFilter
+    from google.cloud.datastore_v1.services.datastore.transports import DatastoreGrpcTransport
+
+    entity = datastore.Entity(client.key("D", 1))
+    entity["a"] = client.key("D", 5)
+    client.put(entity)
+    # Structured, through google-cloud-datastore: the key value travels with its project.
+    for project, above, found in (("aaa", 9, [1]), ("zzz", 1, []), ("serve-test", 9, []), ("serve-test", 3, [1])):
+        query = client.query(kind="D")
+        query.add_filter(filter=PropertyFilter("a", ">", datastore.Key("D", above, project=project, namespace=namespace)))
+        assert [e.key.id for e in query.fetch()] == found, project
+    # GQL text, which the server parses against the request's project.
+    channel = grpc.insecure_channel(server.emulator_host)
+    raw = datastore_v1.DatastoreClient(transport=DatastoreGrpcTransport(channel=channel))
+    try:
+        def run(text: str) -> list[int]:
+            request = {"project_id": "serve-test", "partition_id": {"project_id": "serve-test", "namespace_id": namespace},
+                       "gql_query": {"query_string": text, "allow_literals": True}}
+            return [r.entity.key.path[-1].id for r in raw.run_query(request=request).batch.entity_results]
+
+        assert run("SELECT __key__ FROM D WHERE a > KEY(PROJECT('aaa'), D, 9)") == [1]
+        assert run("SELECT __key__ FROM D WHERE a > KEY(PROJECT('zzz'), D, 1)") == []
+        assert run(f"SELECT __key__ FROM D WHERE a = KEY(PROJECT('serve-test'), NAMESPACE('{namespace}'), D, 5)") == [1]
+        assert run(f"SELECT __key__ FROM D WHERE __key__ = KEY(PROJECT('serve-test'), NAMESPACE('{namespace}'), D, 1)") == [1]
+        with pytest.raises(gexc.InvalidArgument, match="project 'other'"):
+            run(f"SELECT __key__ FROM D WHERE __key__ = KEY(PROJECT('other'), NAMESPACE('{namespace}'), D, 1)")
+    finally:
+        channel.close()

@@ -21,6 +21,10 @@ Raw protobuf classes, not proto-plus wrappers: they are faster, and they
 expose HasField/WhichOneof, which the value mapping needs. Keys carry no
 project or database (they belong to the gateway, so keys compare equal across
 gateways), which is why a ``Codec`` is made for one project and database.
+The exception is a key naming another project (``Key.project``: a GQL
+``KEY(PROJECT('other'), ...)``, or a key value Datastore stored with another
+project): it is sent with its own project, and read back with it, so Datastore
+decides what it means and the project is never silently dropped.
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ class Codec:
 
     def key_to_pb(self, key: Key) -> Any:
         pb = _KeyPb()
-        pb.partition_id.project_id = self.project
+        pb.partition_id.project_id = self.project if key.project is None else key.project
         pb.partition_id.database_id = self.database
         pb.partition_id.namespace_id = key.namespace
         for element in key.path:
@@ -103,8 +107,9 @@ class Codec:
                 path.name = element.name
         return pb
 
-    @staticmethod
-    def key_from_pb(pb: Any) -> Key:
+    def key_from_pb(self, pb: Any) -> Key:
+        """The key; its project only when it is not this codec's (an empty
+        project id is the request's, as Datastore reads it)."""
         elements = []
         for path in pb.path:
             which = path.WhichOneof("id_type")
@@ -114,7 +119,8 @@ class Codec:
                 elements.append(PathElement(path.kind, name=path.name))
             else:
                 elements.append(PathElement(path.kind))
-        return Key(tuple(elements), pb.partition_id.namespace_id)
+        project = pb.partition_id.project_id
+        return Key(tuple(elements), pb.partition_id.namespace_id, project=None if project == self.project else project)
 
     def value_to_pb(self, value: Any, excluded: bool, out: Any = None) -> Any:
         pb = _ValuePb() if out is None else out

@@ -39,7 +39,9 @@ import math
 import struct
 from typing import Any, Iterable, Iterator
 
-from gds_counter.errors import BadValueError, GatewayError
+import attrs
+
+from gds_counter.errors import BadKeyError, BadValueError, GatewayError
 from gds_counter.gateway.keys import Key, PathElement
 from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity, epoch_micros
 
@@ -158,9 +160,26 @@ def sortable(value: Any) -> bytes:
         return _FLOAT + _f64(value)
     if isinstance(value, Geopoint):
         return _GEO + _f64(value.latitude) + _f64(value.longitude)
+    if isinstance(value, OtherProjectKey):
+        return _KEY + (b"\xff" if value.after else b"\x00\x00")
     if isinstance(value, Key):
+        if value.project is not None:
+            raise BadKeyError(f"{value} names another project than the embedded engine's; it cannot be indexed here")
         return key_value(key_bytes(value))
     raise BadValueError(f"a {type(value).__name__} ({value!r}) cannot be indexed, filtered or sorted on")
+
+
+@attrs.frozen(cache_hash=True)
+class OtherProjectKey(Key):
+    """A filter's key of another project than the engine's, as the engine
+    compares it (``_projects.resolved``): Datastore orders keys by project
+    first, so it sorts before every key the engine holds (``after`` False:
+    its project sorts before the engine's) or after every one, never equal
+    to one. Its encoding is ``_KEY`` and then ``\\x00\\x00`` (an own key's
+    namespace begins ``\\x00\\x01``, ``\\x00\\xff`` or a byte above) or
+    ``\\xff`` (no UTF-8 byte), so it is no prefix of a stored key either."""
+
+    after: bool = attrs.field(default=False, kw_only=True)
 
 
 def descending(encoded: bytes) -> bytes:

@@ -30,6 +30,7 @@ from gds_counter.gateway.embedded._encoding import key_bytes, load_entity, load_
 from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, Batch, GroupCommit, for_another
 from gds_counter.gateway.embedded._metadata import metadata_batch
 from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter, sql_is_exact
+from gds_counter.gateway.embedded._projects import check_keys, check_mutations, default_project, own_project, resolved
 from gds_counter.gateway.embedded._storage import (
     Stopped,
     Transaction,
@@ -43,7 +44,7 @@ from gds_counter.gateway.embedded._storage import (
     upserted_keys,
     write_transaction,
 )
-from gds_counter.gateway.keys import METADATA_KINDS, Key
+from gds_counter.gateway.keys import METADATA_KINDS, Key, project_name
 from gds_counter.gateway.mutations import Delete, Mutation, Upsert
 from gds_counter.gateway.query import Query, QueryResult, without_repeats
 from gds_counter.gateway.values import RawEntity
@@ -95,7 +96,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     across ``fork()``. Its path is made absolute here, once. ``read_only``
     opens the file read-only (SQLite's ``mode=ro``): reads work, writes
     raise ``GatewayError``. Any failure to open is a ``GDSError`` naming the
-    path.
+    path. ``project`` (default: ``_projects.default_project``) is what a key
+    naming another project is told apart from (``_projects``).
 
     ``entity_writes_per_second`` turns on a teaching model of Datastore's
     sustained write limit on one entity (about one per second): a commit that
@@ -110,10 +112,12 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         *,
         entity_writes_per_second: float | None = None,
         read_only: bool = False,
+        project: str | None = None,
     ) -> None:
         if entity_writes_per_second is not None and entity_writes_per_second <= 0:
             raise BadValueError(f"entity_writes_per_second must be positive, got {entity_writes_per_second!r}")
         super().__init__(namespace, capabilities=CAPABILITIES)
+        self.project = project_name(project) or default_project()
         if path is not None and os.fspath(path) == ":memory:":
             path = None  # SQLite's name for memory: one database, not one per connection
         # Absolute once, here: a later os.chdir must not move new connections to another file.
@@ -200,6 +204,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     # -- reads ---------------------------------------------------------------
 
     def _lookup(self, keys: list[Key], txn: Transaction | None) -> list[RawEntity | None]:
+        check_keys(keys, own_project(self.project))
         encoded = [key_bytes(key) for key in keys]
         found: dict[bytes, tuple[int, str]] = {}
         if encoded:
@@ -217,6 +222,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         return out
 
     def _run_query(self, query: Query, txn: Transaction | None) -> QueryResult:
+        query = resolved(query, own_project(self.project))  # keys of other projects placed, or refused
         if query.filter is not None and (read := without_repeats(query.filter)) is not query.filter:
             query = query.replace(filter=read)  # a repeated filter once, as Datastore reads it
         if query.kind in METADATA_KINDS:  # made from the index (``_metadata``), outside any transaction
@@ -384,6 +390,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         self._record("reserve_ids")
 
     def _commit(self, mutations: list[Mutation], txn: Transaction | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
+        check_mutations(mutations, own_project(self.project))
         try:
             if txn is not None and not mutations:
                 results = []  # nothing to write: what it read was one snapshot, so nothing to check

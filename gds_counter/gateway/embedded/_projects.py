@@ -1,0 +1,137 @@
+"""Keys naming another project, in the embedded engine.
+
+The engine keeps one project's data, but a GQL text may name another
+(``KEY(PROJECT('other'), D, 1)``), and Datastore answers such a text without
+reaching the other project. Measured on the Firestore emulator in Datastore
+mode (the oracle, issue 25):
+
+* a ``__key__`` filter on it (``=``, ``!=``, ranges, IN, NOT IN, HAS
+  ANCESTOR, in any OR branch) is refused: "The request was for database
+  'projects/P/...' but was attempting to access database 'projects/other/...'";
+* as a property filter's value it is a key ordered by project first: it
+  equals no key of the engine's project, and sorts before all of them when
+  its project sorts before the engine's (``a > KEY(PROJECT('aaa'), D, 1)``
+  finds every key-valued ``a`` and no other type), after all of them
+  otherwise;
+* a key of the engine's own project named explicitly, or ``PROJECT('')``,
+  is an ordinary key;
+* an entity whose key names another project is refused ("mismatched
+  databases within request"); a key value of another project is stored by
+  the emulator, but the engine refuses it (docs/gql.md, deliberate
+  differences: its stored format has no project).
+
+So the query is resolved once, before it is planned: own keys lose their
+project, keys of other projects become ``OtherProjectKey`` (which the
+value encoding places), and ``__key__`` filters on them are refused.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from gds_counter.errors import BadKeyError
+from gds_counter.gateway.embedded._encoding import OtherProjectKey
+from gds_counter.gateway.keys import SERVING_PROJECT, Key
+from gds_counter.gateway.mutations import Delete, Mutation
+from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, PropertyFilter, Query, leaves_of
+from gds_counter.gateway.values import RawEntity
+
+#: The engine's project when neither the gateway's caller nor the
+#: environment (``DATASTORE_PROJECT_ID``, then ``GOOGLE_CLOUD_PROJECT``) names
+#: one: the project ``open_gateway`` gives the Datastore emulator by default.
+DEFAULT_PROJECT = "gds-counter-local"
+
+
+def default_project() -> str:
+    """The project an embedded gateway belongs to when it is given none:
+    the one the emulator's environment names, so a text naming that project
+    means the same on the engine as on the emulator."""
+    return os.environ.get("DATASTORE_PROJECT_ID") or os.environ.get("GOOGLE_CLOUD_PROJECT") or DEFAULT_PROJECT
+
+
+def own_project(gateway_project: str) -> str:
+    """The project keys without one belong to now: the request's, inside
+    ``gds-counter serve`` (``SERVING_PROJECT``), else the gateway's."""
+    return SERVING_PROJECT.get() or gateway_project
+
+
+def _names_project(value: Any) -> bool:
+    if isinstance(value, tuple):
+        return any(isinstance(item, Key) and item.project is not None for item in value)
+    return isinstance(value, Key) and value.project is not None
+
+
+def resolved(query: Query, project: str) -> Query:
+    """``query`` with its filter's keys placed against ``project``, or
+    ``BadKeyError`` for a ``__key__`` filter on another project's key (before
+    anything is read). The same query when no key names a project: the
+    common case costs one look at each leaf."""
+    if query.filter is None or not any(_names_project(leaf.value) for leaf in leaves_of(query.filter)):
+        return query
+    return query.replace(filter=_resolved_filter(query.filter, project))
+
+
+def _resolved_filter(f: Filter, project: str) -> Filter:
+    if isinstance(f, CompositeFilter):
+        return CompositeFilter(f.op, tuple(_resolved_filter(child, project) for child in f.filters))
+    if not _names_project(f.value):
+        return f
+    if isinstance(f.value, tuple):
+        return PropertyFilter(f.name, f.op, tuple(_placed(item, f, project) for item in f.value))
+    return PropertyFilter(f.name, f.op, _placed(f.value, f, project))
+
+
+def _placed(value: Any, leaf: PropertyFilter, project: str) -> Any:
+    if not isinstance(value, Key) or value.project is None:
+        return value
+    if value.project == project:
+        return Key(value.path, value.namespace)
+    if leaf.name == KEY_PROPERTY:
+        what = "HAS ANCESTOR" if leaf.op == "HAS_ANCESTOR" else f"a __key__ {leaf.op} filter"
+        raise BadKeyError(
+            f"{what} on {value} reaches into project {value.project!r}; this database is project {project!r} "
+            "(Datastore refuses a query of another project's keys)"
+        )
+    return OtherProjectKey(value.path, value.namespace, project=value.project, after=value.project > project)
+
+
+def check_keys(keys: list[Key], project: str) -> None:
+    """Refuse a key of another project than ``project``, naming it (the
+    emulator: "mismatched databases within request"): the engine's stored
+    keys have no project, so it would otherwise read or delete its own."""
+    for key in keys:
+        if key.project is not None:
+            _own(key, project, "look up or write")
+
+
+def _own(key: Key, project: str, what: str) -> None:
+    if key.project is not None and key.project != project:
+        raise BadKeyError(f"cannot {what} {key}: it names project {key.project!r}, and this database is project {project!r}")
+
+
+def check_mutations(mutations: list[Mutation], project: str) -> None:
+    """Refuse a mutation whose key, or any key value it writes (in lists
+    and embedded entities too), names another project than ``project``.
+    The engine stores keys without a project, so storing one would lose
+    it; the emulator stores a key value of another project (docs/gql.md,
+    deliberate differences) and refuses such an entity key."""
+    for mutation in mutations:
+        if isinstance(mutation, Delete):
+            _own(mutation.key, project, "delete")
+        else:
+            _check_values(mutation.entity, project)
+
+
+def _check_values(entity: RawEntity, project: str) -> None:
+    if entity.key is not None and entity.key.project is not None:
+        _own(entity.key, project, "write")
+    for name, value in entity.properties.items():
+        for item in value if isinstance(value, list) else (value,):
+            if isinstance(item, RawEntity):
+                _check_values(item, project)
+            elif isinstance(item, Key) and item.project is not None:
+                raise BadKeyError(
+                    f"property {name!r} of {entity.key} holds {item}, a key naming project {item.project!r}: the "
+                    "embedded engine stores key values without a project (those of its own project)"
+                )

@@ -1,0 +1,126 @@
+"""Keys naming another project (issue 25): the Datastore codec keeps the
+project both ways, and the embedded engine tells such a key apart from its
+own (orders it by project first, refuses ``__key__`` filters on it and
+refuses to read or write it). The emulator's answers to the same GQL texts
+are compared in tests/conformance/test_gql_differential.py."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+
+from gds_counter import open_gateway
+from gds_counter.errors import BadKeyError, GDSError
+from gds_counter.gateway.base import run_query_all
+from gds_counter.gateway.datastore._codec import Codec
+from gds_counter.gateway.keys import SERVING_PROJECT, Key
+from gds_counter.gateway.mutations import Delete, Upsert
+from gds_counter.gateway.values import RawEntity
+from gds_counter.gds import gql
+
+
+def other(*flat: Any, project: str = "other-p", namespace: str = "") -> Key:
+    return Key(Key.of(*flat).path, namespace, project=project)
+
+
+def test_the_codec_sends_and_reads_back_a_key_of_another_project() -> None:
+    codec = Codec("mine", "")
+    foreign = other("D", 1, "E", "x", namespace="ns")
+    pb = codec.key_to_pb(foreign)
+    assert pb.partition_id.project_id == "other-p" and pb.partition_id.namespace_id == "ns"
+    assert codec.key_from_pb(pb) == foreign
+    value, _ = codec.value_from_pb(codec.value_to_pb(foreign, False))
+    assert value == foreign and value.project == "other-p"
+    # The codec's own project, or none, is an ordinary key: keys compare equal across gateways.
+    assert codec.key_from_pb(codec.key_to_pb(Key.of("D", 1))) == Key.of("D", 1)
+    assert codec.key_from_pb(codec.key_to_pb(other("D", 1, project="mine"))).project is None
+    empty = codec.key_to_pb(Key.of("D", 1))
+    empty.partition_id.project_id = ""
+    assert codec.key_from_pb(empty) == Key.of("D", 1)
+    # Another codec (another project) reads the first one's keys as another project's.
+    assert Codec("theirs", "").key_from_pb(codec.key_to_pb(Key.of("D", 1))) == other("D", 1, project="mine")
+
+
+def test_project_ids_are_checked_as_datastore_checks_them() -> None:
+    for taken in ("a", "1abc", "a-", "example.com:p", ":b", "a.com:", "__x__", "x" * 100):
+        assert other("D", 1, project=taken).project == taken
+    for refused in ("A", "a_b", "a.b", "-a", "a:b:c", "__a_b__", "x" * 101, "a b"):
+        with pytest.raises(BadKeyError, match="not a project id"):
+            other("D", 1, project=refused)
+    assert other("D", 1, project="").project is None
+
+
+@pytest.fixture
+def engine() -> Iterator[Any]:
+    gateway = open_gateway("memory://?project=mmm")
+    gateway.commit([
+        Upsert(RawEntity(Key.of("D", 1), {"a": Key.of("D", 5), "b": 1})),
+        Upsert(RawEntity(Key.of("D", 2), {"a": 7, "b": 2})),
+        Upsert(RawEntity(Key.of("D", 3), {"a": "s", "b": 3})),
+    ])
+    yield gateway
+    gateway.close()
+
+
+def keys(gateway: Any, text: str) -> list[Key | None]:
+    return [e.key for e in run_query_all(gateway, gql.parse(text))]
+
+
+def test_the_engine_orders_another_projects_key_by_project_first(engine: Any) -> None:
+    assert engine.project == "mmm"
+    assert keys(engine, "SELECT __key__ FROM D WHERE a > KEY(PROJECT('aaa'), D, 9)") == [Key.of("D", 1)]
+    assert keys(engine, "SELECT __key__ FROM D WHERE a > KEY(PROJECT('zzz'), D, 1)") == []
+    assert keys(engine, "SELECT __key__ FROM D WHERE a < KEY(PROJECT('aaa'), D, 9)") == [Key.of("D", 2), Key.of("D", 3)]
+    assert keys(engine, "SELECT __key__ FROM D WHERE a = KEY(PROJECT('other'), D, 5)") == []
+    assert len(keys(engine, "SELECT __key__ FROM D WHERE a != KEY(PROJECT('other'), D, 5)")) == 3
+    # Its own project, named, or PROJECT(''): an ordinary key.
+    assert keys(engine, "SELECT __key__ FROM D WHERE a = KEY(PROJECT('mmm'), D, 5)") == [Key.of("D", 1)]
+    assert keys(engine, "SELECT __key__ FROM D WHERE a = KEY(PROJECT(''), D, 5)") == [Key.of("D", 1)]
+    assert keys(engine, "SELECT __key__ FROM D WHERE __key__ = KEY(PROJECT('mmm'), D, 2)") == [Key.of("D", 2)]
+    # Inside gds-counter serve, the request's project is the engine's own.
+    token = SERVING_PROJECT.set("zzzz")
+    try:
+        assert keys(engine, "SELECT __key__ FROM D WHERE a > KEY(PROJECT('zzz'), D, 1)") == [Key.of("D", 1)]
+    finally:
+        SERVING_PROJECT.reset(token)
+
+
+@pytest.mark.parametrize("condition", [
+    "__key__ = KEY(PROJECT('other'), D, 1)", "__key__ > KEY(PROJECT('aaa'), D, 1)",
+    "__key__ IN ARRAY(KEY(D, 1), KEY(PROJECT('other'), D, 1))", "__key__ HAS ANCESTOR KEY(PROJECT('other'), D, 1)",
+    "b = 1 OR __key__ != KEY(PROJECT('other'), D, 1)",
+])
+def test_a_key_filter_on_another_projects_key_is_refused_naming_it(engine: Any, condition: str) -> None:
+    with pytest.raises(BadKeyError, match=r"project '(other|aaa)'") as caught:
+        keys(engine, f"SELECT __key__ FROM D WHERE {condition}")
+    assert "Key('D', 1" in str(caught.value) and "'mmm'" in str(caught.value)
+
+
+def test_the_engine_refuses_to_read_or_write_another_projects_keys(engine: Any) -> None:
+    for call in (
+        lambda: engine.lookup([other("D", 1)]),
+        lambda: engine.commit([Delete(other("D", 1))]),
+        lambda: engine.commit([Upsert(RawEntity(other("D", 9), {}))]),
+        lambda: engine.commit([Upsert(RawEntity(Key.of("D", 9), {"k": [1, other("D", 1)]}))]),
+        lambda: engine.commit([Upsert(RawEntity(Key.of("D", 9), {"e": RawEntity(None, {"k": other("D", 1)})}))]),
+    ):
+        with pytest.raises(GDSError, match="other-p"):
+            call()
+    assert engine.lookup([Key.of("D", 1)])[0] is not None  # nothing was deleted
+    assert engine.lookup([other("D", 1, project="mmm")])[0] is not None  # its own project, named
+
+
+def test_the_engines_project_comes_from_the_url_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DATASTORE_PROJECT_ID", raising=False)
+    monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
+    with open_gateway("memory://") as gateway:
+        assert gateway.project == "gds-counter-local"
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "from-cloud")
+    with open_gateway("memory://") as gateway:
+        assert gateway.project == "from-cloud"
+    monkeypatch.setenv("DATASTORE_PROJECT_ID", "from-emulator")
+    with open_gateway("memory://") as gateway:
+        assert gateway.project == "from-emulator"
+    with open_gateway("memory://?project=from-url") as gateway:
+        assert gateway.project == "from-url"

@@ -61,7 +61,7 @@ from gds_counter.gateway.query import (
     conjuncts_of,
     leaves_of,
 )
-from gds_counter.gateway.values import MAX_PROPERTY_NAME_BYTES, RawEntity, epoch_micros
+from gds_counter.gateway.values import MAX_PROPERTY_NAME_BYTES, RawEntity, epoch_micros, index_values
 
 __all__ = ["Totals", "aggregate_rows", "billed_reads", "check_aggregation", "row_query"]
 
@@ -206,63 +206,52 @@ def _fixed(aggregation: AggregationQuery) -> dict[str, PropertyFilter]:
 
 def row_query(aggregation: AggregationQuery) -> Query:
     """The query whose results are the aggregation's rows: the query itself,
-    projecting what makes rows when it is not a projection already (its
-    orders, its inequalities, its DISTINCT ON, the aggregated properties),
-    so a list gives one row per element; keys only when nothing does.
+    projecting what makes rows (its orders, its inequalities, and when it
+    is not a projection already, its DISTINCT ON and the aggregated
+    properties), so a list gives one row per element, as the Firestore
+    emulator counts them, projection or not; keys only when nothing does.
 
     No sort order is added here: the engine's planner implies the orders as
     for any projection (DISTINCT ON, the inequalities, ``__key__`` for a key
     inequality, then the projected properties by name, in the direction of
     the last explicit order), which is the order the Firestore emulator
     aggregates in, LIMIT, OFFSET and cursors included (a cursor is a point
-    in that order). A property with an equality anywhere in the filter is
-    not projected (Datastore cannot project it); ``_fixed`` supplies its
-    value. Only ``COUNT_UP_TO``: no more rows than the largest count asked
-    for.
+    in that order). A property an AND-ed equality fixes is not projected
+    (Datastore cannot project it); ``_fixed`` supplies its value. One that
+    an equality names only in an OR branch is projected all the same: its
+    index rows are the aggregation's (``Query.aggregated_rows``). Only
+    ``COUNT_UP_TO``: no more rows than the largest count asked for.
     """
     query = aggregation.query
-    if query.projection or query.keys_only:
+    leaves = list(leaves_of(query.filter)) if query.filter is not None else []
+    equal = {f.name for f in conjuncts_of(query.filter) if f.op in ("=", "IN")}
+    made = [o.name for o in query.order] + [f.name for f in leaves if f.op in _RANGES]
+    shown = () if query.keys_only else query.projection
+    if not shown and not query.keys_only:
+        made += [*query.distinct_on, *_aggregated(aggregation)]
+    extra = tuple(dict.fromkeys(n for n in made if n != KEY_PROPERTY and n not in equal and n not in shown))
+    in_branches = bool(set(extra) & {f.name for f in leaves if f.op in ("=", "IN")})
+    if extra:
+        rows = query.replace(projection=(*shown, *extra), keys_only=False, aggregated_rows=in_branches)
+    elif shown or query.keys_only:
         rows = query
     else:
-        leaves = list(leaves_of(query.filter)) if query.filter is not None else []
-        equal = {f.name for f in conjuncts_of(query.filter) if f.op in ("=", "IN")}
-        made = [o.name for o in query.order] + [f.name for f in leaves if f.op in _RANGES]
-        made += [*query.distinct_on, *_aggregated(aggregation)]
-        projection = tuple(dict.fromkeys(n for n in made if n != KEY_PROPERTY and n not in equal))
-        # A property an equality names only in an OR branch is projected all the same:
-        # its index rows are the aggregation's (see ``Query.aggregated_rows``).
-        in_branches = bool(set(projection) & {f.name for f in leaves if f.op in ("=", "IN")})
-        rows = (query.replace(projection=projection, aggregated_rows=in_branches) if projection
-                else query.replace(keys_only=True))
-        fixed = list(_fixed(aggregation))
-        if fixed:
-            # A summed property an AND-ed equality fixes cannot be projected,
-            # but its index rows are still what is read: ordered by it, after
-            # DISTINCT ON and the inequalities, as the emulator reads them
-            # (an IN's values in order; a cursor compared with it first).
-            ranges = [f.name for f in conjuncts_of(query.filter) if f.op in _RANGES and f.name != KEY_PROPERTY]
-            named = {o.name for o in query.order}
-            descending = query.order[-1].descending if query.order else False
-            added = [n for n in dict.fromkeys([*query.distinct_on, *ranges, *fixed]) if n not in named]
-            rows = rows.replace(order=(*query.order, *(Order(n, descending) for n in added)))
+        rows = query.replace(keys_only=True)
+    fixed = list(_fixed(aggregation))
+    if fixed:
+        # A summed property an AND-ed equality fixes cannot be projected,
+        # but its index rows are still what is read: ordered by it, after
+        # DISTINCT ON and the inequalities, as the emulator reads them
+        # (an IN's values in order; a cursor compared with it first).
+        ranges = [f.name for f in conjuncts_of(query.filter) if f.op in _RANGES and f.name != KEY_PROPERTY]
+        named = {o.name for o in query.order}
+        descending = query.order[-1].descending if query.order else False
+        added = [n for n in dict.fromkeys([*query.distinct_on, *ranges, *fixed]) if n not in named]
+        rows = rows.replace(order=(*query.order, *(Order(n, descending) for n in added)))
     if all(a.kind == "COUNT_UP_TO" for a in aggregation.aggregations):
         most = max(a.up_to or 0 for a in aggregation.aggregations)
         rows = rows.replace(limit=most if rows.limit is None else min(rows.limit, most))
     return rows
-
-
-def indexed_values(entity: RawEntity, name: str) -> list[Any]:
-    """The values an index on ``name`` holds for ``entity``: one per list
-    element, none when unindexed, ``a.b`` inside an indexed embedded entity."""
-    found: list[Any] = [entity]
-    for segment in name.split("."):
-        inner: list[Any] = []
-        for holder in found:
-            if isinstance(holder, RawEntity) and segment in holder.properties and segment not in holder.unindexed:
-                value = holder.properties[segment]
-                inner.extend(value if isinstance(value, list) else [value])
-        found = inner
-    return [v for v in found if not isinstance(v, RawEntity)]
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -324,6 +313,6 @@ def _choices(
     out: dict[tuple[Key, str], list[Any]] = {}
     for key, entity in zip(keys, lookup(keys)):
         for name, f in among.items():
-            held = indexed_values(entity, name) if entity is not None else []
+            held = [v for n, v in index_values(entity) if n == name] if entity is not None else []
             out[(key, name)] = [v for v in f.value if any(_same(v, h) for h in held)][:1]
     return out

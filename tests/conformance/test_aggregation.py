@@ -90,6 +90,7 @@ ITEMS = [
     Item("i10", {"n": 10, "qty": b"blob", "price": 5, "emb": RawEntity(None, {"x": 2.5})}),
     Item("i11", {"n": 11, "qty": Geopoint(1.0, 2.0), "emb": [RawEntity(None, {"x": 100}), RawEntity(None, {"x": 200})]}),
     Item("i12", {"n": 12, "qty": [3, 4.5], "price": -1}),
+    Item("i13", {"n": 13, "box": RawEntity(None, {"x": 7})}, frozenset({"box"})),
     Item("c1", {"n": 20, "qty": 2, "s": "x"}, parent=("Shelf", "top")),
     Item("c2", {"n": 21, "qty": 30}, parent=("Shelf", "top")),
 ]
@@ -135,6 +136,11 @@ CASES = [
     Case("count-order-list", "AGGREGATE COUNT(*) AS c OVER (SELECT * FROM Item ORDER BY qty)"),
     Case("count-keys-only", "AGGREGATE COUNT(*) AS c OVER (SELECT __key__ FROM Item WHERE n >= 5)"),
     Case("count-projection", "AGGREGATE COUNT(*) AS c OVER (SELECT qty FROM Item)"),
+    # a projection or keys-only query whose order or inequality reads a list: a row per element
+    Case("count-keys-only-order-list", "AGGREGATE COUNT(*) AS c OVER (SELECT __key__ FROM Item ORDER BY qty DESC)"),
+    Case("count-projection-inequality-list", "AGGREGATE COUNT(*) AS c, SUM(n) AS s OVER (SELECT n FROM Item WHERE qty > 2 LIMIT 6)"),
+    Case("count-keys-only-or-list", "AGGREGATE COUNT(*) AS c OVER (SELECT __key__ FROM Item WHERE qty = 20 OR qty > 4)"),
+    Case("count-distinct-order-list", "AGGREGATE COUNT(*) AS c, SUM(n) AS s OVER (SELECT DISTINCT n FROM Item ORDER BY n, qty)"),
     Case("count-distinct", "AGGREGATE COUNT(*) AS c OVER (SELECT DISTINCT s FROM Item)"),
     Case("count-limit", "AGGREGATE COUNT(*) AS c OVER (SELECT * FROM Item LIMIT 4)"),
     Case("count-offset", "AGGREGATE COUNT(*) AS c OVER (SELECT * FROM Item OFFSET 10)"),
@@ -162,6 +168,7 @@ CASES = [
     Case("sum-inequality-keeps-passing-elements", "SELECT SUM(qty) AS s, COUNT(*) AS c FROM Item WHERE qty > 15"),
     Case("sum-not-equal", "SELECT SUM(qty) AS s, COUNT(*) AS c FROM Item WHERE qty != 20"),
     Case("sum-equality-single-value", "SELECT SUM(qty) AS s, COUNT(*) AS c FROM Item WHERE qty = 7"),
+    Case("sum-in-excluded-entity", "SELECT SUM(box.x) AS s, COUNT(*) AS c FROM Item WHERE box.x IN ARRAY(8, 7)"),
     Case("sum-in-single-values", "SELECT SUM(price) AS s, COUNT(*) AS c FROM Item WHERE price IN ARRAY(0.3, 1.5, 9.0)"),
     Case("avg-in-listed-order", "SELECT AVG(price) AS a FROM Item WHERE price IN ARRAY(2.25, 0.1)"),
     Case("sum-or", "SELECT SUM(n) AS s, COUNT(*) AS c FROM Item WHERE s = 'x' OR s = 'z'"),

@@ -43,7 +43,7 @@ import attrs
 
 from gds_counter.errors import BadKeyError, BadValueError, GatewayError
 from gds_counter.gateway.keys import Key, PathElement
-from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity, epoch_micros
+from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity, epoch_micros, index_values
 
 # --- order-preserving value encoding ---------------------------------------
 
@@ -187,27 +187,11 @@ def descending(encoded: bytes) -> bytes:
     return encoded.translate(_INVERT)
 
 
-def index_entries(entity: RawEntity, prefix: str = "") -> Iterator[tuple[str, bytes, Any]]:
-    """(name, encoding, value) of every value a Datastore index holds: one per
-    list element, none for unindexed properties, and an embedded entity's
-    own indexed properties as ``outer.inner``.
-
-    Excluding an entity value from the indexes excludes the value, not its
-    properties, as the Firestore emulator indexes them (``WHERE e.k = 5``
-    finds it unless ``k`` itself is excluded). The properties of entities
-    in an indexed list are indexed too, where the emulator indexes none:
-    a deliberate difference (docs/gql.md)."""
-    for name, value in entity.properties.items():
-        if isinstance(value, RawEntity):
-            yield from index_entries(value, f"{prefix}{name}.")
-        elif name in entity.unindexed:
-            continue
-        else:
-            for item in value if isinstance(value, list) else [value]:
-                if isinstance(item, RawEntity):
-                    yield from index_entries(item, f"{prefix}{name}.")
-                else:
-                    yield f"{prefix}{name}", sortable(item), item
+def index_entries(entity: RawEntity) -> Iterator[tuple[str, bytes, Any]]:
+    """(name, encoding, value) of every value a Datastore index holds
+    (``values.index_values``)."""
+    for name, value in index_values(entity):
+        yield name, sortable(value), value
 
 
 # --- lossless serialisation (tagged JSON) ----------------------------------

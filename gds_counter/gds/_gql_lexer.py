@@ -195,6 +195,8 @@ class Lexer:
             if i >= self.n:
                 raise GQLError(f"unterminated {what} starting at column {column(start)}", start)
             char = text[i]
+            if char == "\n":  # the Firestore emulator: "Lexical error" (a CR or any other character is kept)
+                raise GQLError(f"a line break inside the {what} starting at column {column(start)}; write it as \\n", i)
             if char == quote:
                 if i + 1 < self.n and text[i + 1] == quote:
                     out.append(quote)

@@ -30,7 +30,7 @@ def _quote(name: Any) -> str:
         raise GQLError(f"cannot print {name!r} as a GQL name (names are non-empty strings)")
     if name == KEY_PROPERTY:
         return name
-    return "`" + name.replace("\\", "\\\\").replace("`", "``") + "`"
+    return "`" + name.replace("\\", "\\\\").replace("\n", "\\n").replace("`", "``") + "`"  # GQL takes no raw line break
 
 
 class Printer:

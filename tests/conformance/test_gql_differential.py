@@ -1307,6 +1307,9 @@ def test_limits_the_emulator_enforces_are_refused(sides: Any) -> None:
         (f"SELECT * FROM {KIND} WHERE q IN ARRAY(1, 2, 3) AND {equalities(98)}",
          f"SELECT * FROM {KIND} WHERE q IN ARRAY(1, 1, 1) AND {equalities(98)}"),  # a repeated value counts once
         (f"SELECT * FROM {KIND} WHERE n = BLOB('!!')", f"SELECT * FROM {KIND} WHERE n = BLOB('-_')"),
+        (f"SELECT * FROM {KIND} WHERE a = 'x\ny'", f"SELECT * FROM {KIND} WHERE a = 'x\ry'"),  # a line break in a string
+        (f'SELECT * FROM {KIND} WHERE a = "x\ny"', f'SELECT * FROM {KIND} WHERE a = "x\\ny"'),
+        (f"SELECT * FROM {KIND} WHERE `x\ny` = 1", f"SELECT * FROM {KIND} WHERE `x\ty` = 1"),
         (f"SELECT * FROM {KIND} WHERE a = '{'x' * 1501}'", f"SELECT * FROM {KIND} WHERE a = '{'x' * 1500}'"),
         (f"SELECT * FROM {KIND} WHERE a IN ARRAY(1, '{'x' * 1501}')", f"SELECT * FROM {KIND} WHERE a IN ARRAY(1, '{'x' * 1500}')"),
         (f"SELECT * FROM {KIND} WHERE __key__ = KEY({', '.join([f'{KIND}, 1'] * 101)})",

@@ -551,6 +551,7 @@ def test_to_gql_binds_every_value() -> None:
         (Query(projection=("a", "b"), distinct_on=("b",)), "SELECT DISTINCT ON (`b`) `a`, `b`"),
         (Query(distinct_on=("b",)), "SELECT DISTINCT ON (`b`) *"),
         (Query(kind="a`b\\c"), "SELECT * FROM `a``b\\\\c`"),
+        (Query(kind="line\nbreak", order=(Order("a\nb"),)), "SELECT * FROM `line\\nbreak` ORDER BY `a\\nb` ASC"),
         (Query(end_cursor=b"e"), "SELECT * LIMIT @end_cursor"),
         (Query(limit=3, end_cursor=b"e"), "SELECT * LIMIT FIRST(@limit, @end_cursor)"),
         (Query(offset=3), "SELECT * OFFSET @offset"),
@@ -560,7 +561,7 @@ def test_to_gql_binds_every_value() -> None:
             "SELECT * WHERE (`a` = @v1 AND `b` = @v2) OR `c` NOT IN @v3",
         ),
     ],
-    ids=["star", "keys", "distinct", "distinct-on", "distinct-on-star", "escaped-kind", "end-cursor", "first", "offset", "start-cursor", "and-in-or"],
+    ids=["star", "keys", "distinct", "distinct-on", "distinct-on-star", "escaped-kind", "line-break-in-names", "end-cursor", "first", "offset", "start-cursor", "and-in-or"],
 )
 def test_to_gql_text(query: Query, text: str) -> None:
     printed, bindings = to_gql(query)

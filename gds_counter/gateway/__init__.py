@@ -11,7 +11,7 @@ import threading
 from typing import Any, Callable, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
-from gds_counter.errors import BadValueError, GatewayError
+from gds_counter.errors import BadKeyError, BadValueError, GatewayError
 from gds_counter.gateway import _forks as forks
 from gds_counter.gateway.base import Gateway, is_gateway
 
@@ -19,6 +19,7 @@ from gds_counter.gateway.base import Gateway, is_gateway
 # imports it would leave its child waiting for that import's lock for ever.
 # (The Datastore gateway's import, several times heavier, stays deferred.)
 from gds_counter.gateway.embedded import EmbeddedGateway
+from gds_counter.gateway.keys import project_name
 from gds_counter.gateway.stats import Stats
 
 __all__ = ["Gateway", "Stats", "open_gateway", "resolve_gateway", "shared_gateway", "DEFAULT_URL"]
@@ -190,7 +191,15 @@ def _params(url: str, query: str, scheme: str) -> dict[str, str]:
     if unknown:
         raise BadValueError(f"GDS URL {url!r}: unknown parameter {', '.join(unknown)}; "
                             f"a {scheme} URL takes {', '.join(allowed)}")
+    repeated = sorted({name for name, _ in pairs if sum(1 for other, _ in pairs if other == name) > 1})
+    if repeated:
+        raise BadValueError(f"GDS URL {url!r} gives {', '.join(repeated)} more than once")
     params = dict(pairs)
+    if "project" in params:
+        try:
+            project_name(params["project"])
+        except BadKeyError as exc:
+            raise BadValueError(f"GDS URL {url!r}: project {exc}") from None
     namespace = params.get("namespace", "")
     if not _NAMESPACE.fullmatch(namespace) or (namespace.startswith("__") and namespace.endswith("__")):
         raise BadValueError(f"GDS URL {url!r}: namespace {namespace!r} is not allowed (up to 100 of A-Z a-z "

@@ -186,9 +186,10 @@ class Key:
                 raise BadKeyError(f"ancestor {element.kind!r} in a key path must have an id or a name")
 
     @classmethod
-    def of(cls, *flat: Any, namespace: str | None = "") -> "Key":
+    def of(cls, *flat: Any, namespace: str | None = "", project: str | None = None) -> "Key":
         """``Key.of("Parent", "p1", "Child", 7)``; an odd-length path ends with
-        an incomplete element (``Key.of("Book")``)."""
+        an incomplete element (``Key.of("Book")``). ``project`` only for a key
+        naming another project than the gateway's (see the class)."""
         if not flat:
             raise BadKeyError("Key.of() needs at least a kind")
         elements = []
@@ -202,7 +203,7 @@ class Key:
                 elements.append(PathElement(kind, name=ident))
             else:
                 elements.append(PathElement(kind, id=ident))
-        return cls(tuple(elements), namespace or "")
+        return cls(tuple(elements), namespace or "", project=project)
 
     @property
     def kind(self) -> str:
@@ -238,13 +239,13 @@ class Key:
         return tuple(out)
 
     def child(self, kind: str, id_or_name: int | str | None = None) -> "Key":
-        return attrs.evolve(Key.of(*self.flat_path, kind, id_or_name, namespace=self.namespace), project=self.project)
+        return Key.of(*self.flat_path, kind, id_or_name, namespace=self.namespace, project=self.project)
 
     def completed(self, id_or_name: int | str) -> "Key":
         """The same key with the last element's allocated id or name filled in."""
         if not self.is_partial:
             raise BadKeyError(f"key {self} is already complete")
-        return attrs.evolve(Key.of(*self.flat_path, id_or_name, namespace=self.namespace), project=self.project)
+        return Key.of(*self.flat_path, id_or_name, namespace=self.namespace, project=self.project)
 
     def is_ancestor_of(self, other: "Key") -> bool:
         """True for ``other`` itself and its descendants, as HAS ANCESTOR matches."""

@@ -194,7 +194,12 @@ class StoreCore:
             raws[i] = RawEntity(key, raws[i].properties, raws[i].unindexed)
 
     def _delete(self, entities: Entity | Key | Iterable[Entity | Key]) -> plan.Plan[None]:
-        batch = [entities] if isinstance(entities, (Entity, Key)) else list(entities)
+        if isinstance(entities, (Entity, Key)):
+            batch: list[Any] = [entities]
+        elif isinstance(entities, Iterable) and not isinstance(entities, (str, bytes, Mapping)):
+            batch = list(entities)
+        else:
+            raise BadKeyError(f"cannot delete {entities!r}: give an Entity, a Key, or an iterable of them")
         keys = [self._key_of(item) for item in batch]
         mutations = [Delete(key) for key in keys]
         if self._tx.block_mutations is not None:
@@ -203,6 +208,8 @@ class StoreCore:
         yield from plan.commit(mutations, transaction=self._take_token())
 
     def _key_of(self, item: Entity | Key) -> Key:
+        if not isinstance(item, (Entity, Key)):
+            raise BadKeyError(f"cannot delete {item!r}: give an Entity or a Key")
         key = item if isinstance(item, Key) else item.get_key()
         if key is None or key.is_partial:
             raise BadKeyError(f"cannot delete {item!r}: it has no complete key")
@@ -213,7 +220,7 @@ class StoreCore:
     def _key(self, ident: int | str, parent: Entity | Key | None) -> Key:
         parent = parent_key(parent)
         flat = parent.flat_path if parent is not None else ()
-        return Key.of(*flat, self._schema.kind, ident, namespace=self._namespace)
+        return Key.of(*flat, self._schema.kind, ident, namespace=self._namespace, project=parent.project if parent else None)
 
     def _ids_keys(self, key_ids: Sequence[int | str], parent: Entity | Key | None) -> list[Key]:
         """Decimal strings are accepted because php-gds passes ids as strings."""

@@ -160,7 +160,8 @@ class Entity:
         namespace = self._namespace or ""
         ident = self._key_id if self._key_id is not None else self._key_name
         if self._parent is not None:
-            return Key.of(*self._parent.flat_path, kind, ident, namespace=self._parent.namespace or namespace)
+            parent = self._parent  # a parent of another project keeps it: the gateway decides (never re-homed here)
+            return Key.of(*parent.flat_path, kind, ident, namespace=parent.namespace or namespace, project=parent.project)
         return Key.of(kind, ident, namespace=namespace)
 
     def __gds_key__(self) -> Key:

@@ -31,11 +31,11 @@ from typing import Any, Callable
 from google.cloud.datastore_v1.types import datastore as _ds
 from google.cloud.datastore_v1.types import query as _qry
 
-from gds_counter.errors import BadValueError
+from gds_counter.errors import BadKeyError, BadValueError
 from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway.base import Gateway
 from gds_counter.gateway.datastore._codec import Codec
-from gds_counter.gateway.keys import SERVING_PROJECT, Key
+from gds_counter.gateway.keys import SERVING_PROJECT, Key, project_name
 from gds_counter.gateway.mutations import Delete, Mutation
 from gds_counter.gateway.query import AggregationQuery, Query, QueryResult
 from gds_counter.gds import gql
@@ -113,6 +113,7 @@ class DatastoreService:
             self.transactions.expire()
             if not request.project_id:
                 raise BadValueError("the request names no project_id (as Datastore refuses it)")
+            _check_project(request.project_id)
             serving = SERVING_PROJECT.set(request.project_id)  # a key of another project is another than this
             try:
                 with self.transactions.in_use(_transaction_of(request)):
@@ -168,6 +169,11 @@ class DatastoreService:
         """The request's query as the neutral type, and the structured form
         to send back when it came as GQL (Datastore answers with both)."""
         namespace = request.partition_id.namespace_id
+        asked = request.partition_id.project_id
+        if asked and asked != request.project_id:
+            raise BadValueError(
+                f"the query's partition names project {asked!r}, but the request is for project {request.project_id!r}"
+            )
         if request.HasField("gql_query"):
             text = request.gql_query.query_string
             bindings = codec.gql_bindings_from_pb(request.gql_query)
@@ -311,3 +317,12 @@ class DatastoreService:
         self.gateway.reserve_ids(keys)
         return _ds.ReserveIdsResponse.pb()()
 
+
+def _check_project(project: str) -> None:
+    """A request's project must be one Datastore takes: it is the project
+    keys of other projects are told apart from (by name, so ``PROJ_A`` would
+    order them otherwise than the ``proj-a`` a key literal must spell)."""
+    try:
+        project_name(project)
+    except BadKeyError as exc:
+        raise BadValueError(f"the request's project_id: {exc}") from None

@@ -68,7 +68,7 @@ def keys(gateway: Any, text: str) -> list[Key | None]:
 
 
 def test_the_engine_orders_another_projects_key_by_project_first(engine: Any) -> None:
-    assert engine.project == "mmm"
+    assert engine.home_project == "mmm"
     assert keys(engine, "SELECT __key__ FROM D WHERE a > KEY(PROJECT('aaa'), D, 9)") == [Key.of("D", 1)]
     assert keys(engine, "SELECT __key__ FROM D WHERE a > KEY(PROJECT('zzz'), D, 1)") == []
     assert keys(engine, "SELECT __key__ FROM D WHERE a < KEY(PROJECT('aaa'), D, 9)") == [Key.of("D", 2), Key.of("D", 3)]
@@ -115,12 +115,60 @@ def test_the_engines_project_comes_from_the_url_or_the_environment(monkeypatch: 
     monkeypatch.delenv("DATASTORE_PROJECT_ID", raising=False)
     monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
     with open_gateway("memory://") as gateway:
-        assert gateway.project == "gds-counter-local"
+        assert gateway.home_project == "gds-counter-local"
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "from-cloud")
     with open_gateway("memory://") as gateway:
-        assert gateway.project == "from-cloud"
+        assert gateway.home_project == "from-cloud"
     monkeypatch.setenv("DATASTORE_PROJECT_ID", "from-emulator")
     with open_gateway("memory://") as gateway:
-        assert gateway.project == "from-emulator"
+        assert gateway.home_project == "from-emulator"
     with open_gateway("memory://?project=from-url") as gateway:
-        assert gateway.project == "from-url"
+        assert gateway.home_project == "from-url"
+
+
+def test_a_key_naming_the_engines_own_project_is_an_ordinary_key_everywhere(engine: Any) -> None:
+    """Written as a key value, looked up, allocated and reserved: it is the
+    engine's own key, read back without a project (as the Datastore codec
+    reads a key of its own project)."""
+    own = other("D", 7, project="mmm")
+    engine.commit([Upsert(RawEntity(own, {"ref": [other("D", 1, project="mmm")], "e": RawEntity(None, {"k": own})}))])
+    stored = engine.lookup([own])[0]
+    assert stored is not None and stored.key == Key.of("D", 7)
+    assert stored.properties["ref"] == [Key.of("D", 1)] and stored.properties["e"].properties["k"] == Key.of("D", 7)
+    assert [k.project for k in engine.allocate_ids([Key.of("D", project="mmm")])] == [None]
+    engine.reserve_ids([other("D", 1000, project="mmm")])
+
+
+def test_ids_of_another_project_are_neither_allocated_nor_reserved(engine: Any) -> None:
+    with pytest.raises(BadKeyError, match="allocate ids for .*'other-p'"):
+        engine.allocate_ids([Key.of("D", project="other-p")])
+    with pytest.raises(BadKeyError, match="reserve ids for .*'other-p'"):
+        engine.reserve_ids([other("D", 5)])
+
+
+def test_a_parent_of_another_project_is_never_moved_into_the_stores_own(engine: Any) -> None:
+    """The Store keeps the parent's project on the child's key, so the
+    engine refuses it by name instead of writing it under its own project."""
+    from gds_counter import Schema, Store
+
+    store = Store(Schema("K").add_integer("n"), engine)
+    entity = store.create_entity({"n": 9}).set_ancestry(other("P", 1))
+    assert entity.get_key() == Key.of("P", 1, "K", project="other-p")
+    with pytest.raises(BadKeyError, match="'other-p'"):
+        store.upsert(entity)
+    with pytest.raises(BadKeyError, match="'other-p'"):
+        store.fetch_by_id(5, other("P", 1))
+    assert list(run_query_all(engine, gql.parse("SELECT * FROM K"))) == []
+
+
+def test_the_engines_project_is_checked_wherever_it_comes_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gds_counter.errors import BadValueError
+
+    monkeypatch.setenv("DATASTORE_PROJECT_ID", "Bad_Name")
+    with pytest.raises(BadValueError, match="DATASTORE_PROJECT_ID .*'Bad_Name'"):
+        open_gateway("memory://")
+    monkeypatch.delenv("DATASTORE_PROJECT_ID")
+    for url, why in (("memory://?project=ABC", "'ABC' is not a project id"), ("memory://?project=a&project=b", "more than once")):
+        with pytest.raises(BadValueError, match=why) as raised:
+            open_gateway(url)
+        assert url in str(raised.value)

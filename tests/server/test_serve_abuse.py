@@ -17,6 +17,7 @@ from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Upsert
 from gds_counter.gateway.values import RawEntity
 from gds_counter.server import Server, serving
+from gds_counter.server._status import ServiceError
 
 
 @pytest.fixture
@@ -121,16 +122,17 @@ def test_clients_and_pages_of_this_machine_are_served(idle_server, origin):
 
 
 def test_what_clients_send_is_logged_escaped(idle_server, caplog):
-    """A project id is the client's to choose (gRPC takes any string): at
-    ``-v`` it is logged as a quoted literal, never as lines or colours."""
+    """A project id is the client's to send (gRPC takes any string): at
+    ``-v`` it is logged as a quoted literal, never as lines or colours, even
+    when it is refused."""
     import logging
 
     from google.cloud.datastore_v1.types import datastore as ds
 
     request = ds.LookupRequest.pb()(project_id="x\nINFO forged line\x1b[31m")
     request.keys.add().path.add(kind="K", name="a")
-    with caplog.at_level(logging.INFO, logger="gds_counter.server"):
-        idle_server.service.call("Lookup", request, via="grpc")
+    with caplog.at_level(logging.INFO, logger="gds_counter.server"), pytest.raises(ServiceError, match="not a project id"):
+        idle_server.service.call("Lookup", request, via="grpc")  # refused (issue 25), and logged all the same
     lines = [record.getMessage() for record in caplog.records]
     assert lines and not any("\n" in line or "\x1b" in line for line in lines), lines
 

@@ -168,3 +168,24 @@ def test_a_key_of_another_project_is_told_apart_from_the_requests_own(client: An
             run(f"SELECT __key__ FROM D WHERE __key__ = KEY(PROJECT('other'), NAMESPACE('{namespace}'), D, 1)")
     finally:
         channel.close()
+
+
+def test_a_request_of_a_project_datastore_refuses_is_invalid_argument(server: Any, namespace: str) -> None:
+    """The request's project is what keys of other projects are told apart
+    from, by name: one Datastore would refuse (``PROJ_A``) is refused, as is
+    a query whose partition names another project than the request."""
+    import grpc
+    from google.cloud import datastore_v1
+    from google.cloud.datastore_v1.services.datastore.transports import DatastoreGrpcTransport
+
+    channel = grpc.insecure_channel(server.emulator_host)
+    raw = datastore_v1.DatastoreClient(transport=DatastoreGrpcTransport(channel=channel))
+    try:
+        text = {"query_string": "SELECT * FROM D", "allow_literals": True}
+        with pytest.raises(gexc.InvalidArgument, match="'PROJ_A' is not a project id"):
+            raw.run_query(request={"project_id": "PROJ_A", "partition_id": {"namespace_id": namespace}, "gql_query": text})
+        with pytest.raises(gexc.InvalidArgument, match="partition names project 'other'"):
+            raw.run_query(request={"project_id": "serve-test", "partition_id": {"project_id": "other", "namespace_id": namespace},
+                                   "gql_query": text})
+    finally:
+        channel.close()

@@ -17,8 +17,10 @@ mode (the oracle, issue 25):
   is an ordinary key;
 * an entity whose key names another project is refused ("mismatched
   databases within request"); a key value of another project is stored by
-  the emulator, but the engine refuses it (docs/gql.md, deliberate
-  differences: its stored format has no project).
+  the emulator, but the engine refuses it (docs/gql.md, its one stated
+  limitation: its stored format and index have no project); a key of its
+  own project, named, is written, read, allocated and reserved as an
+  ordinary key.
 
 So the query is resolved once, before it is planned: own keys lose their
 project, keys of other projects become ``OtherProjectKey`` (which the
@@ -30,9 +32,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gds_counter.errors import BadKeyError
+import attrs
+
+from gds_counter.errors import BadKeyError, BadValueError
 from gds_counter.gateway.embedded._encoding import OtherProjectKey
-from gds_counter.gateway.keys import SERVING_PROJECT, Key
+from gds_counter.gateway.keys import SERVING_PROJECT, Key, project_name
 from gds_counter.gateway.mutations import Delete, Mutation
 from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, PropertyFilter, Query, leaves_of
 from gds_counter.gateway.values import RawEntity
@@ -47,7 +51,15 @@ def default_project() -> str:
     """The project an embedded gateway belongs to when it is given none:
     the one the emulator's environment names, so a text naming that project
     means the same on the engine as on the emulator."""
-    return os.environ.get("DATASTORE_PROJECT_ID") or os.environ.get("GOOGLE_CLOUD_PROJECT") or DEFAULT_PROJECT
+    for variable in ("DATASTORE_PROJECT_ID", "GOOGLE_CLOUD_PROJECT"):
+        if value := os.environ.get(variable):
+            try:
+                project = project_name(value)
+            except BadKeyError as exc:
+                raise BadValueError(f"the environment variable {variable} is not a project id: {exc}") from None
+            assert project is not None
+            return project
+    return DEFAULT_PROJECT
 
 
 def own_project(gateway_project: str) -> str:
@@ -96,42 +108,58 @@ def _placed(value: Any, leaf: PropertyFilter, project: str) -> Any:
     return OtherProjectKey(value.path, value.namespace, project=value.project, after=value.project > project)
 
 
-def check_keys(keys: list[Key], project: str) -> None:
-    """Refuse a key of another project than ``project``, naming it (the
-    emulator: "mismatched databases within request"): the engine's stored
-    keys have no project, so it would otherwise read or delete its own."""
-    for key in keys:
-        if key.project is not None:
-            _own(key, project, "look up or write")
+def home_keys(keys: list[Key], project: str, what: str = "look up") -> list[Key]:
+    """``keys`` as the engine keeps them: one naming ``project`` (its own)
+    is an ordinary key, one naming another project is refused, naming it
+    (the emulator: "mismatched databases within request"): the engine's
+    stored keys have no project, so it would otherwise read or write its
+    own."""
+    return [_home(key, project, what) for key in keys]
 
 
-def _own(key: Key, project: str, what: str) -> None:
-    if key.project is not None and key.project != project:
+def _home(key: Key, project: str, what: str) -> Key:
+    if key.project is None:
+        return key
+    if key.project != project:
         raise BadKeyError(f"cannot {what} {key}: it names project {key.project!r}, and this database is project {project!r}")
+    return Key(key.path, key.namespace)
 
 
-def check_mutations(mutations: list[Mutation], project: str) -> None:
-    """Refuse a mutation whose key, or any key value it writes (in lists
-    and embedded entities too), names another project than ``project``.
-    The engine stores keys without a project, so storing one would lose
-    it; the emulator stores a key value of another project (docs/gql.md,
-    deliberate differences) and refuses such an entity key."""
+def home_mutations(mutations: list[Mutation], project: str) -> list[Mutation]:
+    """``mutations`` with every key of ``project`` (the entity's, and any key
+    value, in lists and embedded entities too) an ordinary key, or
+    ``BadKeyError`` for one naming another project, before anything is
+    written. The emulator stores a key value of another project; the engine
+    cannot (docs/gql.md, its one limitation), and refuses an entity key of
+    another project as the emulator does."""
+    out: list[Mutation] = []
     for mutation in mutations:
         if isinstance(mutation, Delete):
-            _own(mutation.key, project, "delete")
+            key = _home(mutation.key, project, "delete")
+            out.append(mutation if key is mutation.key else Delete(key))
         else:
-            _check_values(mutation.entity, project)
+            entity = _home_entity(mutation.entity, project)
+            out.append(mutation if entity is mutation.entity else attrs.evolve(mutation, entity=entity))
+    return out
 
 
-def _check_values(entity: RawEntity, project: str) -> None:
-    if entity.key is not None and entity.key.project is not None:
-        _own(entity.key, project, "write")
-    for name, value in entity.properties.items():
-        for item in value if isinstance(value, list) else (value,):
-            if isinstance(item, RawEntity):
-                _check_values(item, project)
-            elif isinstance(item, Key) and item.project is not None:
-                raise BadKeyError(
-                    f"property {name!r} of {entity.key} holds {item}, a key naming project {item.project!r}: the "
-                    "embedded engine stores key values without a project (those of its own project)"
-                )
+def _home_entity(entity: RawEntity, project: str) -> RawEntity:
+    key = _home(entity.key, project, "write") if entity.key is not None else None
+    properties = {name: _home_value(name, value, entity, project) for name, value in entity.properties.items()}
+    if key is entity.key and all(properties[name] is value for name, value in entity.properties.items()):
+        return entity
+    return RawEntity(key, properties, entity.unindexed)
+
+
+def _home_value(name: str, value: Any, holder: RawEntity, project: str) -> Any:
+    if isinstance(value, list):
+        items = [_home_value(name, item, holder, project) for item in value]
+        return value if all(new is old for new, old in zip(items, value)) else items
+    if isinstance(value, RawEntity):
+        return _home_entity(value, project)
+    if isinstance(value, Key) and value.project is not None and value.project != project:
+        raise BadKeyError(
+            f"property {name!r} of {holder.key} holds {value}, a key naming project {value.project!r}: the embedded "
+            f"engine (project {project!r}) stores key values of its own project only (docs/gql.md)"
+        )
+    return _home(value, project, "write") if isinstance(value, Key) else value

@@ -19,7 +19,7 @@ from gds_counter.gateway.base import Gateway, is_gateway
 # imports it would leave its child waiting for that import's lock for ever.
 # (The Datastore gateway's import, several times heavier, stays deferred.)
 from gds_counter.gateway.embedded import EmbeddedGateway
-from gds_counter.gateway.keys import project_name
+from gds_counter.gateway.keys import local_project, project_name
 from gds_counter.gateway.stats import Stats
 
 __all__ = ["Gateway", "Stats", "open_gateway", "resolve_gateway", "shared_gateway", "DEFAULT_URL"]
@@ -44,7 +44,6 @@ URL_FORMS = (
 _PARAMS = {"sqlite": ("namespace", "project"), "memory": ("namespace", "project"), "datastore": ("namespace", "database")}
 #: Datastore's rules: namespaces and project ids as the server accepts them.
 _NAMESPACE = re.compile(r"[0-9A-Za-z._-]{0,100}")
-_PROJECT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}")
 _DATABASE = re.compile(r"[a-z0-9()-]{1,63}")
 
 
@@ -58,8 +57,8 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
        ``sqlite:////absolute/path.db``, ``memory://``,
        ``datastore://PROJECT?namespace=NS&database=DB``. The embedded ones
        take ``?project=P`` too: the project a GQL ``KEY(PROJECT(...))`` is
-       told apart from (default: ``DATASTORE_PROJECT_ID``,
-       ``GOOGLE_CLOUD_PROJECT``, else ``gds-counter-local``).
+       told apart from (default: ``keys.local_project``, the emulator's:
+       ``DATASTORE_PROJECT_ID``, else ``gds-counter-local``).
     2. ``DATASTORE_EMULATOR_HOST`` set: the Datastore gateway on that emulator.
     3. The embedded SQLite default (``DEFAULT_URL``, in the working directory).
 
@@ -83,7 +82,7 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
         if emulator:
             from gds_counter.gateway.datastore import DatastoreGateway
 
-            project = os.environ.get("DATASTORE_PROJECT_ID") or "gds-counter-local"
+            project = local_project()
             log.info("storage: the Datastore emulator at %s, project %r (from DATASTORE_EMULATOR_HOST)",
                      emulator, project)
             return DatastoreGateway(project=project, **_timeout(timeout))
@@ -116,7 +115,7 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
         project = parts.netloc
         if not rest.startswith("//") or not project:
             raise BadValueError(f"GDS URL {chosen!r} names no project; use datastore://PROJECT")
-        if not _PROJECT.fullmatch(project) or parts.path not in ("", "/") or parts.fragment:
+        if not _is_project(project) or parts.path not in ("", "/") or parts.fragment:
             raise BadValueError(f"GDS URL {chosen!r} is malformed: expected datastore://PROJECT?namespace=NS"
                                 f"&database=DB with a project id such as my-project, got project {project!r}")
         params = _params(chosen, parts.query, scheme)
@@ -205,6 +204,13 @@ def _params(url: str, query: str, scheme: str) -> dict[str, str]:
         raise BadValueError(f"GDS URL {url!r}: namespace {namespace!r} is not allowed (up to 100 of A-Z a-z "
                             "0-9 . _ -, and not of the reserved form __x__)")
     return params
+
+
+def _is_project(project: str) -> bool:
+    try:
+        return project_name(project) is not None
+    except BadKeyError:
+        return False
 
 
 def _timeout(timeout: float | None) -> dict[str, Any]:

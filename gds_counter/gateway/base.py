@@ -36,7 +36,7 @@ from gds_counter.errors import AlreadyExists, BadKeyError, BadValueError, Gatewa
 from gds_counter.gateway import plan
 from gds_counter.gateway._aggregation import aggregate_rows, billed_reads, check_aggregation
 from gds_counter.gateway.capabilities import Capabilities
-from gds_counter.gateway.keys import Key, require_complete
+from gds_counter.gateway.keys import Key, plain_key, require_complete
 from gds_counter.gateway.mutations import (
     MAX_MUTATIONS_PER_COMMIT,
     CommitResult,
@@ -46,6 +46,7 @@ from gds_counter.gateway.mutations import (
     MutationResult,
     Upsert,
     check_commit,
+    map_keys,
 )
 from gds_counter.gateway.query import (
     Aggregation,
@@ -249,8 +250,17 @@ class GatewayRules(Generic[T]):
 
     # --- reads ---------------------------------------------------------------
 
+    def _own_project(self) -> str | None:
+        """The project a key may name and still be this gateway's own, an
+        ordinary key (``keys.plain_key``); None: the gateway has none."""
+        return None
+
+    def _plain(self, keys: Sequence[Key]) -> list[Key]:
+        own = self._own_project()
+        return [plain_key(key, own) if isinstance(key, Key) else key for key in keys]
+
     def _plan_lookup(self, keys: Sequence[Key], transaction: bytes | None) -> plan.Plan[list[RawEntity | None]]:
-        keys = list(keys)
+        keys = self._plain(keys)
         for key in keys:
             require_complete(key, "lookup")
         txn = self._transaction(transaction)
@@ -283,7 +293,7 @@ class GatewayRules(Generic[T]):
     # --- writes --------------------------------------------------------------
 
     def _plan_allocate_ids(self, keys: Sequence[Key]) -> plan.Plan[list[Key]]:
-        keys = list(keys)
+        keys = self._plain(keys)
         for key in keys:
             if not isinstance(key, Key) or not key.is_partial:
                 raise BadKeyError(f"allocate_ids needs incomplete keys, got {key}")
@@ -293,7 +303,7 @@ class GatewayRules(Generic[T]):
         return out
 
     def _plan_reserve_ids(self, keys: Sequence[Key]) -> plan.Plan[None]:
-        keys = list(keys)
+        keys = self._plain(keys)
         for key in keys:
             if not isinstance(key, Key) or key.is_partial or key.id is None or key.id < 1:
                 # (the Firestore emulator fails with UNKNOWN on a negative id: no allocator hands one out)
@@ -302,7 +312,8 @@ class GatewayRules(Generic[T]):
             yield from _hook("_reserve_ids", keys[start : start + MAX_MUTATIONS_PER_COMMIT])
 
     def _plan_commit(self, mutations: Sequence[Mutation], transaction: bytes | None) -> plan.Plan[CommitResult]:
-        mutations = list(mutations)
+        own = self._own_project()
+        mutations = map_keys(mutations, lambda key, _holder, _name: plain_key(key, own))  # one key, named or not
         check_commit(mutations, transactional=transaction is not None)
         txn = self._transaction(transaction, use_up=True)
         if txn is not None:

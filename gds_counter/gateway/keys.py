@@ -7,6 +7,7 @@ Every gateway and the mapper check keys here, so a bad key fails the same way
 
 from __future__ import annotations
 
+import os
 import re
 from contextvars import ContextVar
 from typing import Any, Iterable
@@ -14,10 +15,11 @@ from typing import Any, Iterable
 import attrs
 
 from gds_counter._checks import INT64_MAX, INT64_MIN, check_text, is_int, utf8_size
-from gds_counter.errors import BadKeyError
+from gds_counter.errors import BadKeyError, BadValueError
 
 __all__ = [
-    "MAX_KEY_NAME_BYTES", "MAX_KEY_PATH", "METADATA_KINDS", "RESERVED_NAME", "SERVING_PROJECT", "Key", "PathElement",
+    "LOCAL_PROJECT", "MAX_KEY_NAME_BYTES", "MAX_KEY_PATH", "METADATA_KINDS", "RESERVED_NAME", "SERVING_PROJECT", "Key",
+    "PathElement", "local_project", "plain_key",
 ]
 
 #: Datastore's limit on a key name (and kind), in UTF-8 bytes.
@@ -116,6 +118,27 @@ def project_name(project: str | None) -> str | None:
         raise BadKeyError(f"a key's project must be a string, got {type(project).__name__} {project!r}")
     if len(project) > MAX_PROJECT or not _PROJECT.fullmatch(project):
         raise BadKeyError(f"{project[:120]!r} is not a project id Datastore takes (as in my-project or example.com:my-project)")
+    return project
+
+
+#: The project of local storage (the embedded engine, the Datastore
+#: emulator) when ``DATASTORE_PROJECT_ID`` names none.
+LOCAL_PROJECT = "gds-counter-local"
+
+
+def local_project() -> str:
+    """The project local storage belongs to: ``DATASTORE_PROJECT_ID`` (as
+    the emulators' environment names it), else ``LOCAL_PROJECT``; the same
+    for the embedded engine and the emulator, so a GQL ``KEY(PROJECT(...))``
+    means one thing on both. ``BadValueError`` names a bad one."""
+    value = os.environ.get("DATASTORE_PROJECT_ID")
+    if not value:
+        return LOCAL_PROJECT
+    try:
+        project = project_name(value)
+    except BadKeyError as exc:
+        raise BadValueError(f"the environment variable DATASTORE_PROJECT_ID is not a project id: {exc}") from None
+    assert project is not None
     return project
 
 
@@ -256,6 +279,13 @@ class Key:
         ns = f", namespace={self.namespace!r}" if self.namespace else ""
         project = f", project={self.project!r}" if self.project is not None else ""
         return f"Key({inner}{ns}{project})"
+
+
+def plain_key(key: Key, project: str | None) -> Key:
+    """``key`` without its project when that is ``project`` (the gateway's
+    own): the same entity as the key that names no project, and equal to
+    it, so that the checks on keys named twice see one key."""
+    return Key(key.path, key.namespace) if key.project is not None and key.project == project else key
 
 
 def require_complete(key: Any, what: str) -> Key:

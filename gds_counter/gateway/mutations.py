@@ -3,7 +3,7 @@ mutations must meet before anything is sent, and what it reports back."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Sequence, Union
+from typing import Any, Callable, Iterable, Sequence, Union
 
 import attrs
 
@@ -15,7 +15,7 @@ from gds_counter.gateway.values import RawEntity, validate_entity
 
 __all__ = [
     "MAX_MUTATIONS_PER_COMMIT", "CommitResult", "Delete", "Increment", "Insert", "Mutation", "MutationResult", "Update",
-    "Upsert", "check_commit", "check_mutation",
+    "Upsert", "check_commit", "check_mutation", "map_keys",
 ]
 
 #: Datastore's limit on the mutations of one commit.
@@ -159,3 +159,47 @@ def check_mutation(mutation: Any) -> None:
             isinstance(transform.amount, float) or check_int(transform.amount, f"increment of {transform.name!r}")
     else:
         raise BadValueError(f"unknown mutation {mutation!r}")
+
+
+#: What ``map_keys`` calls for each key: the key, then the entity holding it
+#: as a value and the property's name (None, None for a mutation's own key).
+KeyMap = Callable[[Key, "RawEntity | None", "str | None"], Key]
+
+
+def map_keys(mutations: Sequence[Mutation], change: KeyMap) -> list[Mutation]:
+    """``mutations`` with every key ``change``d: each one's own key and every
+    key value it writes, in lists and embedded entities too. A mutation
+    nothing changed in is the same object (the common case costs a walk)."""
+    out: list[Mutation] = []
+    for mutation in mutations:
+        if isinstance(mutation, Delete) and isinstance(mutation.key, Key):
+            key = change(mutation.key, None, None)
+            out.append(mutation if key is mutation.key else Delete(key))
+        elif isinstance(mutation, Upsert) and isinstance(mutation.entity, RawEntity):
+            entity = _entity_keys(mutation.entity, change, top=True)
+            out.append(mutation if entity is mutation.entity else attrs.evolve(mutation, entity=entity))
+        else:
+            out.append(mutation)  # not a mutation: ``check_commit`` names it
+    return out
+
+
+def _entity_keys(entity: RawEntity, change: KeyMap, top: bool = False) -> RawEntity:
+    key = change(entity.key, None, None) if top and isinstance(entity.key, Key) else entity.key
+    properties = {name: _value_keys(name, value, entity, change) for name, value in entity.properties.items()}
+    if key is entity.key and all(properties[name] is value for name, value in entity.properties.items()):
+        return entity
+    return RawEntity(key, properties, entity.unindexed)
+
+
+def _value_keys(name: str, value: Any, holder: RawEntity, change: KeyMap) -> Any:
+    if isinstance(value, list):
+        items = [_value_keys(name, item, holder, change) for item in value]
+        return value if all(new is old for new, old in zip(items, value)) else items
+    if isinstance(value, RawEntity):
+        inner = _entity_keys(value, change)
+        if isinstance(value.key, Key):  # an embedded entity's key is a value it holds, named by its property
+            key = change(value.key, holder, name)
+            if key is not value.key:
+                inner = RawEntity(key, inner.properties, inner.unindexed)
+        return inner
+    return change(value, holder, name) if isinstance(value, Key) else value

@@ -220,7 +220,10 @@ class StoreCore:
     def _key(self, ident: int | str, parent: Entity | Key | None) -> Key:
         parent = parent_key(parent)
         flat = parent.flat_path if parent is not None else ()
-        return Key.of(*flat, self._schema.kind, ident, namespace=self._namespace, project=parent.project if parent else None)
+        if parent is None:
+            return Key.of(self._schema.kind, ident, namespace=self._namespace)
+        # the parent's partition, as Entity.get_key makes the key the entity is written under
+        return Key.of(*flat, self._schema.kind, ident, namespace=parent.namespace or self._namespace, project=parent.project)
 
     def _ids_keys(self, key_ids: Sequence[int | str], parent: Entity | Key | None) -> list[Key]:
         """Decimal strings are accepted because php-gds passes ids as strings."""

@@ -112,13 +112,15 @@ def test_the_engine_refuses_to_read_or_write_another_projects_keys(engine: Any) 
 
 
 def test_the_engines_project_comes_from_the_url_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the emulator gateway's does (``keys.local_project``), so a key
+    literal naming a project means one thing on both."""
     monkeypatch.delenv("DATASTORE_PROJECT_ID", raising=False)
     monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
     with open_gateway("memory://") as gateway:
         assert gateway.home_project == "gds-counter-local"
-    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "from-cloud")
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "from-cloud")  # production's project: not local storage's
     with open_gateway("memory://") as gateway:
-        assert gateway.home_project == "from-cloud"
+        assert gateway.home_project == "gds-counter-local"
     monkeypatch.setenv("DATASTORE_PROJECT_ID", "from-emulator")
     with open_gateway("memory://") as gateway:
         assert gateway.home_project == "from-emulator"
@@ -172,3 +174,62 @@ def test_the_engines_project_is_checked_wherever_it_comes_from(monkeypatch: pyte
         with pytest.raises(BadValueError, match=why) as raised:
             open_gateway(url)
         assert url in str(raised.value)
+
+
+def test_a_key_named_with_the_gateways_own_project_is_the_same_key_to_the_commit_checks() -> None:
+    """One entity named twice, once plainly and once with the gateway's own
+    project, is refused as any key named twice is (the checks run after the
+    own project is dropped); in a transaction the two are one entity."""
+    from gds_counter.errors import BadValueError
+    from gds_counter.gateway.mutations import Insert
+
+    with open_gateway("memory://?project=mmm") as engine:
+        plain, named = Key.of("D", 1), Key.of("D", 1, project="mmm")
+        for pair in ([Upsert(RawEntity(plain, {"n": 1})), Upsert(RawEntity(named, {"n": 2}))],
+                     [Upsert(RawEntity(plain, {"n": 1})), Delete(named)]):
+            with pytest.raises(BadValueError, match="more than once|twice"):
+                engine.commit(pair)
+        assert engine.lookup([plain]) == [None]
+        txn = engine.begin_transaction()
+        with pytest.raises(BadValueError, match="insert"):
+            engine.commit([Insert(RawEntity(Key.of("D", 2), {})), Insert(RawEntity(Key.of("D", 2, project="mmm"), {}))],
+                          transaction=txn)
+
+
+def test_explain_query_reads_keys_of_projects_as_run_query_does(engine: Any) -> None:
+    own = engine.explain_query(gql.parse("SELECT * FROM D WHERE a = KEY(PROJECT('mmm'), D, 5)"))
+    assert own and engine.explain_query(gql.parse("SELECT * FROM D WHERE a > KEY(PROJECT('aaa'), D, 5)"))
+    with pytest.raises(BadKeyError, match="'other-p'"):
+        engine.explain_query(gql.parse("SELECT * FROM D WHERE __key__ = KEY(PROJECT('other-p'), D, 5)"))
+
+
+def test_an_embedded_entitys_key_of_another_project_is_named_by_its_property(engine: Any) -> None:
+    with pytest.raises(BadKeyError, match="property 'e' of Key\\('D', 1\\) holds .*'other-p'"):
+        engine.commit([Upsert(RawEntity(Key.of("D", 1), {"e": RawEntity(other("E", 1), {})}))])
+
+
+def test_a_child_is_looked_up_in_its_parents_namespace_as_it_is_written() -> None:
+    from gds_counter import Schema, Store
+
+    store = Store(Schema("K").add_integer("n"), open_gateway("memory://"))
+    entity = store.create_entity({"n": 1}).set_ancestry(Key.of("P", 2, namespace="x"))
+    entity.set_key_name("b")
+    store.upsert(entity)
+    found = store.fetch_by_name("b", Key.of("P", 2, namespace="x"))
+    assert found is not None and found.get_key() == Key.of("P", 2, "K", "b", namespace="x")
+
+
+def test_the_emulator_gateway_and_the_engine_take_one_local_project(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gds_counter.errors import BadValueError
+    from gds_counter.gateway.keys import local_project
+
+    monkeypatch.delenv("DATASTORE_PROJECT_ID", raising=False)
+    monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "prod-project")
+    assert local_project() == "gds-counter-local"
+    monkeypatch.setenv("DATASTORE_PROJECT_ID", "Bad_Name")
+    monkeypatch.setenv("DATASTORE_EMULATOR_HOST", "127.0.0.1:1")
+    monkeypatch.delenv("GDS_URL", raising=False)
+    with pytest.raises(BadValueError, match="DATASTORE_PROJECT_ID"):
+        open_gateway()
+    with pytest.raises(BadValueError, match="datastore://Bad_P"):
+        open_gateway("datastore://Bad_P")

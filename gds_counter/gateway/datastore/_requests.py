@@ -89,6 +89,9 @@ class DatastoreRequests(GatewayRules[TransactionState]):
     _codec: Codec
     _retry: Any
 
+    def _own_project(self) -> str:
+        return self.project
+
     def _configure(
         self, project: str, database: str, emulator_host: str | None, credentials: Any, timeout: float, retry: Any
     ) -> None:

@@ -30,7 +30,7 @@ from gds_counter.gateway.embedded._encoding import key_bytes, load_entity, load_
 from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, Batch, GroupCommit, for_another
 from gds_counter.gateway.embedded._metadata import metadata_batch
 from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter, sql_is_exact
-from gds_counter.gateway.embedded._projects import default_project, home_keys, home_mutations, own_project, resolved
+from gds_counter.gateway.embedded._projects import home_keys, home_mutations, own_project, resolved
 from gds_counter.gateway.embedded._storage import (
     Stopped,
     Transaction,
@@ -44,7 +44,7 @@ from gds_counter.gateway.embedded._storage import (
     upserted_keys,
     write_transaction,
 )
-from gds_counter.gateway.keys import METADATA_KINDS, Key, project_name
+from gds_counter.gateway.keys import METADATA_KINDS, Key, local_project, project_name
 from gds_counter.gateway.mutations import Delete, Mutation, Upsert
 from gds_counter.gateway.query import Query, QueryResult, without_repeats
 from gds_counter.gateway.values import RawEntity
@@ -96,11 +96,9 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     across ``fork()``. Its path is made absolute here, once. ``read_only``
     opens the file read-only (SQLite's ``mode=ro``): reads work, writes
     raise ``GatewayError``. Any failure to open is a ``GDSError`` naming the
-    path. ``project`` (default: ``_projects.default_project``), kept as
-    ``home_project``, is what a key naming another project is told apart
-    from (``_projects``); not ``project``, which names a Cloud Datastore
-    gateway's project wherever a gateway is told apart by it (the cache's
-    scope, the command's messages).
+    path. ``project`` (default: ``keys.local_project``) is ``home_project``,
+    what keys of other projects are told apart from (``_projects``); a
+    ``project`` attribute would mark it as Cloud Datastore (the cache's scope).
 
     ``entity_writes_per_second`` turns on a teaching model of Datastore's
     sustained write limit on one entity (about one per second): a commit that
@@ -120,7 +118,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         if entity_writes_per_second is not None and entity_writes_per_second <= 0:
             raise BadValueError(f"entity_writes_per_second must be positive, got {entity_writes_per_second!r}")
         super().__init__(namespace, capabilities=CAPABILITIES)
-        self.home_project = project_name(project) or default_project()
+        self.home_project = project_name(project) or local_project()
         if path is not None and os.fspath(path) == ":memory:":
             path = None  # SQLite's name for memory: one database, not one per connection
         # Absolute once, here: a later os.chdir must not move new connections to another file.
@@ -206,8 +204,11 @@ class EmbeddedGateway(BaseGateway[Transaction]):
 
     # -- reads ---------------------------------------------------------------
 
+    def _own_project(self) -> str:
+        return own_project(self.home_project)
+
     def _lookup(self, keys: list[Key], txn: Transaction | None) -> list[RawEntity | None]:
-        keys = home_keys(keys, own_project(self.home_project))
+        keys = home_keys(keys, self._own_project())
         encoded = [key_bytes(key) for key in keys]
         found: dict[bytes, tuple[int, str]] = {}
         if encoded:
@@ -225,7 +226,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         return out
 
     def _run_query(self, query: Query, txn: Transaction | None) -> QueryResult:
-        query = resolved(query, own_project(self.home_project))  # keys of other projects placed, or refused
+        query = resolved(query, self._own_project())  # keys of other projects placed, or refused
         if query.filter is not None and (read := without_repeats(query.filter)) is not query.filter:
             query = query.replace(filter=read)  # a repeated filter once, as Datastore reads it
         if query.kind in METADATA_KINDS:  # made from the index (``_metadata``), outside any transaction
@@ -305,6 +306,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     def explain_query(self, query: Query) -> str:
         """SQLite's plan for the SQL a query runs, so a workshop (and the
         index test) can see that a filter reads an index, not the whole kind."""
+        query = resolved(query, self._own_project())
         plan = Plan.of(query)
         sql, params = candidate_sql(query, plan, None)
         with self._db() as conn:
@@ -381,21 +383,21 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     # -- writes --------------------------------------------------------------
 
     def _allocate_ids(self, keys: list[Key]) -> list[Key]:
-        keys = home_keys(keys, own_project(self.home_project), "allocate ids for")  # another project's ids are not its own
+        keys = home_keys(keys, self._own_project(), "allocate ids for")  # another project's ids are not its own
         with self._db() as conn:
             ids = allocate(conn, len(keys))
         self._record("allocate_ids")
         return [key.completed(new_id) for key, new_id in zip(keys, ids)]
 
     def _reserve_ids(self, keys: list[Key]) -> None:
-        keys = home_keys(keys, own_project(self.home_project), "reserve ids for")
+        keys = home_keys(keys, self._own_project(), "reserve ids for")
         with self._db() as conn, self._pool.write_lock, write_transaction(conn, conn.busy_timeout):  # (as _apply)
             reserve(conn, (key.id for key in keys if key.id is not None))
             conn.execute("COMMIT")
         self._record("reserve_ids")
 
     def _commit(self, mutations: list[Mutation], txn: Transaction | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
-        mutations = home_mutations(mutations, own_project(self.home_project))
+        mutations = home_mutations(mutations, self._own_project())
         try:
             if txn is not None and not mutations:
                 results = []  # nothing to write: what it read was one snapshot, so nothing to check

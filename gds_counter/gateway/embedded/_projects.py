@@ -29,37 +29,14 @@ value encoding places), and ``__key__`` filters on them are refused.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-import attrs
-
-from gds_counter.errors import BadKeyError, BadValueError
+from gds_counter.errors import BadKeyError
 from gds_counter.gateway.embedded._encoding import OtherProjectKey
-from gds_counter.gateway.keys import SERVING_PROJECT, Key, project_name
-from gds_counter.gateway.mutations import Delete, Mutation
+from gds_counter.gateway.keys import SERVING_PROJECT, Key
+from gds_counter.gateway.mutations import Mutation, map_keys
 from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, PropertyFilter, Query, leaves_of
 from gds_counter.gateway.values import RawEntity
-
-#: The engine's project when neither the gateway's caller nor the
-#: environment (``DATASTORE_PROJECT_ID``, then ``GOOGLE_CLOUD_PROJECT``) names
-#: one: the project ``open_gateway`` gives the Datastore emulator by default.
-DEFAULT_PROJECT = "gds-counter-local"
-
-
-def default_project() -> str:
-    """The project an embedded gateway belongs to when it is given none:
-    the one the emulator's environment names, so a text naming that project
-    means the same on the engine as on the emulator."""
-    for variable in ("DATASTORE_PROJECT_ID", "GOOGLE_CLOUD_PROJECT"):
-        if value := os.environ.get(variable):
-            try:
-                project = project_name(value)
-            except BadKeyError as exc:
-                raise BadValueError(f"the environment variable {variable} is not a project id: {exc}") from None
-            assert project is not None
-            return project
-    return DEFAULT_PROJECT
 
 
 def own_project(gateway_project: str) -> str:
@@ -128,38 +105,17 @@ def _home(key: Key, project: str, what: str) -> Key:
 def home_mutations(mutations: list[Mutation], project: str) -> list[Mutation]:
     """``mutations`` with every key of ``project`` (the entity's, and any key
     value, in lists and embedded entities too) an ordinary key, or
-    ``BadKeyError`` for one naming another project, before anything is
+    ``BadKeyError`` naming one of another project, before anything is
     written. The emulator stores a key value of another project; the engine
     cannot (docs/gql.md, its one limitation), and refuses an entity key of
     another project as the emulator does."""
-    out: list[Mutation] = []
-    for mutation in mutations:
-        if isinstance(mutation, Delete):
-            key = _home(mutation.key, project, "delete")
-            out.append(mutation if key is mutation.key else Delete(key))
-        else:
-            entity = _home_entity(mutation.entity, project)
-            out.append(mutation if entity is mutation.entity else attrs.evolve(mutation, entity=entity))
-    return out
 
-
-def _home_entity(entity: RawEntity, project: str) -> RawEntity:
-    key = _home(entity.key, project, "write") if entity.key is not None else None
-    properties = {name: _home_value(name, value, entity, project) for name, value in entity.properties.items()}
-    if key is entity.key and all(properties[name] is value for name, value in entity.properties.items()):
-        return entity
-    return RawEntity(key, properties, entity.unindexed)
-
-
-def _home_value(name: str, value: Any, holder: RawEntity, project: str) -> Any:
-    if isinstance(value, list):
-        items = [_home_value(name, item, holder, project) for item in value]
-        return value if all(new is old for new, old in zip(items, value)) else items
-    if isinstance(value, RawEntity):
-        return _home_entity(value, project)
-    if isinstance(value, Key) and value.project is not None and value.project != project:
+    def home(key: Key, holder: RawEntity | None, name: str | None) -> Key:
+        if holder is None or key.project is None or key.project == project:
+            return _home(key, project, "write" if holder is None else "store")
         raise BadKeyError(
-            f"property {name!r} of {holder.key} holds {value}, a key naming project {value.project!r}: the embedded "
+            f"property {name!r} of {holder.key} holds {key}, a key naming project {key.project!r}: the embedded "
             f"engine (project {project!r}) stores key values of its own project only (docs/gql.md)"
         )
-    return _home(value, project, "write") if isinstance(value, Key) else value
+
+    return map_keys(mutations, home)

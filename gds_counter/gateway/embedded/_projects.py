@@ -33,7 +33,7 @@ from typing import Any
 
 from gds_counter.errors import BadKeyError
 from gds_counter.gateway.embedded._encoding import OtherProjectKey
-from gds_counter.gateway.keys import SERVING_PROJECT, Key
+from gds_counter.gateway.keys import SERVING_PROJECT, Key, plain_key
 from gds_counter.gateway.mutations import Mutation, map_keys
 from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, PropertyFilter, Query, leaves_of
 from gds_counter.gateway.values import RawEntity
@@ -75,7 +75,7 @@ def _placed(value: Any, leaf: PropertyFilter, project: str) -> Any:
     if not isinstance(value, Key) or value.project is None:
         return value
     if value.project == project:
-        return Key(value.path, value.namespace)
+        return plain_key(value, project)
     if leaf.name == KEY_PROPERTY:
         what = "HAS ANCESTOR" if leaf.op == "HAS_ANCESTOR" else f"a __key__ {leaf.op} filter"
         raise BadKeyError(
@@ -99,7 +99,7 @@ def _home(key: Key, project: str, what: str) -> Key:
         return key
     if key.project != project:
         raise BadKeyError(f"cannot {what} {key}: it names project {key.project!r}, and this database is project {project!r}")
-    return Key(key.path, key.namespace)
+    return plain_key(key, project)
 
 
 def home_mutations(mutations: list[Mutation], project: str) -> list[Mutation]:

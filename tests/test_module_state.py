@@ -26,10 +26,6 @@ OTHER_STATE = {
         "collected) would release the parent's SQLite locks"
     ),
     ("gateway/_deadlines.py", "_AT"): "the running call's deadline: per call (a context variable), not per gateway",
-    ("gateway/keys.py", "SERVING_PROJECT"): (
-        "the project of the request gds-counter serve is answering: per request (a context variable), since one "
-        "gateway serves every project"
-    ),
 }
 
 #: Module-level tables that are never changed after import (names, rules).

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-from contextvars import ContextVar
 from typing import Any, Iterable
 
 import attrs
@@ -18,7 +17,7 @@ from gds_counter._checks import INT64_MAX, INT64_MIN, check_text, is_int, utf8_s
 from gds_counter.errors import BadKeyError, BadValueError
 
 __all__ = [
-    "LOCAL_PROJECT", "MAX_KEY_NAME_BYTES", "MAX_KEY_PATH", "METADATA_KINDS", "RESERVED_NAME", "SERVING_PROJECT", "Key",
+    "LOCAL_PROJECT", "MAX_KEY_NAME_BYTES", "MAX_KEY_PATH", "METADATA_KINDS", "RESERVED_NAME", "Key",
     "PathElement", "local_project", "plain_key",
 ]
 
@@ -47,13 +46,6 @@ _NAMESPACE = re.compile(r"[0-9A-Za-z._-]{0,100}")
 _PROJECT = re.compile(r"(?:(?:[a-z0-9][a-z0-9.-]*)?:)?(?:[a-z0-9][a-z0-9-]*)?|__(?:[a-z0-9][a-z0-9-]*)?__")
 MAX_PROJECT = 100
 
-#: The project a key without one belongs to while ``gds-counter serve``
-#: answers a request: the server keeps one store for every project a client
-#: names (``gds_counter.server._service``), so a key of "another project" is
-#: another than the request's, which only the request knows. A context
-#: variable, set around each request, because the query reaches the gateway
-#: through its ordinary calls. Unset (None): the gateway's own project.
-SERVING_PROJECT: ContextVar[str | None] = ContextVar("gds_counter_serving_project", default=None)
 
 
 def check_kind(kind: str) -> None:

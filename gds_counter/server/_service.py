@@ -18,11 +18,12 @@ php-gds and Python apps sharing one local store want. Namespaces are kept
 as they are. A key naming another project than the request's (a GQL
 ``KEY(PROJECT('other'), ...)``, a key value of another project) is told
 apart from the request's: the codec keeps its project, and the request's
-project is the engine's own for the request (``keys.SERVING_PROJECT``).
+project is the engine's own for the request (``_projects.Projects``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import logging
 import time
@@ -35,7 +36,7 @@ from gds_counter.errors import BadKeyError, BadValueError
 from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway.base import Gateway
 from gds_counter.gateway.datastore._codec import Codec
-from gds_counter.gateway.keys import SERVING_PROJECT, Key, project_name
+from gds_counter.gateway.keys import Key, project_name
 from gds_counter.gateway.mutations import Delete, Mutation
 from gds_counter.gateway.query import AggregationQuery, Query, QueryResult
 from gds_counter.gds import gql
@@ -114,12 +115,8 @@ class DatastoreService:
             if not request.project_id:
                 raise BadValueError("the request names no project_id (as Datastore refuses it)")
             _check_project(request.project_id)
-            serving = SERVING_PROJECT.set(request.project_id)  # a key of another project is another than this
-            try:
-                with self.transactions.in_use(_transaction_of(request)):
-                    return handler(request, Codec(request.project_id, request.database_id))
-            finally:
-                SERVING_PROJECT.reset(serving)
+            with _acting_for(self.gateway, request.project_id), self.transactions.in_use(_transaction_of(request)):
+                return handler(request, Codec(request.project_id, request.database_id))
         except Exception as exc:
             error = status_of(exc)
             if deadline is not None and time.monotonic() >= deadline and error.status != "INVALID_ARGUMENT":
@@ -326,3 +323,11 @@ def _check_project(project: str) -> None:
         project_name(project)
     except BadKeyError as exc:
         raise BadValueError(f"the request's project_id: {exc}") from None
+
+
+def _acting_for(gateway: Gateway, project: str) -> contextlib.AbstractContextManager[None]:
+    """The request's project as the gateway's own while it runs: the
+    embedded engine's ``projects`` (a Datastore gateway has its project,
+    and another gateway none to tell apart)."""
+    projects = getattr(gateway, "projects", None)
+    return projects.acting_for(project) if projects is not None else contextlib.nullcontext()

@@ -14,7 +14,7 @@ from gds_counter import open_gateway
 from gds_counter.errors import BadKeyError, GDSError
 from gds_counter.gateway.base import run_query_all
 from gds_counter.gateway.datastore._codec import Codec
-from gds_counter.gateway.keys import SERVING_PROJECT, Key
+from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Upsert
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds import gql
@@ -68,7 +68,7 @@ def keys(gateway: Any, text: str) -> list[Key | None]:
 
 
 def test_the_engine_orders_another_projects_key_by_project_first(engine: Any) -> None:
-    assert engine.home_project == "mmm"
+    assert engine.projects.home == "mmm"
     assert keys(engine, "SELECT __key__ FROM D WHERE a > KEY(PROJECT('aaa'), D, 9)") == [Key.of("D", 1)]
     assert keys(engine, "SELECT __key__ FROM D WHERE a > KEY(PROJECT('zzz'), D, 1)") == []
     assert keys(engine, "SELECT __key__ FROM D WHERE a < KEY(PROJECT('aaa'), D, 9)") == [Key.of("D", 2), Key.of("D", 3)]
@@ -79,11 +79,9 @@ def test_the_engine_orders_another_projects_key_by_project_first(engine: Any) ->
     assert keys(engine, "SELECT __key__ FROM D WHERE a = KEY(PROJECT(''), D, 5)") == [Key.of("D", 1)]
     assert keys(engine, "SELECT __key__ FROM D WHERE __key__ = KEY(PROJECT('mmm'), D, 2)") == [Key.of("D", 2)]
     # Inside gds-counter serve, the request's project is the engine's own.
-    token = SERVING_PROJECT.set("zzzz")
-    try:
+    with engine.projects.acting_for("zzzz"):
         assert keys(engine, "SELECT __key__ FROM D WHERE a > KEY(PROJECT('zzz'), D, 1)") == [Key.of("D", 1)]
-    finally:
-        SERVING_PROJECT.reset(token)
+    assert keys(engine, "SELECT __key__ FROM D WHERE a > KEY(PROJECT('zzz'), D, 1)") == []  # its own again after
 
 
 @pytest.mark.parametrize("condition", [
@@ -117,15 +115,15 @@ def test_the_engines_project_comes_from_the_url_or_the_environment(monkeypatch: 
     monkeypatch.delenv("DATASTORE_PROJECT_ID", raising=False)
     monkeypatch.delenv("GOOGLE_CLOUD_PROJECT", raising=False)
     with open_gateway("memory://") as gateway:
-        assert gateway.home_project == "gds-counter-local"
+        assert gateway.projects.home == "gds-counter-local"
     monkeypatch.setenv("GOOGLE_CLOUD_PROJECT", "from-cloud")  # production's project: not local storage's
     with open_gateway("memory://") as gateway:
-        assert gateway.home_project == "gds-counter-local"
+        assert gateway.projects.home == "gds-counter-local"
     monkeypatch.setenv("DATASTORE_PROJECT_ID", "from-emulator")
     with open_gateway("memory://") as gateway:
-        assert gateway.home_project == "from-emulator"
+        assert gateway.projects.home == "from-emulator"
     with open_gateway("memory://?project=from-url") as gateway:
-        assert gateway.home_project == "from-url"
+        assert gateway.projects.home == "from-url"
 
 
 def test_a_key_naming_the_engines_own_project_is_an_ordinary_key_everywhere(engine: Any) -> None:

@@ -30,7 +30,7 @@ from gds_counter.gateway.embedded._encoding import key_bytes, load_entity, load_
 from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, Batch, GroupCommit, for_another
 from gds_counter.gateway.embedded._metadata import metadata_batch
 from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter, sql_is_exact
-from gds_counter.gateway.embedded._projects import home_keys, home_mutations, own_project, resolved
+from gds_counter.gateway.embedded._projects import Projects, check_home, check_home_mutations, resolved
 from gds_counter.gateway.embedded._storage import (
     Stopped,
     Transaction,
@@ -44,7 +44,7 @@ from gds_counter.gateway.embedded._storage import (
     upserted_keys,
     write_transaction,
 )
-from gds_counter.gateway.keys import METADATA_KINDS, Key, local_project, project_name
+from gds_counter.gateway.keys import METADATA_KINDS, Key
 from gds_counter.gateway.mutations import Delete, Mutation, Upsert
 from gds_counter.gateway.query import Query, QueryResult, without_repeats
 from gds_counter.gateway.values import RawEntity
@@ -96,9 +96,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     across ``fork()``. Its path is made absolute here, once. ``read_only``
     opens the file read-only (SQLite's ``mode=ro``): reads work, writes
     raise ``GatewayError``. Any failure to open is a ``GDSError`` naming the
-    path. ``project`` (default: ``keys.local_project``) is ``home_project``,
-    what keys of other projects are told apart from (``_projects``); a
-    ``project`` attribute would mark it as Cloud Datastore (the cache's scope).
+    path. ``project`` is what keys of other projects are told apart from
+    (``projects``, ``_projects.Projects``).
 
     ``entity_writes_per_second`` turns on a teaching model of Datastore's
     sustained write limit on one entity (about one per second): a commit that
@@ -118,7 +117,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         if entity_writes_per_second is not None and entity_writes_per_second <= 0:
             raise BadValueError(f"entity_writes_per_second must be positive, got {entity_writes_per_second!r}")
         super().__init__(namespace, capabilities=CAPABILITIES)
-        self.home_project = project_name(project) or local_project()
+        self.projects = Projects(project)
         if path is not None and os.fspath(path) == ":memory:":
             path = None  # SQLite's name for memory: one database, not one per connection
         # Absolute once, here: a later os.chdir must not move new connections to another file.
@@ -205,10 +204,10 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     # -- reads ---------------------------------------------------------------
 
     def _own_project(self) -> str:
-        return own_project(self.home_project)
+        return self.projects.own()
 
     def _lookup(self, keys: list[Key], txn: Transaction | None) -> list[RawEntity | None]:
-        keys = home_keys(keys, self._own_project())
+        check_home(keys, self._own_project(), "look up")  # (the gateway's own project was dropped by then)
         encoded = [key_bytes(key) for key in keys]
         found: dict[bytes, tuple[int, str]] = {}
         if encoded:
@@ -383,21 +382,21 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     # -- writes --------------------------------------------------------------
 
     def _allocate_ids(self, keys: list[Key]) -> list[Key]:
-        keys = home_keys(keys, self._own_project(), "allocate ids for")  # another project's ids are not its own
+        check_home(keys, self._own_project(), "allocate ids for")  # another project's ids are not its own
         with self._db() as conn:
             ids = allocate(conn, len(keys))
         self._record("allocate_ids")
         return [key.completed(new_id) for key, new_id in zip(keys, ids)]
 
     def _reserve_ids(self, keys: list[Key]) -> None:
-        keys = home_keys(keys, self._own_project(), "reserve ids for")
+        check_home(keys, self._own_project(), "reserve ids for")
         with self._db() as conn, self._pool.write_lock, write_transaction(conn, conn.busy_timeout):  # (as _apply)
             reserve(conn, (key.id for key in keys if key.id is not None))
             conn.execute("COMMIT")
         self._record("reserve_ids")
 
     def _commit(self, mutations: list[Mutation], txn: Transaction | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
-        mutations = home_mutations(mutations, self._own_project())
+        check_home_mutations(mutations, self._own_project())
         try:
             if txn is not None and not mutations:
                 results = []  # nothing to write: what it read was one snapshot, so nothing to check

@@ -29,20 +29,42 @@ value encoding places), and ``__key__`` filters on them are refused.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from contextvars import ContextVar
+from typing import Any, Iterator
 
 from gds_counter.errors import BadKeyError
 from gds_counter.gateway.embedded._encoding import OtherProjectKey
-from gds_counter.gateway.keys import SERVING_PROJECT, Key, plain_key
+from gds_counter.gateway.keys import Key, local_project, plain_key, project_name
 from gds_counter.gateway.mutations import Mutation, map_keys
 from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, PropertyFilter, Query, leaves_of
 from gds_counter.gateway.values import RawEntity
 
 
-def own_project(gateway_project: str) -> str:
-    """The project keys without one belong to now: the request's, inside
-    ``gds-counter serve`` (``SERVING_PROJECT``), else the gateway's."""
-    return SERVING_PROJECT.get() or gateway_project
+class Projects:
+    """The projects of one embedded gateway: ``home``, the project its keys
+    belong to (``project``, else ``keys.local_project``), and the project
+    the calls in this context come from (``own``). ``gds-counter serve``
+    keeps one store for every project, so a key of "another project" is
+    another than the request's, which only the request knows: the server
+    sets it around each request (``acting_for``), in a context variable of
+    this gateway's (per thread and per asyncio task, as the calls reach the
+    gateway through its ordinary methods)."""
+
+    def __init__(self, project: str | None) -> None:
+        self.home = project_name(project) or local_project()
+        self._request: ContextVar[str | None] = ContextVar("gds_counter_request_project", default=None)
+
+    def own(self) -> str:
+        return self._request.get() or self.home
+
+    @contextlib.contextmanager
+    def acting_for(self, project: str) -> Iterator[None]:
+        token = self._request.set(project)
+        try:
+            yield
+        finally:
+            self._request.reset(token)
 
 
 def _names_project(value: Any) -> bool:
@@ -85,37 +107,35 @@ def _placed(value: Any, leaf: PropertyFilter, project: str) -> Any:
     return OtherProjectKey(value.path, value.namespace, project=value.project, after=value.project > project)
 
 
-def home_keys(keys: list[Key], project: str, what: str = "look up") -> list[Key]:
-    """``keys`` as the engine keeps them: one naming ``project`` (its own)
-    is an ordinary key, one naming another project is refused, naming it
-    (the emulator: "mismatched databases within request"): the engine's
-    stored keys have no project, so it would otherwise read or write its
-    own."""
-    return [_home(key, project, what) for key in keys]
+def check_home(keys: list[Key], project: str, what: str) -> None:
+    """Refuse a key of another project than ``project``, naming it (the
+    emulator: "mismatched databases within request"): the engine's stored
+    keys have no project, so it would otherwise read or write its own. A
+    key naming ``project`` itself reaches the engine as an ordinary key
+    (the gateway's rules drop it first, ``keys.plain_key``)."""
+    for key in keys:
+        _check_home(key, project, what)
 
 
-def _home(key: Key, project: str, what: str) -> Key:
-    if key.project is None:
-        return key
-    if key.project != project:
+def _check_home(key: Key, project: str, what: str) -> Key:
+    if key.project is not None and key.project != project:
         raise BadKeyError(f"cannot {what} {key}: it names project {key.project!r}, and this database is project {project!r}")
-    return plain_key(key, project)
+    return key
 
 
-def home_mutations(mutations: list[Mutation], project: str) -> list[Mutation]:
-    """``mutations`` with every key of ``project`` (the entity's, and any key
-    value, in lists and embedded entities too) an ordinary key, or
-    ``BadKeyError`` naming one of another project, before anything is
-    written. The emulator stores a key value of another project; the engine
-    cannot (docs/gql.md, its one limitation), and refuses an entity key of
-    another project as the emulator does."""
+def check_home_mutations(mutations: list[Mutation], project: str) -> None:
+    """Refuse, before anything is written, a mutation whose key, or any key
+    value it writes (in lists and embedded entities too), names another
+    project than ``project``. The emulator stores a key value of another
+    project; the engine cannot (docs/gql.md, its one limitation), and
+    refuses an entity key of another project as the emulator does."""
 
-    def home(key: Key, holder: RawEntity | None, name: str | None) -> Key:
+    def check(key: Key, holder: RawEntity | None, name: str | None) -> Key:
         if holder is None or key.project is None or key.project == project:
-            return _home(key, project, "write" if holder is None else "store")
+            return _check_home(key, project, "write")
         raise BadKeyError(
             f"property {name!r} of {holder.key} holds {key}, a key naming project {key.project!r}: the embedded "
             f"engine (project {project!r}) stores key values of its own project only (docs/gql.md)"
         )
 
-    return map_keys(mutations, home)
+    map_keys(mutations, check)

@@ -54,6 +54,21 @@ _PACKAGES = (
 # --- storage -------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """``values`` set in the environment while in use, then as they were."""
+    old = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @attrs.frozen
 class BackendSpec:
     """Where one run counts, as plain data so a child process can reopen it.
@@ -82,17 +97,8 @@ class BackendSpec:
         google-cloud-datastore), set only while they are in use."""
         if self.kind not in EMULATED:
             raise ValueError(f"Google's clients need an emulator, not {self.kind!r}")
-        saved = {name: os.environ.get(name) for name in ("DATASTORE_EMULATOR_HOST", "DATASTORE_PROJECT_ID")}
-        os.environ["DATASTORE_EMULATOR_HOST"] = self.location
-        os.environ["DATASTORE_PROJECT_ID"] = self.project
-        try:
+        with environ(DATASTORE_EMULATOR_HOST=self.location, DATASTORE_PROJECT_ID=self.project):
             yield
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
 
 class Backend:

@@ -59,7 +59,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from _common import REPO, command_line, environment, fmt, parse_choices, script_parser, table, write_json
+from _common import REPO, command_line, environ, environment, fmt, parse_choices, script_parser, table, write_json
 
 from gds_counter.emulators import emulator_command
 
@@ -175,20 +175,6 @@ def answers_ok(host: str) -> bool:
             return bool(response.read().strip() == b"Ok")
     except (OSError, ValueError):
         return False
-
-
-@contextlib.contextmanager
-def environ(**values: str) -> Iterator[None]:
-    old = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in old.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def client(host: str, namespace: str) -> Any:

@@ -33,7 +33,7 @@ from gds_counter.gateway.mutations import Delete, Increment, Insert, Mutation, U
 from gds_counter.gateway.query import Aggregation, AggregationQuery, Order, PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds import gql
-from gds_counter.gds.entity import Entity, parent_key
+from gds_counter.gds.entity import Entity, child_key, parent_key
 from gds_counter.gds.mapper import from_raw, to_raw
 from gds_counter.gds.schema import Schema
 from gds_counter.gds.transaction import RetryPolicy
@@ -218,12 +218,7 @@ class StoreCore:
     # --- lookups -----------------------------------------------------------
 
     def _key(self, ident: int | str, parent: Entity | Key | None) -> Key:
-        parent = parent_key(parent)
-        flat = parent.flat_path if parent is not None else ()
-        if parent is None:
-            return Key.of(self._schema.kind, ident, namespace=self._namespace)
-        # the parent's partition, as Entity.get_key makes the key the entity is written under
-        return Key.of(*flat, self._schema.kind, ident, namespace=parent.namespace or self._namespace, project=parent.project)
+        return child_key(parent_key(parent), self._schema.kind, ident, self._namespace)
 
     def _ids_keys(self, key_ids: Sequence[int | str], parent: Entity | Key | None) -> list[Key]:
         """Decimal strings are accepted because php-gds passes ids as strings."""

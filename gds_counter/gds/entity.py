@@ -157,12 +157,8 @@ class Entity:
         kind = self.get_kind()
         if kind is None:
             return None
-        namespace = self._namespace or ""
         ident = self._key_id if self._key_id is not None else self._key_name
-        if self._parent is not None:
-            parent = self._parent  # a parent of another project keeps it: the gateway decides (never re-homed here)
-            return Key.of(*parent.flat_path, kind, ident, namespace=parent.namespace or namespace, project=parent.project)
-        return Key.of(kind, ident, namespace=namespace)
+        return child_key(self._parent, kind, ident, self._namespace or "")
 
     def __gds_key__(self) -> Key:
         """Lets GQL bind an entity as its key, as php-gds does."""
@@ -181,6 +177,16 @@ class Entity:
     def __repr__(self) -> str:
         key = self.get_key()
         return f"<{type(self).__name__} {key if key is not None else '(no kind)'} {self._data!r}>"
+
+
+def child_key(parent: Key | None, kind: str, ident: int | str | None, namespace: str) -> Key:
+    """The key of a ``kind`` entity under ``parent``: in the parent's
+    namespace (else ``namespace``) and project, for a parent of another
+    project is never moved into the gateway's own here (the gateway
+    decides); the key an entity is written under and looked up by."""
+    if parent is None:
+        return Key.of(kind, ident, namespace=namespace)
+    return Key.of(*parent.flat_path, kind, ident, namespace=parent.namespace or namespace, project=parent.project)
 
 
 def parent_key(ancestry: Any) -> Key | None:

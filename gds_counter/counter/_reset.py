@@ -27,13 +27,20 @@ fails, earlier chunks were committed: ``PartialReset`` is raised, naming the
 counter and which shards were set to 0, which were not, and which were in
 the commit whose outcome is unknown. A reset is idempotent (it writes 0, not
 a difference), so calling ``reset()`` again finishes it.
+
+**Totals kept elsewhere.** The process's caches drop the counter's total
+(``CountCache.writing`` with an unknown amount), and a rollup, if the
+counter has one, is written again from an exact read once every shard is 0,
+so ``get_count(max_age=...)`` does not answer with the total from before.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Hashable, Protocol, Sequence
 
 from gds_counter.counter.layout import Layout
+from gds_counter.counter.rollup import Rollable, total_as_of_plan
 from gds_counter.errors import Contention, GDSError, PartialReset, Unavailable
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
@@ -42,18 +49,18 @@ from gds_counter.gds.transaction import RetryPolicy, retry_plan
 
 __all__ = ["MAX_GROUPS_PER_TRANSACTION", "Resettable", "reset_plan"]
 
+log = logging.getLogger("gds_counter.counter.sharded")  # the engine's logger: a reset is one of its calls
+
 #: Datastore (legacy, and its emulator) limits a transaction to 25 entity
 #: groups, and each shard is a group of its own: reset() zeroes shards in
 #: transactions of at most this many.
 MAX_GROUPS_PER_TRANSACTION = 25
 
 
-class Resettable(Protocol):
+class Resettable(Rollable, Protocol):
     """What a reset needs of a counter (``_engine.CounterCore`` is one; a
     protocol, so this module need not import the engine that uses it)."""
 
-    layout: Layout
-    name: str
     _config_key: Key
     _retry: RetryPolicy
 
@@ -91,15 +98,34 @@ def reset_plan(counter: Resettable) -> plan.Plan[int]:
     done = 0
     for start in range(0, len(keys), MAX_GROUPS_PER_TRANSACTION):
         chunk = keys[start : start + MAX_GROUPS_PER_TRANSACTION]
+
+        def attempt(chunk: list[Key] = chunk) -> plan.Plan[None]:
+            return _zero_chunk(counter, chunk)
+
         try:
-            yield from retry_plan(lambda chunk=chunk: _zero_chunk(counter, chunk), counter._retry,
-                                  what=f"resetting {counter}")
+            yield from retry_plan(attempt, counter._retry, what=f"resetting {counter}")
         except GDSError as exc:
             if done == 0:
                 raise  # nothing of this reset was committed: the error tells the truth as it is
             raise _partial(counter, keys, done, chunk, exc) from exc
         done += len(chunk)
+    yield from _refresh_rollup(counter)
     return len(keys)
+
+
+def _refresh_rollup(counter: Resettable) -> plan.Plan[None]:
+    """A counter read with ``max_age`` has a rollup, which still holds the
+    total from before the reset: write it again from an exact read, so that
+    ``get_count(max_age=...)`` does not answer with the old total after
+    ``reset()`` returned. A failure here does not undo the reset: it is
+    logged, and the old rollup then serves until it is ``max_age`` old."""
+    [raw] = yield from plan.lookup([counter.layout.rollup_key(counter.name, counter.namespace)])
+    if raw is None:
+        return
+    try:
+        yield from total_as_of_plan(counter, counter._read_method("auto"), 0.0)
+    except GDSError as exc:
+        log.warning("%s was reset, but its rollup was not written again: %s", counter, exc)
 
 
 def _zero_chunk(counter: Resettable, chunk: list[Key]) -> plan.Plan[None]:

@@ -32,7 +32,6 @@ from gds_counter.gds import RetryPolicy
 from gds_counter.testing import GATEWAY_NAMES
 from gds_counter.testing.faults import ABORTED, DEADLINE_EXCEEDED, FaultyGateway
 
-
 #: The gateways whose storage another process can open: a SQLite file and the emulators.
 SHARED = ["sqlite", "firestore"]
 #: Every gateway (and the asyncio face on the embedded engine) for what one process can show.
@@ -86,7 +85,7 @@ def _in_another_process(code: str, env: dict[str, str], *args: str) -> subproces
 
 _GROW_AND_ADD = """
     import sys
-    from gds_counter import CounterShardDS, open_gateway
+    from gds_counter import CounterShardDS, aio, open_gateway
     gateway = open_gateway(sys.argv[1])
     counter = CounterShardDS(sys.argv[2], 1, gateway=gateway)
     counter.increase_shards(40)
@@ -165,6 +164,20 @@ def test_a_reset_zeroes_what_a_php_writer_at_40_shards_wrote(any_gateway):
     assert counter.get_count() == counter.get_count(method="lookup") == 0
     assert php_get_count(any_gateway, "Counter Test_1") == 0
     assert set(_stored(any_gateway, PHP_ARTICLE, "Counter Test_1", counts).values()) == {0}
+
+
+@pytest.mark.parametrize("any_gateway", ["memory", "sqlite", "firestore"], indirect=True)
+def test_after_a_reset_a_read_with_max_age_does_not_answer_the_old_total(any_gateway):
+    """A rollup (``get_count(max_age=...)``) written before the reset held
+    the old total, fresh for an hour: the reset writes it again, so the
+    reads after it that accept an old total still see the reset."""
+    counter = CounterShardDS("Reset", 1, gateway=any_gateway)
+    counter.add(7)
+    assert counter.get_count(max_age=3600) == 7  # rolled up
+    assert counter.get_count_as_of(max_age=3600).from_rollup
+    CounterShardDS("Reset", 1, gateway=any_gateway).reset()
+    assert counter.get_count(max_age=3600) == 0
+    assert CounterShardDS("Reset", 1, gateway=any_gateway).get_count(max_age=3600) == 0
 
 
 # --- defect 2: a reset that fails part way tells what it applied -----------------------

@@ -37,7 +37,7 @@ so ``get_count(max_age=...)`` does not answer with the total from before.
 from __future__ import annotations
 
 import logging
-from typing import Hashable, Protocol, Sequence
+from typing import Protocol, Sequence
 
 from gds_counter.counter.layout import Layout
 from gds_counter.counter.rollup import Rollable, total_as_of_plan
@@ -71,8 +71,6 @@ class Resettable(Rollable, Protocol):
     def _shard_keys(self, count: int) -> list[Key]: ...
 
     def _query_shards(self) -> plan.Plan[list[tuple[Key, int]]]: ...
-
-    def _identity(self) -> Hashable: ...
 
 
 def counted_keys_plan(counter: Resettable) -> plan.Plan[list[Key]]:
@@ -119,11 +117,10 @@ def _refresh_rollup(counter: Resettable) -> plan.Plan[None]:
     ``get_count(max_age=...)`` does not answer with the old total after
     ``reset()`` returned. A failure here does not undo the reset: it is
     logged, and the old rollup then serves until it is ``max_age`` old."""
-    [raw] = yield from plan.lookup([counter.layout.rollup_key(counter.name, counter.namespace)])
-    if raw is None:
-        return
-    try:
-        yield from total_as_of_plan(counter, counter._read_method("auto"), 0.0)
+    try:  # an error here must not say the reset failed: every shard is 0 already
+        [raw] = yield from plan.lookup([counter.layout.rollup_key(counter.name, counter.namespace)])
+        if raw is not None:
+            yield from total_as_of_plan(counter, counter._read_method("auto"), 0.0)
     except GDSError as exc:
         log.warning("%s was reset, but its rollup was not written again: %s", counter, exc)
 

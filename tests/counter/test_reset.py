@@ -30,7 +30,7 @@ from gds_counter.gateway.query import PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds import RetryPolicy
 from gds_counter.testing import GATEWAY_NAMES
-from gds_counter.testing.faults import ABORTED, DEADLINE_EXCEEDED, FaultyGateway
+from gds_counter.testing.faults import ABORTED, DEADLINE_EXCEEDED, UNAVAILABLE, FaultyGateway
 
 #: The gateways whose storage another process can open: a SQLite file and the emulators.
 SHARED = ["sqlite", "firestore"]
@@ -248,3 +248,18 @@ def test_a_reset_whose_first_chunk_fails_raises_its_error_and_applied_nothing(si
     with pytest.raises(Contention):
         counter.reset()
     assert _stored(inner, PHP_ARTICLE, "Reset_1", counts) == counts
+
+
+def test_a_reset_whose_rollup_cannot_be_written_again_still_returns(make_gateway, caplog):
+    """Every shard is 0 by the time the rollup is looked up again: a failure
+    there must not raise (``Unavailable`` would say nothing was reset). It
+    is logged, and the old rollup serves until it is ``max_age`` old."""
+    inner = make_gateway("memory")
+    CounterShardDS("Reset", 1, gateway=inner).add(7)
+    assert CounterShardDS("Reset", 1, gateway=inner).get_count(max_age=3600) == 7  # rolled up
+    # The reset's lookups: the config entity, its one transaction's shards, then the rollup.
+    faulty = FaultyGateway(inner, script={"lookup": [None, None, UNAVAILABLE]})
+    CounterShardDS("Reset", 1, gateway=faulty).reset()
+    assert faulty.injector.counts() == {UNAVAILABLE: 1}
+    assert CounterShardDS("Reset", 1, gateway=inner).get_count() == 0
+    assert "rollup was not written again" in caplog.text

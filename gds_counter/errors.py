@@ -64,6 +64,31 @@ class Contention(GDSError):
         self.attempts = attempts
 
 
+class PartialReset(GDSError):
+    """``reset()`` set some of a counter's shards to 0, then failed: the
+    counter's total is neither what it was nor 0.
+
+    ``zeroed`` names the shard keys (key names) committed as 0, ``not_zeroed``
+    those left as they were, and ``unknown`` those in the one commit whose
+    outcome was not learned (empty when the failing commit applied nothing).
+    The failing chunk's own error is ``__cause__``. A reset writes 0, not a
+    difference, so calling ``reset()`` again finishes it.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        zeroed: tuple[str, ...] = (),
+        not_zeroed: tuple[str, ...] = (),
+        unknown: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.zeroed = zeroed
+        self.not_zeroed = not_zeroed
+        self.unknown = unknown
+
+
 class AlreadyExists(GDSError):
     """An insert named an entity that exists (Datastore's ALREADY_EXISTS):
     that entity was not written. Nor was anything else of a transaction;

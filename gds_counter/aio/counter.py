@@ -103,7 +103,9 @@ class ShardedCounter(CounterCore):
         return await _run(self._decrement(amount), self._gateway)
 
     async def reset(self) -> None:
-        """Set every shard to 0, at most 25 shards per transaction."""
+        """Set every shard ``get_count()`` counts to 0, at most 25 shards per
+        transaction (``gds_counter.ShardedCounter.reset``: ``PartialReset``
+        when only some were)."""
         await _run(self._reset(), self._gateway)
 
     async def increase_shards(self, num_shards: int) -> int:

@@ -44,6 +44,7 @@ import attrs
 from gds_counter._checks import INT64_MAX, check_int
 from gds_counter.counter._arguments import check_name, check_num_shards
 from gds_counter.counter._combined import Combine
+from gds_counter.counter._reset import reset_plan
 from gds_counter.counter._shared_reads import SharedRead
 from gds_counter.counter._totals import counts_plan, read_shards_plan, through_cache
 from gds_counter.counter.cache import TotalCache
@@ -65,11 +66,6 @@ from gds_counter.gds.transaction import retry_plan
 __all__ = ["CounterCore"]
 
 log = logging.getLogger("gds_counter.counter.sharded")  # the name logging configuration knows
-
-#: Datastore (legacy, and its emulator) limits a transaction to 25 entity
-#: groups; reset() zeroes shards in transactions of at most this many.
-_MAX_GROUPS_PER_TRANSACTION = 25
-
 
 class CounterCore:
     """One counter's state and rules, stored as shards in ``layout``, on
@@ -394,29 +390,14 @@ class CounterCore:
         return self._increment(-check_int(amount, "amount", low=-INT64_MAX))
 
     def _reset(self) -> plan.Plan[None]:
-        """Set every shard to 0, in transactions of at most 25 shards (so an
-        increment racing with it is either wiped or kept whole, never half)."""
-        numbers = list(self.layout.shard_numbers(self._read_shards()))
+        """Set every shard ``get_count()`` counts to 0 (the config entity's
+        count, and for the PHP layout whatever its target query finds), in
+        transactions of at most 25 shards, within the policy's deadline.
+        A failure after some were committed is ``PartialReset``; see
+        ``counter._reset`` for why a reset cannot be all or nothing."""
         with self._seen_by_caches(None):
-            yield from self._zero(numbers)
-        log.info("reset %s (%d shards)", self, len(numbers))
-
-    def _zero(self, numbers: list[int]) -> plan.Plan[None]:
-        for start in range(0, len(numbers), _MAX_GROUPS_PER_TRANSACTION):
-            chunk = [self._shard(n) for n in numbers[start : start + _MAX_GROUPS_PER_TRANSACTION]]
-
-            def zero(token: bytes, chunk: list[Shard] = chunk) -> plan.Plan[Sequence[Mutation]]:
-                found = yield from plan.lookup([shard.key for shard in chunk], transaction=token)
-                return [
-                    Upsert(shard.entity(0))
-                    for shard, raw in zip(chunk, found)
-                    if raw is not None and raw.properties.get(self.layout.count_property) != 0
-                ]
-
-            def attempt(zero: Callable[[bytes], plan.Plan[Sequence[Mutation]]] = zero) -> plan.Plan[None]:
-                return plan.in_transaction(zero)
-
-            yield from retry_plan(attempt, self._retry, what=f"resetting {self}")
+            covered = yield from deadlines.bounded(reset_plan(self), self._retry.deadline)
+        log.info("reset %s (%d shards)", self, covered)
 
     def _increase_shards(self, num_shards: int) -> plan.Plan[int]:
         """Spread future writes over ``num_shards`` shards, recorded for every

@@ -120,8 +120,14 @@ class ShardedCounter(CounterCore):
         return plan.run(self._decrement(amount), self._gateway)
 
     def reset(self) -> None:
-        """Set every shard to 0, in transactions of at most 25 shards (so an
-        increment racing with it is either wiped or kept whole, never half)."""
+        """Set every shard ``get_count()`` counts to 0 (the config entity's
+        shard count, and for the PHP layout whatever its target query finds),
+        in transactions of at most 25 shards (so an increment racing with it
+        is either wiped or kept whole, never half).
+
+        Not all or nothing (``counter._reset`` says why): an error from the
+        first transaction means nothing was reset; ``PartialReset`` means
+        some shards were, and names them. Calling it again finishes it."""
         plan.run(self._reset(), self._gateway)
 
     def increase_shards(self, num_shards: int) -> int:

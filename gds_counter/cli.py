@@ -197,7 +197,7 @@ def _rollup(ctx: Context) -> int:
     ctx.emit(data, f"{len(names)} counters: {fresh} rollups fresh, {len(names) - fresh} read from their shards, "
                    f"{writes.written} rollups written" + (f", {writes.failed} failed" if writes.failed else ""))
     for failure in writes.not_written:
-        print(f"{getattr(ctx.args, 'prog', PROG)} rollup: error: rollup of {failure}", file=ctx.err)
+        print(f"{getattr(ctx.args, 'prog', PROG)} rollup: error: rollup not written: {failure}", file=ctx.err)
     return EXIT_FAILURE if writes.failed else EXIT_OK  # so cron learns that some were not written
 
 

@@ -54,17 +54,23 @@ def test_a_refresh_after_a_burst_of_max_age_zero_reads_writes_the_current_total(
 def test_a_refresh_after_concurrent_readers_matches_the_stored_total(refresh_gateway, monkeypatch):
     """Threads each add and read with ``max_age=0`` until well past the
     claim limit (made small here so every gateway reaches it); the refresh
-    run after them leaves the rollup equal to the stored total."""
+    run after them leaves the rollup equal to the stored total. Meanwhile
+    every rollup read with a large ``max_age`` keeps its promise: each
+    increment that returned before its ``as_of`` is in its total."""
     monkeypatch.setattr(rollup_module, "MAX_CLAIMS", 6)
     counter = CounterShardDS("Counter Test", 1, gateway=refresh_gateway)
     errors: list[BaseException] = []
+    returned: list[dt.datetime] = []  # when each add returned (after its commit)
 
     def read() -> None:
         reader = CounterShardDS("Counter Test", 1, gateway=refresh_gateway)
         try:
             for _ in range(10):
                 reader.add(1)
+                returned.append(rollup_module.wall_clock())
                 reader.get_count(max_age=0)
+                found = reader.get_count_as_of(max_age=3600)
+                assert found.total >= sum(moment < found.as_of for moment in list(returned)), found
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 

@@ -189,13 +189,15 @@ def _rollup(ctx: Context) -> int:
     """Refresh the rollup of every counter older than ``--max-age`` (0: all),
     25 counters per transaction. Safe to run from cron, several at once."""
     names, make = _counters(ctx)
-    rolled = plan.run(rollup_all_plan(names, make, ctx.args.max_age), ctx.gateway())
+    rolled = plan.run(rollup_all_plan(names, make, ctx.args.max_age, forced=True), ctx.gateway())
     fresh = sum(found.from_rollup for _, found in rolled.totals)
     writes = rolled.writes
     data = {"counters": len(names), "fresh": fresh, "read": len(names) - fresh, "written": writes.written,
             "failed": writes.failed}
     ctx.emit(data, f"{len(names)} counters: {fresh} rollups fresh, {len(names) - fresh} read from their shards, "
                    f"{writes.written} rollups written" + (f", {writes.failed} failed" if writes.failed else ""))
+    for failure in writes.not_written:
+        print(f"{getattr(ctx.args, 'prog', PROG)} rollup: error: rollup not written: {failure}", file=ctx.err)
     return EXIT_FAILURE if writes.failed else EXIT_OK  # so cron learns that some were not written
 
 

@@ -13,7 +13,8 @@ import time
 import pytest
 
 from gds_counter.cli import main
-from gds_counter.counter import PHP_ARTICLE
+from gds_counter.counter import PHP_ARTICLE, CounterShardDS
+from gds_counter.counter import rollup as rollup_module
 from gds_counter.counter.planning import plan_shards
 from gds_counter.gateway import open_gateway, plan
 from gds_counter.gateway.query import Query
@@ -115,6 +116,39 @@ def test_rollup_exits_1_when_a_rollup_could_not_be_written(url):
     assert listed[0] == 0 and "Page_1" in listed[1]  # list reads exactly; its rollup write is the one that failed
     code, out, _ = run("--url", url, "rollup", "--json")
     assert code == 0 and json.loads(out)["written"] == 1
+
+
+def test_rollup_after_a_burst_of_max_age_zero_reads_writes_the_total(url):
+    """Issue 36, defect 6: 130 times ``add(1)`` then
+    ``get_count_as_of(max_age=0)`` spend the rollup's claims; ``rollup``
+    then said "0 rollups written", exited 0, and ``count --max-age 3600``
+    showed 120 of 130. It writes the total."""
+    gateway = open_gateway(url)
+    try:
+        counter = CounterShardDS("Counter Test", 1, gateway=gateway)
+        for _ in range(130):
+            counter.add(1)
+            counter.get_count_as_of(max_age=0)
+    finally:
+        gateway.close()
+    code, out, err = run("--url", url, "rollup", "--json")
+    assert code == 0 and json.loads(out)["written"] == 1, (out, err)
+    code, out, _ = run("--url", url, "count", "Counter Test", "1", "--max-age", "3600", "--json")
+    assert code == 0 and (json.loads(out)["count"], json.loads(out)["from_rollup"]) == (130, True)
+
+
+def test_rollup_exits_1_naming_a_counter_its_claims_hold_back(url, monkeypatch):
+    """A refresh writes past ``MAX_CLAIMS`` live claims, up to twice that
+    many; one more is not written, and the run says which counter and why,
+    and exits 1."""
+    monkeypatch.setattr(rollup_module, "MAX_CLAIMS", 1)
+    for _ in range(2):
+        run("--url", url, "increment", "Page", "1")
+        assert run("--url", url, "rollup", "--json")[0] == 0
+    run("--url", url, "increment", "Page", "1")
+    code, out, err = run("--url", url, "rollup", "--json")
+    assert code == 1 and json.loads(out) == {"counters": 1, "fresh": 0, "read": 1, "written": 0, "failed": 1}
+    assert "rollup: error: rollup not written: IK_CounterShardEntity 'Page_1'" in err and "2 claims" in err, err
 
 
 def test_plan_prints_the_shards_and_the_read_costs():

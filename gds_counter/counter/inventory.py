@@ -46,20 +46,21 @@ class Rolled:
 
 
 def rollup_all_plan(
-    names: Sequence[str], make: Callable[[str], Any], max_age: float, *, refresh: bool = True
+    names: Sequence[str], make: Callable[[str], Any], max_age: float, *, refresh: bool = True, forced: bool = False
 ) -> plan.Plan[Rolled]:
     """Every named counter (``make(name)`` builds it on the gateway the plan
     runs against) read with ``max_age`` (``rollup.totals_as_of_plan``),
     ``ROLLUP_BATCH`` counters at a time: one lookup of their rollups, an
     exact read of each stale one, their rollups written in one transaction.
     Safe to run from several places at once: a stale generation is written
-    once (``counter.rollup``)."""
+    once (``counter.rollup``). ``forced`` (``gds-counter rollup``): every
+    stale rollup is written, or counted as failed and named."""
     max_age = check_max_age(max_age)
     totals: list[tuple[str, TotalAsOf]] = []
     writes = Writes()
     for start in range(0, len(names), ROLLUP_BATCH):
         batch = list(names[start : start + ROLLUP_BATCH])
-        found, wrote = yield from totals_as_of_plan([make(name) for name in batch], max_age, refresh=refresh)
+        found, wrote = yield from totals_as_of_plan([make(name) for name in batch], max_age, refresh=refresh, forced=forced)
         totals += zip(batch, found)
         writes += wrote
     return Rolled(totals, writes)

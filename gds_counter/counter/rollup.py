@@ -42,10 +42,22 @@ leaving the claims the newer rollup listed untracked. So a reader writes
 only within ``WRITE_WITHIN`` seconds of its lookup, and a claim is deleted
 only once it is ``CLAIM_LIFETIME`` old, by a later rollup write (at most
 ``SWEEP`` per write), which finds it in the rollup's ``claims`` list
-(``"<generation>@<microseconds when made>"``). While ``MAX_CLAIMS`` live
-claims are listed, a stale reader returns its exact total without writing:
-under constant ``max_age=0`` reads the rollup is then rewritten about
-``MAX_CLAIMS / CLAIM_LIFETIME`` times a second, and the list stays small.
+(``"<generation>@<microseconds when made>"``).
+
+**Readers' writes are paced, so a rollup never falls far behind.** A rollup
+lists at most ``MAX_CLAIMS`` live claims. Half of them may be made at once;
+past that, a stale reader writes only when the newest live claim is at
+least ``pace()`` (``2 * CLAIM_LIFETIME / MAX_CLAIMS``, 1 s) old, and
+otherwise returns its exact total without writing. So under constant
+``max_age=0`` reads the rollup is rewritten about once a second and is
+never more than about that behind the reads, instead of spending every
+claim in a burst and then staying as it was for a whole lifetime.
+
+**An explicit refresh** (``forced``: ``gds-counter rollup``) is not paced
+and does not stop at ``MAX_CLAIMS``: it writes a current total, unless the
+rollup already lists ``2 * MAX_CLAIMS`` live claims or its lookup is too
+old; then it counts the counter as failed (``Writes.not_written``) rather
+than skipping it quietly.
 
 What a rollup promises: its total was true at some moment at or after its
 ``as_of``, and ``as_of`` is at most ``max_age`` before the reader's clock
@@ -89,7 +101,9 @@ CLAIM_LIFETIME = 60.0
 #: to ``CLAIM_LIFETIME - WRITE_WITHIN`` still meets the claims it lists alive.
 WRITE_WITHIN = 10.0
 #: Live claims a rollup may list; a stale reader that finds this many
-#: returns its exact total without writing.
+#: returns its exact total without writing (so does one that finds half as
+#: many, the newest less than ``pace()`` old). An explicit refresh stops at
+#: twice as many.
 MAX_CLAIMS = 120
 #: Expired claims one rollup write deletes at most (25 counters per commit,
 #: each 2 + SWEEP mutations, stay within Datastore's 500).
@@ -185,12 +199,15 @@ def exact_plan(counter: Rollable, method: str) -> plan.Plan[TotalAsOf]:
 @attrs.frozen
 class _Stale:
     """A counter whose rollup its reader found stale: the exact total it
-    read, the rollup entity it found, and when it looked that up."""
+    read, the rollup entity it found, when it looked that up, and whether
+    this is an explicit refresh (``forced``: not paced, and a rollup not
+    written is a failure)."""
 
     counter: Rollable
     fresh: TotalAsOf
     raw: RawEntity | None
     looked: dt.datetime
+    forced: bool = False
 
 
 def _is_generation(name: object) -> TypeGuard[str]:
@@ -264,34 +281,52 @@ def _recent(items: Sequence[_Stale]) -> plan.Plan[list[_Stale]]:
         for item, raw in zip(old, raws):
             stored = _stored(raw)
             if stored is None or stored.as_of < item.fresh.as_of:
-                out.append(_Stale(item.counter, item.fresh, raw, now))
+                out.append(attrs.evolve(item, raw=raw, looked=now))
     return out
 
 
-def _writable(stale: _Stale, now: dt.datetime) -> bool:
-    """Whether ``stale`` may still be written (see the module's notes): its
-    lookup is recent enough for the claims it would list to be alive, and
-    the rollup lists fewer than ``MAX_CLAIMS`` live claims."""
-    if (now - stale.looked).total_seconds() > WRITE_WITHIN:
-        log.warning("rollup of %s not written: its lookup took %.1f s", stale.counter, (now - stale.looked).total_seconds())
-        return False
-    if sum(_alive(made, now) for _, made in _claims(stale.raw)) >= MAX_CLAIMS:
-        log.debug("rollup of %s not written: %d claims made in %g s", stale.counter, MAX_CLAIMS, CLAIM_LIFETIME)
-        return False
-    return True
+def pace() -> float:
+    """Seconds between a reader's rollup writes once half of ``MAX_CLAIMS``
+    is listed alive: the other half then lasts a claim's lifetime."""
+    return 2 * CLAIM_LIFETIME / MAX_CLAIMS
+
+
+def _held_back(stale: _Stale, now: dt.datetime) -> str | None:
+    """Why the rollup's claims hold ``stale``'s write back (see the
+    module's notes), or None: a reader's, at ``MAX_CLAIMS`` live claims, or
+    at half of that while the newest is less than ``pace()`` old; a forced
+    refresh's, at twice ``MAX_CLAIMS``."""
+    live = [made for _, made in _claims(stale.raw) if _alive(made, now)]
+    if len(live) >= (2 * MAX_CLAIMS if stale.forced else MAX_CLAIMS):
+        return f"its rollup lists {len(live)} claims made within {CLAIM_LIFETIME:g} s"
+    if stale.forced or not live or len(live) < MAX_CLAIMS // 2:
+        return None
+    if epoch_micros(now) - max(live) < pace() * 1_000_000:
+        return f"its rollup lists {len(live)} live claims, the newest less than {pace():g} s old"
+    return None
 
 
 @attrs.frozen
 class Writes:
     """What writing rollups did: how many were ``written``, and how many
-    ``failed`` (an error, logged; those left to another reader, or not
-    written by the rules of the module's notes, are neither)."""
+    ``failed`` (logged), each named with why in ``not_written``: an error, a
+    lookup too old to write, or, for a forced refresh, claims that hold it
+    back. Those left to another reader (who wrote the same generation or a
+    newer rollup), and a reader's write its claims hold back, are neither."""
 
     written: int = 0
     failed: int = 0
+    not_written: tuple[str, ...] = ()
 
     def __add__(self, other: Writes) -> Writes:
-        return Writes(self.written + other.written, self.failed + other.failed)
+        return Writes(self.written + other.written, self.failed + other.failed, self.not_written + other.not_written)
+
+
+def _failed(items: Sequence[_Stale], why: object) -> Writes:
+    """``items`` not written, logged and named with ``why``."""
+    names = ", ".join(str(item.counter) for item in items)
+    log.warning("rollup of %s not written: %s", names, why)
+    return Writes(failed=len(items), not_written=tuple(f"{item.counter}: {why}" for item in items))
 
 
 def _once(items: Sequence[_Stale]) -> list[_Stale]:
@@ -316,7 +351,16 @@ def _write(items: Sequence[_Stale]) -> plan.Plan[Writes]:
     for start in range(0, len(items), ROLLUP_BATCH):
         recent = yield from _recent(items[start : start + ROLLUP_BATCH])
         now = wall_clock()
-        chunk = [item for item in recent if _writable(item, now)]
+        chunk = []
+        for item in recent:
+            took = (now - item.looked).total_seconds()
+            why = f"its lookup is {took:.1f} s old" if took > WRITE_WITHIN else _held_back(item, now)
+            if why is None:
+                chunk.append(item)
+            elif item.forced or took > WRITE_WITHIN:
+                done += _failed([item], why)
+            else:
+                log.debug("rollup of %s not written: %s", item.counter, why)  # its read is exact anyway
         if not chunk:
             continue
         mutations = [m for item in chunk for m in _mutations(item, now)]
@@ -334,8 +378,7 @@ def _write(items: Sequence[_Stale]) -> plan.Plan[Writes]:
             else:
                 done += yield from _taken(chunk[0])
         except GDSError as exc:  # the totals are exact anyway: the next stale read writes again
-            log.warning("rollup of %s not written: %s", ", ".join(str(item.counter) for item in chunk), exc)
-            done += Writes(failed=len(chunk))
+            done += _failed(chunk, exc)
     return done
 
 
@@ -353,8 +396,7 @@ def _taken(stale: _Stale) -> plan.Plan[Writes]:
     try:
         yield from plan.in_transaction(lambda token: plan.just(mutations))
     except GDSError as exc:
-        log.warning("rollup of %s not written: %s", counter, exc)
-        return Writes(failed=1)
+        return _failed([stale], exc)
     return Writes(written=1)
 
 
@@ -372,13 +414,14 @@ def total_as_of_plan(counter: Rollable, method: str, max_age: float) -> plan.Pla
 
 
 def totals_as_of_plan(
-    counters: Sequence[Rollable], max_age: float, *, refresh: bool = True
+    counters: Sequence[Rollable], max_age: float, *, refresh: bool = True, forced: bool = False
 ) -> plan.Plan[tuple[list[TotalAsOf], Writes]]:
     """``total_as_of_plan`` for many counters (all on the gateway the plan
     runs against): one lookup of every rollup key, an exact read of each
     counter whose rollup is stale, and their rollups written in batches;
     also what the writes did (``refresh=False``: none; the stale totals
-    are still read exactly)."""
+    are still read exactly). ``forced``: an explicit refresh, whose every
+    stale rollup is written or counted as failed (the module's notes)."""
     looked = wall_clock()
     raws = yield from plan.lookup([c.layout.rollup_key(c.name, c.namespace) for c in counters])
     out: list[TotalAsOf] = []
@@ -390,6 +433,6 @@ def totals_as_of_plan(
             continue
         fresh = yield from exact_plan(counter, counter._read_method("auto"))
         out.append(fresh)
-        stale.append(_Stale(counter, fresh, raw, looked))
+        stale.append(_Stale(counter, fresh, raw, looked, forced))
     writes = (yield from _write(stale)) if refresh else Writes()
     return out, writes

@@ -8,7 +8,10 @@ import asyncio
 import pytest
 
 from gds_counter import aio
-from gds_counter.counter import CounterShardDS, TotalAsOf
+from gds_counter.counter import PHP_ARTICLE, CounterShardDS, TotalAsOf
+from gds_counter.counter.inventory import rollup_all_plan
+from gds_counter.counter.rollup import Writes
+from gds_counter.gateway import plan
 
 
 @pytest.mark.parametrize("name", ["memory", "sqlite", "firestore"])
@@ -45,3 +48,24 @@ def test_both_faces_share_one_rollup(make_gateway):
             return await aio.CounterShardDS("Counter Test", 1, gateway=gateway).get_count_as_of(max_age=60)
 
     assert asyncio.run(main()) == TotalAsOf(2, written.as_of, True)
+
+
+@pytest.mark.parametrize("name", ["memory", "firestore"])
+def test_the_asyncio_face_refreshes_a_rollup_after_a_burst_of_reads(name, make_async_gateway):
+    """Issue 36, defect 6, awaited: 130 reads with ``max_age=0`` spend the
+    rollup's claims; a forced refresh (the plan ``gds-counter rollup``
+    runs, here awaited) still writes the total."""
+    gateway = make_async_gateway(name)
+
+    async def main() -> None:
+        counter = aio.CounterShardDS("Counter Test", 1, gateway=gateway)
+        for _ in range(130):
+            await counter.add(1)
+            await counter.get_count_as_of(max_age=0)
+        make = lambda target: aio.ShardedCounter(target, layout=PHP_ARTICLE, gateway=gateway)  # noqa: E731
+        rolled = await plan.arun(rollup_all_plan([counter.name], make, 0.0, forced=True), gateway)
+        assert rolled.writes == Writes(written=1)
+        found = await counter.get_count_as_of(max_age=3600)
+        assert (found.total, found.from_rollup) == (130, True)
+
+    asyncio.run(main())

@@ -115,22 +115,33 @@ def test_claims_are_deleted_once_they_are_a_lifetime_old(gateway):
         assert len(claims) == 3 and claims == _listed(gateway, counter)
 
 
-def test_a_rollup_hammered_at_max_age_zero_stops_writing_at_max_claims_until_they_expire(gateway, monkeypatch):
-    monkeypatch.setattr(rollup_module, "MAX_CLAIMS", 5)
+def test_a_rollup_hammered_at_max_age_zero_spends_half_its_claims_at_once_then_one_per_pace(gateway, monkeypatch):
+    """Readers write back while fewer than half of ``MAX_CLAIMS`` claims are
+    alive, then only once the newest is ``pace()`` old: the rest of the
+    claims last a lifetime, so the rollup never stops for one (it used to
+    spend them all in a burst, then stay as it was until they expired)."""
+    monkeypatch.setattr(rollup_module, "MAX_CLAIMS", 6)
     monkeypatch.setattr(rollup_module, "SWEEP", 3)
+    assert rollup_module.pace() == 20.0
     counter = CounterShardDS("Counter Test", 1, gateway=gateway)
     with freeze_time("2026-01-01 12:00:00", tick=False) as clock:
         for total in range(1, 9):
             counter.add(1)
             clock.tick(0.5)
             assert counter.get_count(max_age=0) == total  # exact, written or not
-        assert len(_claim_names(gateway, counter)) == 5
-        assert _rollup(gateway, counter).properties["total"] == 5  # the sixth read on found 5 live claims
-        clock.tick(rollup_module.CLAIM_LIFETIME)
-        assert counter.get_count(max_age=0) == 8
-        assert _rollup(gateway, counter).properties["total"] == 8
+        assert len(_claim_names(gateway, counter)) == 3
+        assert _rollup(gateway, counter).properties["total"] == 3  # the fourth read on found 3 live claims
+        clock.tick(rollup_module.pace())
+        counter.add(1)
+        assert counter.get_count(max_age=0) == 9
+        assert _rollup(gateway, counter).properties["total"] == 9  # the newest claim is a pace old
+        assert len(_claim_names(gateway, counter)) == 4
+        clock.tick(rollup_module.CLAIM_LIFETIME + 1)
+        counter.add(1)
+        assert counter.get_count(max_age=0) == 10
+        assert _rollup(gateway, counter).properties["total"] == 10
         claims = _claim_names(gateway, counter)
-        assert len(claims) == 5 - 3 + 1 and claims == _listed(gateway, counter)
+        assert len(claims) == 4 - 3 + 1 and claims == _listed(gateway, counter)
 
 
 def test_a_rollup_written_before_claims_were_listed_has_its_claim_deleted_in_time(gateway):

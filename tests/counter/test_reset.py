@@ -180,6 +180,19 @@ def test_after_a_reset_a_read_with_max_age_does_not_answer_the_old_total(any_gat
     assert CounterShardDS("Reset", 1, gateway=any_gateway).get_count(max_age=3600) == 0
 
 
+def test_a_reset_writes_the_rollup_again_even_after_a_burst_of_rollup_reads(make_gateway):
+    """Readers pace their rollup writes once a burst of ``max_age=0`` reads
+    spent half the rollup's claims; the reset's own write is not a reader's
+    and is not paced, or the total from before the reset would be served."""
+    gateway = make_gateway("memory")
+    counter = CounterShardDS("Reset", 2, gateway=gateway)
+    for _ in range(80):
+        counter.add(1)
+        counter.get_count_as_of(max_age=0)
+    counter.reset()
+    assert counter.get_count(max_age=3600) == 0
+
+
 # --- defect 2: a reset that fails part way tells what it applied -----------------------
 
 

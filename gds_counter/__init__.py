@@ -30,6 +30,7 @@ from gds_counter.errors import (  # noqa: E402
     NotFound,
     SchemaError,
     TotalUnavailable,
+    TransactionLost,
     TransformsIgnored,
     Unavailable,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "SchemaError",
     "Store",
     "TotalUnavailable",
+    "TransactionLost",
     "TransformsIgnored",
     "Unavailable",
     "open_gateway",

@@ -160,6 +160,25 @@ def test_run_in_transaction_redoes_a_transaction_the_server_lost(serve: ServePro
     assert total is not None and total.n == 5
 
 
+def test_when_every_attempt_is_lost_the_class_still_says_so(serve: ServeProcess, gateway: Any) -> None:
+    """Retries run out (the server restarts in each attempt): the error is
+    still ``TransactionLost``, with the attempts made, and nothing was
+    written: a caller learns the truth from the class, not only the text."""
+    notes = Store("Note", gateway)
+
+    def work(store: Store) -> None:
+        store.fetch_by_name("never")
+        serve.restart()
+        entity = store.create_entity({"n": 1})
+        entity.set_key_name("never")
+        store.upsert(entity)
+
+    with pytest.raises(TransactionLost) as raised:
+        notes.run_in_transaction(work, retry=RetryPolicy(attempts=2, initial=0.05, maximum=0.1))
+    assert raised.value.attempts == 2
+    assert notes.fetch_by_name("never") is None
+
+
 class RestartingGateway(DatastoreGateway):
     """A real Datastore gateway that has the server restarted just before
     its first transactional commit: between the transaction's read and its

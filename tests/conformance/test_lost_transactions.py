@@ -36,19 +36,27 @@ from gds_counter.gateway.values import RawEntity
 
 #: The servers of the Datastore API: both official emulators, and gds-counter serve.
 SERVERS = ("firestore", "datastore", "serve")
+#: And the asyncio gateway (``AsyncDatastoreGateway``), behind its blocking bridge.
+GATEWAYS = SERVERS + ("firestore+aio",)
 
 
 def _raw_client(gateway: Any) -> DatastoreClient:
     """google-cloud-datastore's generated client on the gateway's server,
     below every gds_counter rule (it sends any token it is given)."""
-    return DatastoreClient(transport=DatastoreGrpcTransport(channel=grpc.insecure_channel(gateway.emulator_host)))
+    return DatastoreClient(transport=DatastoreGrpcTransport(channel=grpc.insecure_channel(_where(gateway).emulator_host)))
+
+
+def _where(gateway: Any) -> Any:
+    """The Datastore gateway that knows the server's address and project
+    (behind a blocking bridge, its async gateway)."""
+    return getattr(gateway, "async_gateway", gateway)
 
 
 def _ended_behind_the_clients_back(gateway: Any) -> bytes:
     """A transaction ``gateway`` began and still holds open, which its
     server has ended (rolled back by another client)."""
     token = gateway.begin_transaction()
-    _raw_client(gateway).rollback(request={"project_id": gateway.project, "transaction": token})
+    _raw_client(gateway).rollback(request={"project_id": _where(gateway).project, "transaction": token})
     return token
 
 
@@ -82,7 +90,7 @@ def test_a_server_answers_invalid_argument_naming_the_transaction(make_gateway, 
     assert not found.found
 
 
-@pytest.mark.parametrize("server", SERVERS)
+@pytest.mark.parametrize("server", GATEWAYS)
 def test_the_gateway_raises_transaction_lost_and_nothing_is_written(make_gateway, server):
     gateway = make_gateway(server)
     token = _ended_behind_the_clients_back(gateway)

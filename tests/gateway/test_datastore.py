@@ -636,13 +636,19 @@ def test_a_transaction_the_server_lost_is_transaction_lost_not_a_bad_value(messa
     assert should_retry(gexc.InvalidArgument(message), call=call, idempotent_commit=True) is False  # same token: same answer
 
 
+@pytest.mark.parametrize("call", ["commit", "begin_transaction"])
 @pytest.mark.parametrize("message", [
     "Key path is incomplete: [Person: null]",
     "The value of property \"transaction\" is longer than 1500 bytes.",
     "a NON_TRANSACTIONAL commit names no transaction",
 ])
-def test_other_invalid_arguments_stay_bad_values(message: str) -> None:
-    assert type(translate_error(gexc.InvalidArgument(message), call="commit")) is BadValueError
+def test_other_invalid_arguments_stay_bad_values(message: str, call: str) -> None:
+    assert type(translate_error(gexc.InvalidArgument(message), call=call)) is BadValueError
+
+
+def test_only_a_call_that_names_a_transaction_can_be_told_it_is_lost() -> None:
+    """BeginTransaction names none: its INVALID_ARGUMENT is a bad request."""
+    assert type(translate_error(gexc.InvalidArgument("Invalid transaction options."), call="begin_transaction")) is BadValueError
 
 
 def test_a_lost_transaction_after_an_unknown_commit_attempt_is_commit_unknown() -> None:

@@ -90,6 +90,10 @@ DEFAULT_ASYNC_RETRY = AsyncRetry(
     multiplier=DEFAULT_RETRY._multiplier, timeout=DEFAULT_RETRY._timeout,
 )
 
+#: The calls whose request may name a transaction (a read's read_options,
+#: a commit's or rollback's transaction): only they can be told it is lost.
+_NAMING_A_TRANSACTION = frozenset({"lookup", "run_query", "commit", "rollback"})
+
 _IDEMPOTENT_CALLS = frozenset({"lookup", "run_query", "allocate_ids", "reserve_ids", "begin_transaction", "rollback"})
 
 #: Fragments of gRPC messages that prove the request never reached a server
@@ -207,7 +211,7 @@ def translate_error(
         # Nothing a read (or begin, rollback, allocate_ids) did needs undoing:
         # Unavailable, so the counter and the Store retry it.
         return Unavailable(f"{call}: Datastore did not answer in time ({type(exc).__name__}): {text}")
-    if is_transaction_lost(exc):
+    if call in _NAMING_A_TRANSACTION and is_transaction_lost(exc):
         return TransactionLost(
             f"{call}: the server no longer knows this transaction (it expired, or the server restarted), "
             f"so nothing of it was applied; redo the whole transaction: {text}"

@@ -128,7 +128,7 @@ def _is_contention(exc: BaseException) -> bool:
     return isinstance(exc, gexc.Aborted) or "too much contention" in error_message(exc).lower()
 
 
-def is_transaction_lost(exc: BaseException) -> bool:
+def _is_transaction_lost(exc: BaseException) -> bool:
     """Whether ``exc`` is a server's answer that it does not know the
     transaction the request named (this module's docstring)."""
     text = error_message(exc).lower()
@@ -211,7 +211,7 @@ def translate_error(
         # Nothing a read (or begin, rollback, allocate_ids) did needs undoing:
         # Unavailable, so the counter and the Store retry it.
         return Unavailable(f"{call}: Datastore did not answer in time ({type(exc).__name__}): {text}")
-    if call in _NAMING_A_TRANSACTION and is_transaction_lost(exc):
+    if call in _NAMING_A_TRANSACTION and _is_transaction_lost(exc):
         return TransactionLost(
             f"{call}: the server no longer knows this transaction (it expired, or the server restarted), "
             f"so nothing of it was applied; redo the whole transaction: {text}"

@@ -31,6 +31,7 @@ from gds_counter.errors import (  # noqa: E402
     PartialReset,
     SchemaError,
     TotalUnavailable,
+    TransactionLost,
     TransformsIgnored,
     Unavailable,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "SchemaError",
     "Store",
     "TotalUnavailable",
+    "TransactionLost",
     "TransformsIgnored",
     "Unavailable",
     "open_gateway",

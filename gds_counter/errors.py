@@ -89,6 +89,19 @@ class PartialReset(GDSError):
         self.unknown = unknown
 
 
+class TransactionLost(Contention):
+    """The server no longer knows a transaction this process began and has
+    not ended: it expired (idle too long, or past its lifetime), or the
+    server restarted and forgot it. Cloud Datastore and both emulators
+    answer INVALID_ARGUMENT then (docs/storage.md quotes what each says).
+
+    Nothing of that transaction was applied, so redoing the whole of it in
+    a new one is safe: it is a ``Contention``, which the Store's
+    ``run_in_transaction`` and the counters retry. A commit that was sent
+    earlier and whose outcome is unknown stays ``CommitUnknown``, never this.
+    """
+
+
 class AlreadyExists(GDSError):
     """An insert named an entity that exists (Datastore's ALREADY_EXISTS):
     that entity was not written. Nor was anything else of a transaction;

@@ -509,7 +509,7 @@ class CounterCore:
                 why = (f"its deadline ({self._retry.deadline:g} s) ran out after {attempts} attempt(s). Retry later"
                        if deadlines.remaining(1.0) == 0 else f"it conflicted on all {attempts} attempts (over "
                        f"{self._num_shards} shards). Retry later, add shards (increase_shards) or use auto_grow")
-                raise Contention(
+                raise type(exc)(  # a TransactionLost stays one: the class says why, as the message does
                     f"counter {self}: the increment by {amount}{together} was NOT counted; {why}. Last: {exc}",
                     attempts=attempts,
                 ) from exc

@@ -126,7 +126,8 @@ def retry_plan(
             if not isinstance(exc, Contention):
                 raise
             why = f"its {policy.deadline:g} s deadline passed" if out_of_time else "attempts ran out"
-            raise Contention(
+            # Its own class: a TransactionLost stays one (nothing applied either way).
+            raise type(exc)(
                 f"{what} still conflicted after {number} attempts in {time.monotonic() - started:.1f} s "
                 f"({why}): {exc}",
                 attempts=number,

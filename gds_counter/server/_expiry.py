@@ -8,7 +8,8 @@ pool's share for transactions a new one waits ``HOLD_WAIT_S`` for one
 later transaction of every client. Firestore ends a transaction that has
 been idle for 60 seconds; the server does the same, at the next request
 that comes (so nothing runs while no one asks), and a later use of that
-transaction is refused as any unknown transaction is.
+transaction is refused as any unknown transaction is (``TransactionLost``,
+answered INVALID_ARGUMENT as the emulators do).
 """
 
 from __future__ import annotations
@@ -72,6 +73,11 @@ class OpenTransactions:
     def ended(self, token: bytes) -> None:
         with self._lock:
             self._forget(token)
+
+    def is_open(self, token: bytes) -> bool:
+        """Whether ``token`` was begun here and has not ended (nor expired)."""
+        with self._lock:
+            return token in self._last_used
 
     def known(self, token: bytes) -> bool:
         """Whether ``token`` was begun here (open, or ended not long ago)."""

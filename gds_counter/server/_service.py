@@ -32,7 +32,7 @@ from typing import Any, Callable
 from google.cloud.datastore_v1.types import datastore as _ds
 from google.cloud.datastore_v1.types import query as _qry
 
-from gds_counter.errors import BadKeyError, BadValueError
+from gds_counter.errors import BadKeyError, BadValueError, TransactionLost
 from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway.base import Gateway
 from gds_counter.gateway.datastore._codec import Codec
@@ -88,6 +88,13 @@ class DatastoreService:
         self.gateway = gateway
         #: Transactions clients began and have not ended (``_expiry``).
         self.transactions = OpenTransactions(gateway.rollback, transaction_idle)
+        #: What a request in a transaction not open here is told: the
+        #: Firestore emulator's words (the Datastore gateway knows them).
+        self._lost = (
+            "Transaction is invalid or closed: it is unknown to gds-counter serve (it was committed or rolled "
+            f"back, ended after {transaction_idle:g} s idle, or began before the server restarted); this request "
+            "applied nothing"
+        )
         self._handlers: dict[str, Callable[[Any, Codec], Any]] = {
             "Lookup": self._lookup,
             "RunQuery": self._run_query,
@@ -115,7 +122,10 @@ class DatastoreService:
             if not request.project_id:
                 raise BadValueError("the request names no project_id (as Datastore refuses it)")
             _check_project(request.project_id)
-            with _acting_for(self.gateway, request.project_id), self.transactions.in_use(_transaction_of(request)):
+            transaction = _transaction_of(request)
+            if transaction is not None and not self.transactions.is_open(transaction):
+                raise TransactionLost(self._lost)
+            with _acting_for(self.gateway, request.project_id), self.transactions.in_use(transaction):
                 return handler(request, Codec(request.project_id, request.database_id))
         except Exception as exc:
             error = status_of(exc)

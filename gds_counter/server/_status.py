@@ -4,8 +4,11 @@ The server's clients decide what to do from the status alone (the Datastore
 gateway's retry table, google-cloud-datastore's and ndb's retries, php-gds's
 exceptions), so each gds_counter error maps to the status the official
 emulator gives for the same failure: a bad request is INVALID_ARGUMENT (never
-retried), a lost transaction ABORTED (the caller redoes it), an insert of an
-existing entity ALREADY_EXISTS, an update of a missing one NOT_FOUND. The
+retried), a conflict ABORTED (the caller redoes the transaction), a
+transaction the server does not know (``TransactionLost``) INVALID_ARGUMENT
+"Transaction is invalid or closed" as the Firestore emulator says it (the
+Datastore gateway tells it from a bad request by that message), an insert
+of an existing entity ALREADY_EXISTS, an update of a missing one NOT_FOUND. The
 HTTP status of each is Google's own mapping for its REST APIs.
 """
 
@@ -19,6 +22,7 @@ from gds_counter.errors import (
     GDSError,
     GQLError,
     NotFound,
+    TransactionLost,
     Unavailable,
 )
 
@@ -64,6 +68,8 @@ def status_of(exc: BaseException) -> ServiceError:
     if isinstance(exc, ServiceError):
         return exc
     text = str(exc)
+    if isinstance(exc, TransactionLost):
+        return ServiceError("INVALID_ARGUMENT", text)  # as Cloud Datastore and both emulators answer
     if isinstance(exc, Contention):
         return ServiceError("ABORTED", text)
     if isinstance(exc, AlreadyExists):

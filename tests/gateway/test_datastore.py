@@ -16,7 +16,15 @@ from typing import Any, Callable
 import pytest
 from google.api_core import exceptions as gexc
 
-from gds_counter.errors import BadKeyError, BadValueError, CommitUnknown, Contention, GatewayError, Unavailable
+from gds_counter.errors import (
+    BadKeyError,
+    BadValueError,
+    CommitUnknown,
+    Contention,
+    GatewayError,
+    TransactionLost,
+    Unavailable,
+)
 from gds_counter.gateway.base import PROBE_KIND, Gateway, run_query_all
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.datastore import DatastoreGateway
@@ -601,6 +609,54 @@ def test_errors_map_to_gds_errors(exc: Exception, call: str, expected: type) -> 
     assert type(mapped) is expected
     if isinstance(mapped, Contention):
         assert mapped.attempts == 1
+
+
+#: What each server says of a transaction it no longer knows (tests/conformance/test_lost_transactions.py
+#: checks the emulators' and serve's answers; Cloud Datastore's is from its users' reports).
+LOST_TRANSACTION_MESSAGES = [
+    "The referenced transaction has expired or is no longer valid.",  # Cloud Datastore
+    "Transaction is invalid or closed.",  # the Firestore emulator: a lookup or commit
+    "Transaction is invalid or expired.",  # the Firestore emulator: a rollback
+    "transaction has expired or is invalid",  # the legacy Datastore emulator
+    "Invalid transaction.",  # both emulators: a token they never gave out
+]
+
+
+@pytest.mark.parametrize("message", LOST_TRANSACTION_MESSAGES)
+@pytest.mark.parametrize("call", ["lookup", "run_query", "commit"])
+def test_a_transaction_the_server_lost_is_transaction_lost_not_a_bad_value(message: str, call: str) -> None:
+    """INVALID_ARGUMENT naming the transaction: the server forgot it (it
+    expired, or the server restarted), so nothing of it was applied and the
+    whole transaction may be redone: a ``Contention``, never ``BadValueError``
+    (the gateway sends only tokens it began and has not ended)."""
+    mapped = translate_error(gexc.InvalidArgument(message), call=call)
+    assert type(mapped) is TransactionLost
+    assert isinstance(mapped, Contention) and mapped.attempts == 1
+    assert "nothing of it was applied" in str(mapped) and message in str(mapped)
+    assert should_retry(gexc.InvalidArgument(message), call=call, idempotent_commit=True) is False  # same token: same answer
+
+
+@pytest.mark.parametrize("call", ["commit", "begin_transaction"])
+@pytest.mark.parametrize("message", [
+    "Key path is incomplete: [Person: null]",
+    "The value of property \"transaction\" is longer than 1500 bytes.",
+    "a NON_TRANSACTIONAL commit names no transaction",
+])
+def test_other_invalid_arguments_stay_bad_values(message: str, call: str) -> None:
+    assert type(translate_error(gexc.InvalidArgument(message), call=call)) is BadValueError
+
+
+def test_only_a_call_that_names_a_transaction_can_be_told_it_is_lost() -> None:
+    """BeginTransaction names none: its INVALID_ARGUMENT is a bad request."""
+    assert type(translate_error(gexc.InvalidArgument("Invalid transaction options."), call="begin_transaction")) is BadValueError
+
+
+def test_a_lost_transaction_after_an_unknown_commit_attempt_is_commit_unknown() -> None:
+    """A resent commit told "transaction invalid" may be one whose first
+    attempt committed it: unknown, not lost."""
+    for message in LOST_TRANSACTION_MESSAGES:
+        mapped = translate_error(gexc.InvalidArgument(message), call="commit", earlier_attempts=[UNAVAILABLE_AMBIGUOUS])
+        assert type(mapped) is CommitUnknown
 
 
 def test_a_commit_retried_after_an_unknown_attempt_stays_unknown() -> None:

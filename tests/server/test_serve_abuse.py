@@ -11,7 +11,7 @@ from typing import Iterator
 
 import pytest
 
-from gds_counter.errors import BadValueError
+from gds_counter.errors import TransactionLost
 from gds_counter.gateway.datastore import DatastoreGateway
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Upsert
@@ -52,8 +52,8 @@ def test_transactions_clients_abandon_end_when_idle_and_slow_no_one(idle_server)
         other.commit([Upsert(RawEntity(key, {"v": 2}))], transaction=token)
     assert time.monotonic() - began < 5  # five transactions; each waited 2 s before (a bound, not a speed)
     assert len(idle_server.service.transactions) == 0
-    with pytest.raises(BadValueError):
-        crashed.lookup([key], transaction=abandoned[0])  # ended: refused, as any unknown transaction
+    with pytest.raises(TransactionLost):
+        crashed.lookup([key], transaction=abandoned[0])  # ended: refused, as any unknown transaction: nothing applied, redo it
 
 
 def test_a_transaction_in_use_is_not_ended(idle_server):

@@ -30,6 +30,10 @@ UNKNOWN, CANCELLED     not retried                 NOT retried: may have been ap
 ABORTED, or a message  not retried here: the       not retried here: the caller must   ``Contention(attempts=1)``
 "too much contention"  caller redoes the whole     re-read and redo the transaction    (commit after an unknown
                        transaction                                                     attempt: ``CommitUnknown``)
+INVALID_ARGUMENT       not retried here: the       not retried here: the caller        ``TransactionLost``, a
+naming the transaction same token gets the same    redoes the whole transaction        ``Contention`` (commit after
+(the server lost it)   answer                      (nothing of it was applied)         an unknown attempt:
+                                                                                       ``CommitUnknown``)
 INVALID_ARGUMENT       not retried                 not retried                         ``BadValueError`` (commit
                                                                                        after an unknown attempt:
                                                                                        ``CommitUnknown``)
@@ -39,6 +43,15 @@ NOT_FOUND                                          exists, an update's does not 
                                                                                        ``CommitUnknown``)
 anything else          not retried                 not retried                         ``GatewayError``
 =====================  ==========================  ==================================  ===========================
+
+A transaction the server lost: a server that no longer knows a
+transaction (it expired, or the server restarted and forgot it) answers
+INVALID_ARGUMENT, as for a bad request, but with a message that names the
+transaction (``LOST_TRANSACTION_MARKERS``). The gateway sends only tokens
+it began and has not ended (any other is refused before it is sent, as
+``BadValueError``), so that answer means the server lost it: nothing of
+the transaction was applied, and redoing all of it in a new one is safe.
+Google's own Firestore clients retry it the same way, by the message.
 
 Retries use ``google.api_core.retry.Retry`` (exponential backoff with
 jitter); the whole call, retries included, is bounded by ``timeout`` seconds
@@ -64,6 +77,7 @@ from gds_counter.errors import (
     GatewayError,
     GDSError,
     NotFound,
+    TransactionLost,
     Unavailable,
 )
 
@@ -75,6 +89,10 @@ DEFAULT_ASYNC_RETRY = AsyncRetry(
     initial=DEFAULT_RETRY._initial, maximum=DEFAULT_RETRY._maximum,
     multiplier=DEFAULT_RETRY._multiplier, timeout=DEFAULT_RETRY._timeout,
 )
+
+#: The calls whose request may name a transaction (a read's read_options,
+#: a commit's or rollback's transaction): only they can be told it is lost.
+_NAMING_A_TRANSACTION = frozenset({"lookup", "run_query", "commit", "rollback"})
 
 _IDEMPOTENT_CALLS = frozenset({"lookup", "run_query", "allocate_ids", "reserve_ids", "begin_transaction", "rollback"})
 
@@ -89,6 +107,17 @@ _NOT_SENT_MARKERS = (
 )
 
 
+#: Fragments of the INVALID_ARGUMENT messages a server gives for a
+#: transaction it does not know (lowercase; docs/storage.md quotes them whole).
+LOST_TRANSACTION_MARKERS = (
+    "transaction has expired or is no longer valid",  # Cloud Datastore
+    "transaction is invalid or closed",  # the Firestore emulator (lookup, commit), gds-counter serve
+    "transaction is invalid or expired",  # the Firestore emulator (rollback)
+    "transaction has expired or is invalid",  # the legacy Datastore emulator
+    "invalid transaction",  # both emulators: a token they never gave out, or from before a restart
+)
+
+
 def error_message(exc: BaseException) -> str:
     """The server's message (google.api_core keeps it apart from the status
     code), else the error's text: what the policy matches markers against."""
@@ -97,6 +126,13 @@ def error_message(exc: BaseException) -> str:
 
 def _is_contention(exc: BaseException) -> bool:
     return isinstance(exc, gexc.Aborted) or "too much contention" in error_message(exc).lower()
+
+
+def _is_transaction_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is a server's answer that it does not know the
+    transaction the request named (this module's docstring)."""
+    text = error_message(exc).lower()
+    return isinstance(exc, gexc.InvalidArgument) and any(m in text for m in LOST_TRANSACTION_MARKERS)
 
 
 def _never_sent(exc: BaseException) -> bool:
@@ -175,6 +211,11 @@ def translate_error(
         # Nothing a read (or begin, rollback, allocate_ids) did needs undoing:
         # Unavailable, so the counter and the Store retry it.
         return Unavailable(f"{call}: Datastore did not answer in time ({type(exc).__name__}): {text}")
+    if call in _NAMING_A_TRANSACTION and _is_transaction_lost(exc):
+        return TransactionLost(
+            f"{call}: the server no longer knows this transaction (it expired, or the server restarted), "
+            f"so nothing of it was applied; redo the whole transaction: {text}"
+        )
     if isinstance(exc, gexc.InvalidArgument):
         return BadValueError(f"{call}: rejected by Datastore: {text}")
     if call == "commit" and isinstance(exc, gexc.AlreadyExists):

@@ -99,19 +99,33 @@ _TOTAL = re.compile(rb"-?[0-9]{1,19}")
 #: platform's clocks take.
 _RANGES = {"ttl": (0.001, 365 * 86_400.0), "lease": (0.001, 86_400.0), "timeout": (0.001, 3_600.0)}
 
-# KEYS: total, epoch, pending, doubt. ARGV[1]: ttl in ms.
+# KEYS: total, epoch, pending, doubt, run. ARGV[1]: ttl in ms.
 # An epoch Redis lost (a restart, an eviction, its expiry) starts again at
 # Redis's clock in microseconds, never at 0: a ticket taken before the loss
 # cannot match an epoch counted again after it.
+# A counter's keys are stamped with the run id of the server that wrote
+# them (``run``), checked first by every script: a server started again
+# (from a snapshot, an append-only file, or a replica promoted) has another
+# run id, and what it brought back may be older than adds that returned.
+# So under another run (or none) the total is no total and the epoch starts
+# again; a ticket names its run, so one taken before the restart never
+# matches. A server that tells no run id is refused (reads go to storage).
 _BUMP = """
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+if not run then return redis.error_reply('the server tells no run_id (INFO server)') end
+if redis.call('GET', KEYS[5]) ~= run then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  redis.call('SET', KEYS[5], run, 'EX', 86400)
+end
 local function bump()
   if redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
   end
   redis.call('INCR', KEYS[2])
   redis.call('EXPIRE', KEYS[2], 86400)
+  redis.call('EXPIRE', KEYS[5], 86400)
 end
 """
 # Drops the total (and blocks filling it for ttl) when a writer's lease ran out.
@@ -127,12 +141,12 @@ _GET = _PRUNE + "return redis.call('GET', KEYS[1])"
 _TICKET = _PRUNE + """
 if redis.call('ZCARD', KEYS[3]) > 0 or redis.call('EXISTS', KEYS[4]) == 1 then return false end
 if redis.call('EXISTS', KEYS[2]) == 0 then bump() end
-return redis.call('GET', KEYS[2])
+return run .. ':' .. redis.call('GET', KEYS[2])
 """
 # ARGV[2]: the ticket, ARGV[3]: the total.
 _STORE = _PRUNE + """
 if redis.call('ZCARD', KEYS[3]) > 0 or redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
-if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end
+if run .. ':' .. (redis.call('GET', KEYS[2]) or '') ~= ARGV[2] then return 0 end
 redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[1])
 return 1
 """
@@ -303,7 +317,7 @@ class RedisCountCache:
 
     def _keys(self, key: Hashable) -> list[str]:
         base = self._prefix + json.dumps(list(key) if isinstance(key, tuple) else key, ensure_ascii=False)
-        return [base + ":total", base + ":epoch", base + ":writing", base + ":doubt"]
+        return [base + ":total", base + ":epoch", base + ":writing", base + ":doubt", base + ":run"]
 
     def _call(self, script: str, key: Hashable, *args: Any) -> Any:
         """Run a script; None (and a warning, now and then) when Redis fails.

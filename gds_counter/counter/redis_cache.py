@@ -72,7 +72,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -81,15 +80,16 @@ import uuid
 from typing import Any, Hashable, Iterator
 
 from gds_counter._checks import INT64_MAX
+from gds_counter.counter.storage_scope import check_scope, storage_scope
 from gds_counter.errors import BadValueError, Contention, TransformsIgnored, Unavailable
 from gds_counter.gateway import _forks
 
-__all__ = ["RedisCountCache", "check_redis_url", "storage_scope"]
+__all__ = ["RedisCountCache", "check_redis_url"]
 
 log = logging.getLogger("gds_counter.counter.redis_cache")
 
 _SCHEMES = ("redis", "rediss", "unix")
-_OPTIONS = {"ttl": 60.0, "lease": 30.0, "timeout": 0.25, "prefix": "gds_counter"}
+_OPTIONS = {"ttl": 60.0, "lease": 30.0, "timeout": 0.25, "prefix": "gds_counter", "scope": None}
 _NOT_STORED = (Contention, Unavailable, TransformsIgnored)
 _WARN_EVERY_S = 30.0
 #: What a stored total looks like (as this module writes it: INCRBY's digits).
@@ -180,7 +180,7 @@ return 1
 def check_redis_url(url: object) -> str:
     """A ``redis://``, ``rediss://`` or ``unix://`` URL whose own options
     (``ttl``, ``lease``, ``timeout``: seconds within ``_RANGES``;
-    ``prefix``) are well formed; ``BadValueError`` naming it otherwise.
+    ``prefix``, ``scope``) are well formed; ``BadValueError`` naming it otherwise.
     (redis-py's own options are checked when the cache is made.)"""
     try:
         parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
@@ -208,9 +208,9 @@ def _split(url: str) -> tuple[str, dict[str, Any]]:
             raise BadValueError(f"cache URL {url!r}: {name} is this cache's to set (it reads bytes)")
         if name not in _OPTIONS:
             rest.append((name, value))
-        elif name == "prefix":
+        elif name in ("prefix", "scope"):
             if not value:
-                raise BadValueError(f"cache URL {url!r}: prefix must not be empty")
+                raise BadValueError(f"cache URL {url!r}: {name} must not be empty")
             options[name] = value
         else:
             try:
@@ -227,28 +227,16 @@ def _split(url: str) -> tuple[str, dict[str, Any]]:
     return urllib.parse.urlunsplit(parts._replace(query=kept)), options
 
 
-def storage_scope(gateway: Any) -> str:
-    """Which storage a gateway reaches, as part of every cache key, so that
-    two apps sharing one Redis never share a counter of another storage:
-    the project and database, or the SQLite file, or (in memory, which no
-    other process can see) a name of its own."""
-    owner = getattr(gateway, "blocking", gateway)
-    project = getattr(owner, "project", None)
-    if isinstance(project, str):
-        host = getattr(owner, "emulator_host", None) or ""
-        return f"datastore/{host}/{project}/{getattr(owner, 'database', '') or ''}"
-    path = getattr(owner, "path", None)
-    if isinstance(path, str):
-        return f"sqlite/{os.path.realpath(path)}"  # one file, however it is reached
-    return "memory/" + vars(owner).setdefault("_gds_cache_scope", uuid.uuid4().hex)
-
-
 class RedisCountCache:
-    """The shared cache of one storage (``scope``) in the Redis ``url``
-    names; see the module's notes. Counters get one with
-    ``cache="redis://..."`` (``Runtime.redis_cache``: one per URL per gateway)."""
+    """The shared cache of the storage ``gateway`` reaches in the Redis
+    ``url`` names; see the module's notes. Counters get one with
+    ``cache="redis://..."`` (``Runtime.redis_cache``: one per URL per gateway).
 
-    def __init__(self, url: str, scope: str) -> None:
+    Its keys name the storage (``scope``, see ``storage_scope``), known
+    at once, or for an emulator at the first call that reaches it (until
+    then, as when Redis fails, reads go to storage and writes count)."""
+
+    def __init__(self, url: str, gateway: Any) -> None:
         check_redis_url(url)
         try:
             import redis
@@ -257,9 +245,13 @@ class RedisCountCache:
                 f"cache={url!r} needs the redis package: pip install \"gds-counter[redis]\""
             ) from None
         client_url, options = _split(url)
-        self.url, self.scope = url, scope
+        check_scope(gateway, url, options["scope"])
+        self.url, self._gateway, self._named = url, gateway, options["scope"]
         self.ttl, self.lease, self.timeout = options["ttl"], options["lease"], options["timeout"]
-        self._prefix = f"{options['prefix']}:{scope}:"
+        self.scope: str | None = None
+        self._prefix = f"{options['prefix']}:"
+        if self._named is not None or not getattr(getattr(gateway, "blocking", gateway), "emulator_host", None):
+            self._scoped()  # no emulator to ask: known now
         #: What a Redis call may raise that is the cache's failure, never the
         #: caller's: redis-py's errors, the network's, and the ``ValueError``,
         #: ``TypeError`` or ``OverflowError`` of an option it only checks when
@@ -315,8 +307,16 @@ class RedisCountCache:
         self._down_until = 0.0
         self._connect()
 
+    def _scoped(self) -> str:
+        """The prefix of this storage's keys; the first call works out the
+        storage (``storage_scope``: it may ask an emulator, and raise
+        ``OSError`` when that fails)."""
+        if self.scope is None:
+            self.scope = storage_scope(self._gateway, self.timeout, self._named)
+        return f"{self._prefix}{self.scope}:"
+
     def _keys(self, key: Hashable) -> list[str]:
-        base = self._prefix + json.dumps(list(key) if isinstance(key, tuple) else key, ensure_ascii=False)
+        base = self._scoped() + json.dumps(list(key) if isinstance(key, tuple) else key, ensure_ascii=False)
         return [base + ":total", base + ":epoch", base + ":writing", base + ":doubt", base + ":run"]
 
     def _call(self, script: str, key: Hashable, *args: Any) -> Any:
@@ -407,7 +407,7 @@ class RedisCountCache:
     def clear(self) -> None:
         """Drop every total of this storage (its keys under the prefix)."""
         try:
-            for name in self._client.scan_iter(match=self._prefix + "*:total"):
+            for name in self._client.scan_iter(match=self._scoped() + "*:total"):
                 self._client.delete(name)
         except self._errors as exc:
             log.warning("the shared cache %s could not be cleared: %s", self.url, exc)

@@ -109,14 +109,18 @@ _RANGES = {"ttl": (0.001, 365 * 86_400.0), "lease": (0.001, 86_400.0), "timeout"
 # run id, and what it brought back may be older than adds that returned.
 # So under another run (or none) the total is no total and the epoch starts
 # again; a ticket names its run, so one taken before the restart never
-# matches. A server that tells no run id is refused (reads go to storage).
+# matches. Keys that came back from another run may also lack the doubt a
+# write of unknown outcome left after the snapshot: no total is kept for
+# ttl. A server that tells no run id is refused (reads go to storage).
 _BUMP = """
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
 if not run then return redis.error_reply('the server tells no run_id (INFO server)') end
-if redis.call('GET', KEYS[5]) ~= run then
+local stamped = redis.call('GET', KEYS[5])
+if stamped ~= run then
   redis.call('DEL', KEYS[1], KEYS[2])
+  if stamped then redis.call('SET', KEYS[4], '1', 'PX', ARGV[1]) end
   redis.call('SET', KEYS[5], run, 'EX', 86400)
 end
 local function bump()

@@ -93,6 +93,31 @@ def test_a_redis_restored_from_a_snapshot_serves_no_total_it_held_before(persist
         gateway.close()
 
 
+def test_for_ttl_after_a_restore_totals_are_read_from_storage_and_not_kept(persistent_redis_server, storage):
+    """A write of unknown outcome after the snapshot left a doubt (no total
+    kept for ttl: it may still land) that the restart lost, and nothing
+    tells whether one did: so for ttl after a counter's keys came back from
+    an earlier run of Redis, its total is read from storage every time."""
+    import redis
+
+    url = persistent_redis_server.url + "?ttl=1"
+    counter = CounterShardDS("Counter Test", 1, gateway=storage, cache=url)
+    counter.add(1)
+    assert counter.get_count() == 1
+    storage.stats.reset()
+    assert counter.get_count() == 1 and storage.stats.snapshot()["rpcs"] == 0  # cached
+    redis.Redis.from_url(persistent_redis_server.url).save()
+    persistent_redis_server.stop()
+    persistent_redis_server.start()
+    assert counter.get_count() == 1
+    storage.stats.reset()
+    assert counter.get_count() == 1 and storage.stats.snapshot()["rpcs"] > 0  # not kept
+    time.sleep(1.1)  # the ttl is over
+    assert counter.get_count() == 1
+    storage.stats.reset()
+    assert counter.get_count() == 1 and storage.stats.snapshot()["rpcs"] == 0  # kept again
+
+
 def test_redis_stalled_costs_one_timeout_not_one_per_counter(redis_server, storage):
     """After a Redis call fails, the cache is not tried again for its
     timeout, so reading many counters pays about one timeout, not two per

@@ -48,7 +48,12 @@ increment. After a failed call, no call is tried for the timeout's length
 (reads go to storage, writes count), so a stalled Redis costs about one
 timeout, not one per counter read. Redis losing its keys (a restart, an
 eviction) cannot make an old ticket match: a lost epoch starts again from
-Redis's clock, not from 0. The window left: a writer that cannot reach Redis around its commit
+Redis's clock, not from 0. Redis restarted from a snapshot (or an
+append-only file, or a replica promoted) brings keys back, totals and
+epochs included, that may be older than adds that returned: each
+counter's keys carry the run id of the server that wrote them, and under
+another run (checked in every script) they are no total (see ``_BUMP``).
+The keys name the storage, not its address (``storage_scope``). The window left: a writer that cannot reach Redis around its commit
 leaves the cached total short of its amount until that process next
 reaches Redis (it drops the total then), or the writer's lease ends (when
 it reached Redis before its commit), or the total's ``ttl`` ends (a

@@ -260,7 +260,8 @@ class RedisCountCache:
         self.scope: str | None = None
         self._prefix = f"{options['prefix']}:"
         if self._named is not None or not getattr(getattr(gateway, "blocking", gateway), "emulator_host", None):
-            self._scoped()  # no emulator to ask: known now
+            with contextlib.suppress(OSError):  # (a file deleted meanwhile: told at the first call)
+                self._scoped()  # no emulator to ask: known now
         #: What a Redis call may raise that is the cache's failure, never the
         #: caller's: redis-py's errors, the network's, and the ``ValueError``,
         #: ``TypeError`` or ``OverflowError`` of an option it only checks when

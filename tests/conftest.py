@@ -46,16 +46,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
 
 
 class RedisServer:
-    """A real ``redis-server`` on a free local port, no persistence; ``stop()``
-    kills it (as an outage does) and ``start()`` brings it back on the same port."""
+    """A real ``redis-server`` on a free local port; ``stop()`` kills it (as
+    an outage does: SIGKILL) and ``start()`` brings it back on the same port.
+    No persistence, unless ``persistent``: then redis-server's default
+    ``save`` settings, and a restart loads the last snapshot in ``directory``."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, *, persistent: bool = False) -> None:
         import socket
 
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         self.directory = directory
+        self.persistent = persistent
         self.process: Any = None
         self.url = f"redis://127.0.0.1:{self.port}/0"
 
@@ -67,9 +70,10 @@ class RedisServer:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed (.ci/run installs Debian's redis-server package)")
+        volatile = [] if self.persistent else ["--save", "", "--appendonly", "no"]
         self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self.directory], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", *volatile, "--dir", self.directory],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         import redis
 
         deadline = time.monotonic() + 20
@@ -92,6 +96,21 @@ class RedisServer:
 def redis_server(tmp_path: Any) -> Generator[RedisServer, None, None]:
     """A real redis-server for the shared cache's tests, killed afterwards."""
     server = RedisServer(str(tmp_path))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def persistent_redis_server(tmp_path: Any) -> Generator[RedisServer, None, None]:
+    """A real redis-server with its default ``save`` settings, snapshotting
+    into a folder of the test: killed and started again, it comes back with
+    what its last snapshot held."""
+    directory = tmp_path / "redis-data"
+    directory.mkdir()
+    server = RedisServer(str(directory), persistent=True)
     server.start()
     try:
         yield server

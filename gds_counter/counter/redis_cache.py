@@ -48,7 +48,12 @@ increment. After a failed call, no call is tried for the timeout's length
 (reads go to storage, writes count), so a stalled Redis costs about one
 timeout, not one per counter read. Redis losing its keys (a restart, an
 eviction) cannot make an old ticket match: a lost epoch starts again from
-Redis's clock, not from 0. The window left: a writer that cannot reach Redis around its commit
+Redis's clock, not from 0. Redis restarted from a snapshot (or an
+append-only file, or a replica promoted) brings keys back, totals and
+epochs included, that may be older than adds that returned: each
+counter's keys carry the run id of the server that wrote them, and under
+another run (checked in every script) they are no total (see ``_BUMP``).
+The keys name the storage, not its address (``storage_scope``). The window left: a writer that cannot reach Redis around its commit
 leaves the cached total short of its amount until that process next
 reaches Redis (it drops the total then), or the writer's lease ends (when
 it reached Redis before its commit), or the total's ``ttl`` ends (a
@@ -72,7 +77,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -81,15 +85,16 @@ import uuid
 from typing import Any, Hashable, Iterator
 
 from gds_counter._checks import INT64_MAX
+from gds_counter.counter.storage_scope import check_scope, storage_scope
 from gds_counter.errors import BadValueError, Contention, TransformsIgnored, Unavailable
 from gds_counter.gateway import _forks
 
-__all__ = ["RedisCountCache", "check_redis_url", "storage_scope"]
+__all__ = ["RedisCountCache", "check_redis_url"]
 
 log = logging.getLogger("gds_counter.counter.redis_cache")
 
 _SCHEMES = ("redis", "rediss", "unix")
-_OPTIONS = {"ttl": 60.0, "lease": 30.0, "timeout": 0.25, "prefix": "gds_counter"}
+_OPTIONS = {"ttl": 60.0, "lease": 30.0, "timeout": 0.25, "prefix": "gds_counter", "scope": None}
 _NOT_STORED = (Contention, Unavailable, TransformsIgnored)
 _WARN_EVERY_S = 30.0
 #: What a stored total looks like (as this module writes it: INCRBY's digits).
@@ -99,19 +104,37 @@ _TOTAL = re.compile(rb"-?[0-9]{1,19}")
 #: platform's clocks take.
 _RANGES = {"ttl": (0.001, 365 * 86_400.0), "lease": (0.001, 86_400.0), "timeout": (0.001, 3_600.0)}
 
-# KEYS: total, epoch, pending, doubt. ARGV[1]: ttl in ms.
+# KEYS: total, epoch, pending, doubt, run. ARGV[1]: ttl in ms.
 # An epoch Redis lost (a restart, an eviction, its expiry) starts again at
 # Redis's clock in microseconds, never at 0: a ticket taken before the loss
 # cannot match an epoch counted again after it.
+# A counter's keys are stamped with the run id of the server that wrote
+# them (``run``), checked first by every script: a server started again
+# (from a snapshot, an append-only file, or a replica promoted) has another
+# run id, and what it brought back may be older than adds that returned.
+# So under another run (or none) the total is no total and the epoch starts
+# again; a ticket names its run, so one taken before the restart never
+# matches. Keys that came back from another run may also lack the doubt a
+# write of unknown outcome left after the snapshot: no total is kept for
+# ttl. A server that tells no run id is refused (reads go to storage).
 _BUMP = """
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+if not run then return redis.error_reply('the server tells no run_id (INFO server)') end
+local stamped = redis.call('GET', KEYS[5])
+if stamped ~= run then
+  redis.call('DEL', KEYS[1], KEYS[2])
+  if stamped then redis.call('SET', KEYS[4], '1', 'PX', ARGV[1]) end
+  redis.call('SET', KEYS[5], run, 'EX', 86400)
+end
 local function bump()
   if redis.call('EXISTS', KEYS[2]) == 0 then
     redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
   end
   redis.call('INCR', KEYS[2])
   redis.call('EXPIRE', KEYS[2], 86400)
+  redis.call('EXPIRE', KEYS[5], 86400)
 end
 """
 # Drops the total (and blocks filling it for ttl) when a writer's lease ran out.
@@ -127,12 +150,12 @@ _GET = _PRUNE + "return redis.call('GET', KEYS[1])"
 _TICKET = _PRUNE + """
 if redis.call('ZCARD', KEYS[3]) > 0 or redis.call('EXISTS', KEYS[4]) == 1 then return false end
 if redis.call('EXISTS', KEYS[2]) == 0 then bump() end
-return redis.call('GET', KEYS[2])
+return run .. ':' .. redis.call('GET', KEYS[2])
 """
 # ARGV[2]: the ticket, ARGV[3]: the total.
 _STORE = _PRUNE + """
 if redis.call('ZCARD', KEYS[3]) > 0 or redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
-if redis.call('GET', KEYS[2]) ~= ARGV[2] then return 0 end
+if run .. ':' .. (redis.call('GET', KEYS[2]) or '') ~= ARGV[2] then return 0 end
 redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[1])
 return 1
 """
@@ -166,7 +189,7 @@ return 1
 def check_redis_url(url: object) -> str:
     """A ``redis://``, ``rediss://`` or ``unix://`` URL whose own options
     (``ttl``, ``lease``, ``timeout``: seconds within ``_RANGES``;
-    ``prefix``) are well formed; ``BadValueError`` naming it otherwise.
+    ``prefix``, ``scope``) are well formed; ``BadValueError`` naming it otherwise.
     (redis-py's own options are checked when the cache is made.)"""
     try:
         parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
@@ -194,9 +217,9 @@ def _split(url: str) -> tuple[str, dict[str, Any]]:
             raise BadValueError(f"cache URL {url!r}: {name} is this cache's to set (it reads bytes)")
         if name not in _OPTIONS:
             rest.append((name, value))
-        elif name == "prefix":
+        elif name in ("prefix", "scope"):
             if not value:
-                raise BadValueError(f"cache URL {url!r}: prefix must not be empty")
+                raise BadValueError(f"cache URL {url!r}: {name} must not be empty")
             options[name] = value
         else:
             try:
@@ -213,28 +236,16 @@ def _split(url: str) -> tuple[str, dict[str, Any]]:
     return urllib.parse.urlunsplit(parts._replace(query=kept)), options
 
 
-def storage_scope(gateway: Any) -> str:
-    """Which storage a gateway reaches, as part of every cache key, so that
-    two apps sharing one Redis never share a counter of another storage:
-    the project and database, or the SQLite file, or (in memory, which no
-    other process can see) a name of its own."""
-    owner = getattr(gateway, "blocking", gateway)
-    project = getattr(owner, "project", None)
-    if isinstance(project, str):
-        host = getattr(owner, "emulator_host", None) or ""
-        return f"datastore/{host}/{project}/{getattr(owner, 'database', '') or ''}"
-    path = getattr(owner, "path", None)
-    if isinstance(path, str):
-        return f"sqlite/{os.path.realpath(path)}"  # one file, however it is reached
-    return "memory/" + vars(owner).setdefault("_gds_cache_scope", uuid.uuid4().hex)
-
-
 class RedisCountCache:
-    """The shared cache of one storage (``scope``) in the Redis ``url``
-    names; see the module's notes. Counters get one with
-    ``cache="redis://..."`` (``Runtime.redis_cache``: one per URL per gateway)."""
+    """The shared cache of the storage ``gateway`` reaches in the Redis
+    ``url`` names; see the module's notes. Counters get one with
+    ``cache="redis://..."`` (``Runtime.redis_cache``: one per URL per gateway).
 
-    def __init__(self, url: str, scope: str) -> None:
+    Its keys name the storage (``scope``, see ``storage_scope``), known
+    at once, or for an emulator at the first call that reaches it (until
+    then, as when Redis fails, reads go to storage and writes count)."""
+
+    def __init__(self, url: str, gateway: Any) -> None:
         check_redis_url(url)
         try:
             import redis
@@ -243,9 +254,14 @@ class RedisCountCache:
                 f"cache={url!r} needs the redis package: pip install \"gds-counter[redis]\""
             ) from None
         client_url, options = _split(url)
-        self.url, self.scope = url, scope
+        check_scope(gateway, url, options["scope"])
+        self.url, self._gateway, self._named = url, gateway, options["scope"]
         self.ttl, self.lease, self.timeout = options["ttl"], options["lease"], options["timeout"]
-        self._prefix = f"{options['prefix']}:{scope}:"
+        self.scope: str | None = None
+        self._prefix = f"{options['prefix']}:"
+        if self._named is not None or not getattr(getattr(gateway, "blocking", gateway), "emulator_host", None):
+            with contextlib.suppress(OSError):  # (a file deleted meanwhile: told at the first call)
+                self._scoped()  # no emulator to ask: known now
         #: What a Redis call may raise that is the cache's failure, never the
         #: caller's: redis-py's errors, the network's, and the ``ValueError``,
         #: ``TypeError`` or ``OverflowError`` of an option it only checks when
@@ -301,9 +317,17 @@ class RedisCountCache:
         self._down_until = 0.0
         self._connect()
 
+    def _scoped(self) -> str:
+        """The prefix of this storage's keys; the first call works out the
+        storage (``storage_scope``: it may ask an emulator, and raise
+        ``OSError`` when that fails)."""
+        if self.scope is None:
+            self.scope = storage_scope(self._gateway, self.timeout, self._named)
+        return f"{self._prefix}{self.scope}:"
+
     def _keys(self, key: Hashable) -> list[str]:
-        base = self._prefix + json.dumps(list(key) if isinstance(key, tuple) else key, ensure_ascii=False)
-        return [base + ":total", base + ":epoch", base + ":writing", base + ":doubt"]
+        base = self._scoped() + json.dumps(list(key) if isinstance(key, tuple) else key, ensure_ascii=False)
+        return [base + ":total", base + ":epoch", base + ":writing", base + ":doubt", base + ":run"]
 
     def _call(self, script: str, key: Hashable, *args: Any) -> Any:
         """Run a script; None (and a warning, now and then) when Redis fails.
@@ -393,7 +417,7 @@ class RedisCountCache:
     def clear(self) -> None:
         """Drop every total of this storage (its keys under the prefix)."""
         try:
-            for name in self._client.scan_iter(match=self._prefix + "*:total"):
+            for name in self._client.scan_iter(match=self._scoped() + "*:total"):
                 self._client.delete(name)
         except self._errors as exc:
             log.warning("the shared cache %s could not be cleared: %s", self.url, exc)

@@ -36,7 +36,7 @@ from gds_counter._checks import check_int
 from gds_counter.counter._combined import AsyncCombinedWrites, CombinedWrites
 from gds_counter.counter._shared_reads import AsyncSharedReads, SharedReads
 from gds_counter.counter.cache import CountCache, monotonic
-from gds_counter.counter.redis_cache import RedisCountCache, storage_scope
+from gds_counter.counter.redis_cache import RedisCountCache
 from gds_counter.counter.shard_choice import AffinityShards, ShardChooser
 from gds_counter.errors import BadValueError
 from gds_counter.gateway import _forks as forks
@@ -137,7 +137,7 @@ class Runtime:
         with self._redis_lock:
             found = self._redis_caches.get(url)
             if found is None:
-                found = self._redis_caches[url] = RedisCountCache(url, storage_scope(gateway))
+                found = self._redis_caches[url] = RedisCountCache(url, gateway)
             return found
 
     def in_flight_slot(self, gateway: Any) -> asyncio.Semaphore:

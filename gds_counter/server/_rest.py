@@ -7,7 +7,9 @@ the response's JSON, both through ``google.protobuf.json_format`` on the very
 messages the gRPC face uses, so the two faces cannot drift apart: field names
 in lowerCamelCase, bytes in base64, 64-bit integers as strings, as Google's
 REST APIs write them. The project of the path wins over one in the body.
-``GET /`` answers ``Ok``, which existing wait loops for the emulators poll.
+``GET /`` answers ``Ok``, which existing wait loops for the emulators poll,
+with a header naming the storage served (``counter.storage_scope``: a
+shared count cache's clients of the server and of the file are one).
 
 Errors are Google's JSON error shape, ``{"error": {"code", "message",
 "status"}}``, with the HTTP status Google maps each gRPC status to (400
@@ -40,6 +42,7 @@ from typing import Any, Callable
 import attrs
 from google.protobuf import json_format
 
+from gds_counter.counter.storage_scope import STORAGE_HEADER, storage_scope
 from gds_counter.server._service import METHODS, DatastoreService
 from gds_counter.server._status import HTTP_STATUS, ServiceError
 
@@ -112,7 +115,11 @@ class RestHandler(BaseHTTPRequestHandler):
         if self._from_elsewhere():
             return
         if self.path.split("?", 1)[0] == "/":
-            self._send(200, b"Ok", "text/plain; charset=utf-8")
+            try:
+                storage = {STORAGE_HEADER: storage_scope(self.server.service.gateway, 0.0)}
+            except OSError:  # its file is gone: no storage to name
+                storage = {}
+            self._send(200, b"Ok", "text/plain; charset=utf-8", storage)
         else:
             self._error(ServiceError("NOT_FOUND", f"no such resource: GET {self.path}"))
 
@@ -195,9 +202,11 @@ class RestHandler(BaseHTTPRequestHandler):
         body = json.dumps({"error": {"code": code, "message": error.message, "status": error.status}})
         self._send(code, body.encode("utf-8"), "application/json; charset=utf-8")
 
-    def _send(self, code: int, body: bytes, content_type: str) -> None:
+    def _send(self, code: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
         self.send_response(code)
         self.send_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         if self.close_connection or self.server.stopping():
             self.send_header("Connection", "close")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -19,6 +20,28 @@ from gds_counter.gateway import open_gateway
 #: Seconds of forking while four threads use the cache (a child hung in
 #: about one of every few dozen forks before the fix).
 FORKING_S = 6.0
+
+
+#: A process of its own: the total of "Counter Test" 1 on the storage ``argv[1]``
+#: with the cache ``argv[2]``, after adding ``argv[3]`` to it.
+_ANOTHER_PROCESS = """
+import sys
+from gds_counter.counter import CounterShardDS
+from gds_counter.gateway import open_gateway
+gateway = open_gateway(sys.argv[1])
+counter = CounterShardDS("Counter Test", 1, gateway=gateway, cache=sys.argv[2])
+if int(sys.argv[3]):
+    counter.add(int(sys.argv[3]))
+print(counter.get_count())
+gateway.close()
+"""
+
+
+def _in_another_process(storage_url: str, cache: str, add: int = 0) -> int:
+    done = subprocess.run([sys.executable, "-c", _ANOTHER_PROCESS, storage_url, cache, str(add)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout)
 
 
 @pytest.fixture
@@ -43,6 +66,56 @@ def test_a_ticket_taken_before_redis_restarted_stores_nothing(redis_server, stor
     writer.add(1)  # returned: every read that begins now must count it
     assert cache.store(key, total, ticket) is False
     assert reader.get_count() == 2
+
+
+def test_a_redis_restored_from_a_snapshot_serves_no_total_it_held_before(persistent_redis_server, tmp_path):
+    """Redis snapshotted a cached total (0), five adds returned, and Redis
+    was killed and started again from the snapshot: the old total came back
+    with its epoch and everything else the cache keeps. None of that is
+    current (the adds after the snapshot are not in it), so another
+    process reads 5 from storage, not 0; and after one more add, 6, not 1."""
+    import redis
+
+    url = f"sqlite:///{tmp_path / 'restored.sqlite3'}"
+    gateway = open_gateway(url)
+    try:
+        counter = CounterShardDS("Counter Test", 1, gateway=gateway, cache=persistent_redis_server.url)
+        assert counter.get_count() == 0  # cached in Redis
+        redis.Redis.from_url(persistent_redis_server.url).save()
+        for _ in range(5):
+            counter.add(1)
+        persistent_redis_server.stop()  # SIGKILL: what Redis held since the snapshot is gone
+        persistent_redis_server.start()  # from the snapshot: the total 0 is back
+        assert _in_another_process(url, persistent_redis_server.url) == 5
+        assert _in_another_process(url, persistent_redis_server.url, add=1) == 6
+        assert counter.get_count() == 6  # and in the process that cached the 0
+    finally:
+        gateway.close()
+
+
+def test_for_ttl_after_a_restore_totals_are_read_from_storage_and_not_kept(persistent_redis_server, storage):
+    """A write of unknown outcome after the snapshot left a doubt (no total
+    kept for ttl: it may still land) that the restart lost, and nothing
+    tells whether one did: so for ttl after a counter's keys came back from
+    an earlier run of Redis, its total is read from storage every time."""
+    import redis
+
+    url = persistent_redis_server.url + "?ttl=1"
+    counter = CounterShardDS("Counter Test", 1, gateway=storage, cache=url)
+    counter.add(1)
+    assert counter.get_count() == 1
+    storage.stats.reset()
+    assert counter.get_count() == 1 and storage.stats.snapshot()["rpcs"] == 0  # cached
+    redis.Redis.from_url(persistent_redis_server.url).save()
+    persistent_redis_server.stop()
+    persistent_redis_server.start()
+    assert counter.get_count() == 1
+    storage.stats.reset()
+    assert counter.get_count() == 1 and storage.stats.snapshot()["rpcs"] > 0  # not kept
+    time.sleep(1.1)  # the ttl is over
+    assert counter.get_count() == 1
+    storage.stats.reset()
+    assert counter.get_count() == 1 and storage.stats.snapshot()["rpcs"] == 0  # kept again
 
 
 def test_redis_stalled_costs_one_timeout_not_one_per_counter(redis_server, storage):

@@ -13,7 +13,7 @@ counter must find the total another process cached for it:
   same as a process opening the SQLite file directly gets, whatever
   project its clients name (the server's store is not divided by project).
 * A SQLite file: ``sqlite/DEVICE:INODE``, the file's identity, whatever
-  path, link or mount reaches it (``embedded._files.file_id``).
+  path, link or mount reaches it (``embedded.file_id``).
 * Memory, which no other process can see: a name of the gateway's own.
 * ``scope=NAME`` in the cache URL: ``named/NAME``, whatever the gateway.
 
@@ -33,7 +33,7 @@ import uuid
 from typing import Any
 
 from gds_counter.errors import BadValueError
-from gds_counter.gateway.embedded._files import file_id
+from gds_counter.gateway.embedded import file_id
 
 __all__ = ["STORAGE_HEADER", "check_scope", "storage_scope"]
 

@@ -18,8 +18,11 @@ The engine is split by idea, each module explaining its own part:
   file checked before each commit, SQLite errors as ours, naming the path.
 * ``_engine``: ``EmbeddedGateway`` itself: transactions, query batches,
   commits.
+* ``_files``: opening a file, and its identity (``file_id``: the shared
+  cache names a SQLite file by it, whatever path reaches it).
 """
 
 from gds_counter.gateway.embedded._engine import CAPABILITIES, EmbeddedGateway
+from gds_counter.gateway.embedded._files import file_id
 
-__all__ = ["CAPABILITIES", "EmbeddedGateway"]
+__all__ = ["CAPABILITIES", "EmbeddedGateway", "file_id"]

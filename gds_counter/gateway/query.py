@@ -290,12 +290,17 @@ class QueryResult:
     ``entities`` holds RawEntity objects (with only the projected properties
     for projections; with empty properties for keys-only queries).
     ``end_cursor`` resumes after the last result; ``more_results`` is False
-    when the query (or its limit) is exhausted.
+    when the query (or its limit) is exhausted. ``cursors``, when the
+    backend gives them (the embedded engine does; None otherwise), holds the
+    cursor after each entity, in order: ``cursors[i]`` resumes right after
+    ``entities[i]``, as each EntityResult's cursor does on Datastore (a
+    client that filters results itself pages by them).
     """
 
     entities: tuple[RawEntity, ...]
     end_cursor: bytes | None
     more_results: bool
+    cursors: tuple[bytes, ...] | None = None
 
 
 

@@ -40,7 +40,7 @@ from gds_counter.gateway.embedded._encoding import descending, key_place, key_va
 from gds_counter.gateway.embedded._planner import Plan
 from gds_counter.gateway.query import KEY_PROPERTY, Query
 
-__all__ = ["Point", "cursor_owner", "decode_cursor", "encode_cursor", "read_cursor"]
+__all__ = ["Point", "batch_cursors", "cursor_owner", "decode_cursor", "encode_cursor", "read_cursor"]
 
 _V1, _V2, _V3 = b"GDSC1", b"GDSC2", b"GDSC3"
 #: The side of a point from a query whose key is an index value (see
@@ -127,6 +127,20 @@ def encode_cursor(position: tuple[bytes, ...], owner: bytes, plan: Plan | None =
     key = position[_columns(plan)]
     key = descending(key) if _key_descending(plan) else key
     return _V3 + owner + _joined([side, *values, key]) + b"|" + _joined(position)
+
+
+def batch_cursors(
+    positions: list[tuple[bytes, ...]], last: tuple[bytes, ...] | None, start: bytes | None, owner: bytes, plan: Plan,
+    more: bool,
+) -> tuple[tuple[bytes, ...], bytes | None]:
+    """A batch's cursors: the one after each of its rows' ``positions``
+    (Datastore gives every result its own), and its end cursor, after
+    ``last`` (the last row read, offset included), or ``start`` (the query's
+    start cursor) when it read none. ``more``: as ``encode_cursor``'s ``batch``."""
+    cursors = tuple(encode_cursor(position, owner, plan, batch=more) for position in positions)
+    if last is None:
+        return cursors, start
+    return cursors, cursors[-1] if cursors else encode_cursor(last, owner, plan, batch=more)
 
 
 def decode_cursor(cursor: bytes, size: int, owner: bytes) -> tuple[bytes, ...]:

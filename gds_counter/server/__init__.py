@@ -61,7 +61,9 @@ class Server:
     ``start()`` returns once the port accepts connections; ``stop()`` stops
     taking new requests, lets those under way finish (up to ``grace``
     seconds), and returns when every connection is closed. Use it as a
-    context manager to have both."""
+    context manager to have both. A connection silent for
+    ``connection_idle`` seconds is closed (``_listener``); a transaction
+    unused for ``transaction_idle`` seconds is ended (``_expiry``)."""
 
     def __init__(
         self,

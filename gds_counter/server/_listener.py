@@ -56,7 +56,7 @@ class Listener:
         self,
         sock: socket.socket,
         connect_grpc: Callable[[], socket.socket],
-        serve_http: Callable[[socket.socket, Any, bytes], None],
+        serve_http: Callable[[socket.socket, Any, bytes], object],
         *,
         idle: float = IDLE_S,
     ) -> None:

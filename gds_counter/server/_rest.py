@@ -107,11 +107,11 @@ class RestHandler(BaseHTTPRequestHandler):
 
     def __init__(self, request: Any, client_address: Any, server: RestContext, first: bytes = b"") -> None:
         self._first = first
-        self.timeout = server.idle  # set on the socket by ``setup``; a read past it ends the connection
         super().__init__(request, client_address, server)  # type: ignore[arg-type]
 
     def setup(self) -> None:
         super().setup()
+        self.connection.settimeout(self.server.idle)  # a read past it ends the connection
         if self._first:
             self.rfile = io.BufferedReader(_Prefixed(self._first, self.rfile.detach()))
 

@@ -27,7 +27,7 @@ import contextlib
 import datetime as _dt
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from google.cloud.datastore_v1.types import datastore as _ds
 from google.cloud.datastore_v1.types import query as _qry
@@ -205,9 +205,9 @@ class DatastoreService:
         )
         # Each result carries the cursor after it, as on Datastore and the
         # Firestore emulator: ndb pages a query it filters itself by them.
-        cursors = result.cursors
+        cursors: Sequence[bytes | None] | None = result.cursors
         if cursors is None:  # a gateway that gives none: the last result's is the end cursor
-            cursors = (None,) * (len(result.entities) - 1) + ((result.end_cursor,) if result.entities else ())
+            cursors = [None] * (len(result.entities) - 1) + [result.end_cursor]
         for entity, cursor in zip(result.entities, cursors):
             one = out.entity_results.add()
             codec.entity_to_pb(entity, one.entity)

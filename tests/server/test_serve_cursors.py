@@ -123,3 +123,22 @@ def test_ndb_fetch_page_of_a_query_it_filters_itself_goes_on_page_after_page(
     assert pages[0] and pages[1] and pages[1] != pages[0], pages
     seen = [name for page in pages for name in page]
     assert sorted(seen) == sorted(wanted), pages  # every match, each once
+
+
+def test_a_results_cursor_continues_no_other_namespace_and_no_tampering(
+    serve_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cursor in the middle of a batch is checked as an end cursor is:
+    given to a query of another namespace, or altered, it is refused
+    (INVALID_ARGUMENT), never read as a position among another's data."""
+    from google.api_core import exceptions as gexc
+
+    mine = _client(serve_server.emulator_host, "serve-test", f"t-{uuid.uuid4().hex[:12]}", monkeypatch)
+    theirs = _client(serve_server.emulator_host, "serve-test", f"t-{uuid.uuid4().hex[:12]}", monkeypatch)
+    _what_cursors_do(mine)
+    _what_cursors_do(theirs)
+    middle = _run_query(mine, limit=5).batch.entity_results[1].cursor
+    with pytest.raises(gexc.InvalidArgument, match="namespace"):
+        _run_query(theirs, start_cursor=middle)
+    with pytest.raises(gexc.InvalidArgument):
+        _run_query(mine, start_cursor=middle[:-3])

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Literal, Mapping, Union
+from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence, Union
 
 import attrs
 
@@ -294,13 +294,14 @@ class QueryResult:
     backend gives them (the embedded engine does; None otherwise), holds the
     cursor after each entity, in order: ``cursors[i]`` resumes right after
     ``entities[i]``, as each EntityResult's cursor does on Datastore (a
-    client that filters results itself pages by them).
+    client that filters results itself pages by them). A batch is equal to
+    another with the same entities and end cursor, whatever its ``cursors``.
     """
 
     entities: tuple[RawEntity, ...]
     end_cursor: bytes | None
     more_results: bool
-    cursors: tuple[bytes, ...] | None = None
+    cursors: Sequence[bytes] | None = attrs.field(default=None, eq=False)
 
 
 

@@ -25,7 +25,7 @@ from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
-from gds_counter.gateway.embedded._cursors import Point, batch_cursors, cursor_owner, read_cursor
+from gds_counter.gateway.embedded._cursors import BatchCursors, Point, cursor_owner, encode_cursor, read_cursor
 from gds_counter.gateway.embedded._encoding import key_bytes, load_entity, load_indexed
 from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, Batch, GroupCommit, for_another
 from gds_counter.gateway.embedded._metadata import metadata_batch
@@ -249,8 +249,10 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         return self._query_result(query, batch, last, more)
 
     def _query_result(self, query: Query, batch: list[Row], last: tuple[bytes, ...] | None, more: bool) -> QueryResult:
+        """The batch, its cursor after each row, and its end cursor: after ``last`` (offset included), else the start's."""
         compiled = self._compiled(query)
-        cursors, end = batch_cursors([r.position for r in batch], last, query.start_cursor, compiled.owner, compiled.plan, more)
+        end = query.start_cursor if last is None else encode_cursor(last, compiled.owner, compiled.plan, batch=more)
+        cursors = BatchCursors([r.position for r in batch], compiled.owner, compiled.plan, more)
         return QueryResult(tuple(r.entity for r in batch), end, more, cursors)
 
     def _read_batch(self, query: Query) -> _Batch:

@@ -28,7 +28,7 @@ import sqlite3
 from typing import Any
 
 from gds_counter.errors import BadValueError
-from gds_counter.gateway.embedded._cursors import cursor_owner, decode_cursor, encode_cursor
+from gds_counter.gateway.embedded._cursors import BatchCursors, cursor_owner, decode_cursor, encode_cursor
 from gds_counter.gateway.embedded._encoding import key_bytes
 from gds_counter.gateway.embedded._planner import RANGE_OPS
 from gds_counter.gateway.embedded._refusals import composites
@@ -112,7 +112,7 @@ def _matches(key: Any, query: Query) -> bool:
 
 def metadata_batch(
     conn: sqlite3.Connection, query: Query
-) -> tuple[list[RawEntity], tuple[bytes, ...], bytes | None, bool]:
+) -> tuple[list[RawEntity], BatchCursors, bytes | None, bool]:
     """One batch of a metadata query: its entities after the start cursor
     and offset, up to the limit and the end cursor; the cursor after each;
     the cursor after the last one; whether there may be more."""
@@ -126,5 +126,5 @@ def metadata_batch(
     if query.limit is not None:
         rows = rows[: query.limit]
     last = rows[-1][0] if rows else start
-    cursors = tuple(encode_cursor((kb,), owner) for kb, _ in rows)
+    cursors = BatchCursors([(kb,) for kb, _ in rows], owner, None, more)
     return [e for _, e in rows], cursors, encode_cursor((last,), owner) if last is not None else None, more

@@ -69,6 +69,7 @@ class Listener:
         self._threads: set[threading.Thread] = set()
         self._http: dict[socket.socket, bool] = {}  # HTTP/1.1 connection -> a request is under way
         self._pumped: set[socket.socket] = set()
+        self._routing: set[socket.socket] = set()  # connections still to send their first bytes
         self._accepting = threading.Thread(target=self._accept_loop, name="gds-serve-accept", daemon=True)
 
     @property
@@ -121,13 +122,17 @@ class Listener:
         thread.start()
 
     def _route(self, conn: socket.socket, address: Any) -> None:
+        with self._lock:
+            self._routing.add(conn)
         try:
-            first = self._first_bytes(conn)
+            first = self._first_bytes(conn) if not self._stopping.is_set() else b""
         except OSError:
-            _close(conn)
-            return
-        if len(first) < len(_HTTP2):
-            _close(conn)  # closed, or stalled, before saying what it speaks
+            first = b""
+        finally:
+            with self._lock:
+                self._routing.discard(conn)
+        if len(first) < len(_HTTP2) or self._stopping.is_set():
+            _close(conn)  # closed, or stalled, before saying what it speaks (or the server is stopping)
         elif first == _HTTP2:
             self._pump_to_grpc(conn, first)
         else:
@@ -211,9 +216,9 @@ class Listener:
         self._stopping.set()
         self._accepting.join()
         with self._lock:
-            idle = [sock for sock, busy in self._http.items() if not busy]
+            idle = [sock for sock, busy in self._http.items() if not busy] + list(self._routing)
         for sock in idle:
-            _shutdown(sock, socket.SHUT_RD)  # its handler reads the end and closes
+            _shutdown(sock, socket.SHUT_RD)  # its handler (or router) reads the end and closes
 
     def close(self, grace: float) -> None:
         """After the gRPC server has stopped: close what the pumps still

@@ -312,3 +312,18 @@ def test_a_grpc_client_is_served_across_the_idle_limit():
         finally:
             del gateway.lookup
         client.close()
+
+
+def test_stopping_does_not_wait_for_a_connection_that_said_nothing_yet():
+    """A connection still to send its first bytes has no request under
+    way: stopping closes it at once, as it closes an idle HTTP/1.1
+    connection, rather than waiting out its silence limit."""
+    with serving("memory://", connection_idle=60.0, grace=20.0) as server:
+        [sock] = _stalled(server, b"P", 1)
+        time.sleep(0.3)  # accepted, and waiting for its next bytes
+        began = time.monotonic()
+        server.stop()
+        stopped_in = time.monotonic() - began
+        assert _seconds_until_closed(sock, began) < 5
+        sock.close()
+    assert stopped_in < 5  # not the 20 s grace, nor the 60 s limit (a bound, not a speed)

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Literal, Mapping, Union
+from typing import Any, Iterable, Iterator, Literal, Mapping, Sequence, Union
 
 import attrs
 
@@ -290,12 +290,18 @@ class QueryResult:
     ``entities`` holds RawEntity objects (with only the projected properties
     for projections; with empty properties for keys-only queries).
     ``end_cursor`` resumes after the last result; ``more_results`` is False
-    when the query (or its limit) is exhausted.
+    when the query (or its limit) is exhausted. ``cursors``, when the
+    backend gives them (the embedded engine does; None otherwise), holds the
+    cursor after each entity, in order: ``cursors[i]`` resumes right after
+    ``entities[i]``, as each EntityResult's cursor does on Datastore (a
+    client that filters results itself pages by them). A batch is equal to
+    another with the same entities and end cursor, whatever its ``cursors``.
     """
 
     entities: tuple[RawEntity, ...]
     end_cursor: bytes | None
     more_results: bool
+    cursors: Sequence[bytes] | None = attrs.field(default=None, eq=False)
 
 
 

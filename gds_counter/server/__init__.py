@@ -35,6 +35,7 @@ from gds_counter.errors import BadValueError
 from gds_counter.gateway.base import Gateway
 from gds_counter.server._expiry import IDLE_S
 from gds_counter.server._grpc import grpc_server
+from gds_counter.server._listener import IDLE_S as CONNECTION_IDLE_S
 from gds_counter.server._listener import Listener
 from gds_counter.server._rest import RestContext, RestHandler
 from gds_counter.server._service import DatastoreService
@@ -60,7 +61,9 @@ class Server:
     ``start()`` returns once the port accepts connections; ``stop()`` stops
     taking new requests, lets those under way finish (up to ``grace``
     seconds), and returns when every connection is closed. Use it as a
-    context manager to have both."""
+    context manager to have both. A connection silent for
+    ``connection_idle`` seconds is closed (``_listener``); a transaction
+    unused for ``transaction_idle`` seconds is ended (``_expiry``)."""
 
     def __init__(
         self,
@@ -71,16 +74,21 @@ class Server:
         workers: int = DEFAULT_WORKERS,
         grace: float = DEFAULT_GRACE_S,
         transaction_idle: float = IDLE_S,
+        connection_idle: float = CONNECTION_IDLE_S,
     ) -> None:
         if not isinstance(port, int) or not 0 <= port <= 65535:
             raise BadValueError(f"port must be a number from 0 to 65535, got {port!r}")
         if workers < 1:
             raise BadValueError(f"workers must be at least 1, got {workers!r}")
+        if not connection_idle > 0:
+            raise BadValueError(f"connection_idle must be a positive number of seconds, got {connection_idle!r}")
         self.service = DatastoreService(gateway, transaction_idle=transaction_idle)
         self.host = host
         self.port = port
         self.workers = workers
         self.grace = grace
+        #: Seconds a connection may stay silent before it is closed.
+        self.connection_idle = connection_idle
         self._grpc: Any = None
         self._listener: Listener | None = None
         self._folder: str | None = None
@@ -97,8 +105,11 @@ class Server:
         sock = self._bind()
         try:
             self._start_grpc()
-            context = RestContext(self.service, self._is_stopping, self._busy)
-            self._listener = Listener(sock, self._connect_grpc, lambda conn, address: RestHandler(conn, address, context))  # type: ignore[arg-type]
+            context = RestContext(self.service, self._is_stopping, self._busy, self.connection_idle)
+            self._listener = Listener(
+                sock, self._connect_grpc, lambda conn, address, first: RestHandler(conn, address, context, first),
+                idle=self.connection_idle,
+            )
             self._listener.start()
         except BaseException:
             sock.close()
@@ -130,10 +141,10 @@ class Server:
         if hasattr(socket, "AF_UNIX"):
             self._folder = tempfile.mkdtemp(prefix="gds-serve-")
             path = os.path.join(self._folder, "grpc.sock")
-            self._grpc, _ = grpc_server(self.service, f"unix:{path}", workers=self.workers)
+            self._grpc, _ = grpc_server(self.service, f"unix:{path}", workers=self.workers, idle=self.connection_idle)
             self._inner = (socket.AF_UNIX, path)
         else:  # pragma: no cover - platforms without Unix sockets
-            self._grpc, port = grpc_server(self.service, "127.0.0.1:0", workers=self.workers)
+            self._grpc, port = grpc_server(self.service, "127.0.0.1:0", workers=self.workers, idle=self.connection_idle)
             self._inner = (socket.AF_INET, ("127.0.0.1", port))
 
     def _connect_grpc(self) -> socket.socket:

@@ -40,9 +40,35 @@ def _unary(service: DatastoreService, method: str) -> Callable[[Any, Any], Any]:
     return handle
 
 
-def grpc_server(service: DatastoreService, address: str, *, workers: int) -> tuple[Any, int]:
+def _idle_options(idle: float) -> list[tuple[str, int]]:
+    """grpcio's own limits on a connection that stalls, at the server's
+    ``idle`` seconds (its defaults would hold one for a minute or more):
+
+    * ``settings_timeout``: a client must acknowledge the server's HTTP/2
+      SETTINGS (a client that sent the preface alone never does; the
+      default, 60 s, is why such a connection was held 61 s);
+    * ``server_handshake_timeout_ms``: the preface itself must arrive (120 s);
+    * ``max_connection_idle_ms``: a connection with no call under way is
+      closed with a GOAWAY, which clients take as "reconnect for the next
+      call" (no limit by default);
+    * keepalive pings every third of the limit while a call is under way,
+      so that a client waiting for a slow answer is not silent (its HTTP/2
+      stack answers them) and one that stopped answering is let go.
+    """
+    ms = max(1, int(idle * 1000))
+    return [
+        ("grpc.http2.settings_timeout", ms),
+        ("grpc.server_handshake_timeout_ms", ms),
+        ("grpc.max_connection_idle_ms", ms),
+        ("grpc.keepalive_time_ms", max(1, ms // 3)),
+        ("grpc.keepalive_timeout_ms", ms),
+    ]
+
+
+def grpc_server(service: DatastoreService, address: str, *, workers: int, idle: float) -> tuple[Any, int]:
     """A started gRPC server of ``service`` on ``address`` (``unix:PATH`` or
-    ``HOST:PORT``; port 0 picks one), ``workers`` requests at a time, and the
+    ``HOST:PORT``; port 0 picks one), ``workers`` requests at a time, closing
+    connections stalled for ``idle`` seconds (``_idle_options``), and the
     port it bound (1 for a unix socket)."""
     handlers = {
         name: grpc.unary_unary_rpc_method_handler(
@@ -59,6 +85,7 @@ def grpc_server(service: DatastoreService, address: str, *, workers: int) -> tup
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
+            *_idle_options(idle),
         ],
     )
     port = server.add_insecure_port(address)

@@ -1,10 +1,19 @@
 """One public port for both protocols: each connection goes where its first bytes say.
 
 A gRPC client opens its connection with HTTP/2's preface, which starts with
-``PRI``; no HTTP/1.1 method does. So the listener peeks (``MSG_PEEK``: the
-bytes stay in the socket) at the first three bytes of each accepted
-connection: HTTP/2 goes to grpcio, everything else to the HTTP/1.1 handler
-(``_rest``), which reads the request from the start.
+``PRI``; no HTTP/1.1 method does. So the listener reads the first three bytes
+of each accepted connection (a blocking read with a timeout: a client may
+send them one at a time, and waiting for them must not poll) and hands them
+on with the connection: HTTP/2 goes to grpcio, everything else to the
+HTTP/1.1 handler (``_rest``), which reads the request from those bytes on.
+
+**Stalled connections.** A connection that sends nothing for ``idle``
+seconds is closed, whatever it began: the first bytes must come within it,
+an HTTP/1.1 connection's every read has it (``_rest``), and an HTTP/2
+client that goes silent for it is closed by the pump (grpcio's own limits,
+set in ``_grpc``, end idle and half-open HTTP/2 connections gracefully at
+the same limit; its keepalive pings during a call keep a waiting client
+from being silent).
 
 Why a byte pump to grpcio rather than one server for both: grpcio owns its
 listening sockets and cannot be handed a connection accepted elsewhere, and
@@ -25,14 +34,14 @@ import threading
 import time
 from typing import Any, Callable
 
-__all__ = ["Listener"]
+__all__ = ["IDLE_S", "Listener"]
 
 log = logging.getLogger("gds_counter.server")
 
 #: What an HTTP/2 connection starts with (its preface is ``PRI * HTTP/2.0...``).
 _HTTP2 = b"PRI"
-#: Seconds a new connection may take to send its first bytes.
-FIRST_BYTES_S = 10.0
+#: Seconds a connection may stay silent (docs/serve.md: stalled connections close after 30 s).
+IDLE_S = 30.0
 #: Seconds between the accept loop's looks at whether it must stop.
 POLL_S = 0.2
 
@@ -40,15 +49,19 @@ POLL_S = 0.2
 class Listener:
     """Accepts on ``sock`` (bound and listening) and routes each connection:
     HTTP/2 to ``connect_grpc()``'s socket, the rest to ``serve_http(sock,
-    address)``, which serves the connection until it closes."""
+    address, first)``, which serves the connection until it closes (``first``:
+    its bytes read here). A connection silent for ``idle`` seconds is closed."""
 
     def __init__(
         self,
         sock: socket.socket,
         connect_grpc: Callable[[], socket.socket],
-        serve_http: Callable[[socket.socket, Any], None],
+        serve_http: Callable[[socket.socket, Any, bytes], object],
+        *,
+        idle: float = IDLE_S,
     ) -> None:
         self._sock = sock
+        self.idle = idle
         self._connect_grpc = connect_grpc
         self._serve_http = serve_http
         self._stopping = threading.Event()
@@ -56,6 +69,7 @@ class Listener:
         self._threads: set[threading.Thread] = set()
         self._http: dict[socket.socket, bool] = {}  # HTTP/1.1 connection -> a request is under way
         self._pumped: set[socket.socket] = set()
+        self._routing: set[socket.socket] = set()  # connections still to send their first bytes
         self._accepting = threading.Thread(target=self._accept_loop, name="gds-serve-accept", daemon=True)
 
     @property
@@ -108,42 +122,50 @@ class Listener:
         thread.start()
 
     def _route(self, conn: socket.socket, address: Any) -> None:
+        with self._lock:
+            self._routing.add(conn)
         try:
-            first = self._first_bytes(conn)
+            first = self._first_bytes(conn) if not self._stopping.is_set() else b""
         except OSError:
-            conn.close()
-            return
-        if not first:
-            conn.close()  # closed (or silent) before saying anything
-        elif first.startswith(_HTTP2):
-            self._pump_to_grpc(conn)
-        else:
-            self._serve(conn, address)
-
-    @staticmethod
-    def _first_bytes(conn: socket.socket) -> bytes:
-        """Up to three bytes, left in the socket; fewer only at its end."""
-        until = time.monotonic() + FIRST_BYTES_S
-        conn.settimeout(FIRST_BYTES_S)
-        try:
-            while True:
-                seen = conn.recv(len(_HTTP2), socket.MSG_PEEK)
-                if len(seen) >= len(_HTTP2) or not seen or time.monotonic() > until:
-                    return seen
-                time.sleep(0.001)  # a byte or two arrived alone; the rest is on its way
-        except socket.timeout:
-            return b""
+            first = b""
         finally:
-            conn.settimeout(None)
+            with self._lock:
+                self._routing.discard(conn)
+        if len(first) < len(_HTTP2) or self._stopping.is_set():
+            _close(conn)  # closed, or stalled, before saying what it speaks (or the server is stopping)
+        elif first == _HTTP2:
+            self._pump_to_grpc(conn, first)
+        else:
+            self._serve(conn, address, first)
 
-    def _serve(self, conn: socket.socket, address: Any) -> None:
+    def _first_bytes(self, conn: socket.socket) -> bytes:
+        """The connection's first three bytes, read (blocking) within
+        ``idle`` seconds of its opening; fewer when it ended or stalled."""
+        until = time.monotonic() + self.idle
+        first = b""
+        try:
+            while len(first) < len(_HTTP2):
+                left = until - time.monotonic()
+                if left <= 0:
+                    break
+                conn.settimeout(left)
+                chunk = conn.recv(len(_HTTP2) - len(first))
+                if not chunk:
+                    break
+                first += chunk
+        except socket.timeout:
+            pass
+        return first
+
+    def _serve(self, conn: socket.socket, address: Any, first: bytes) -> None:
         with self._lock:
             if self._stopping.is_set():
                 conn.close()
                 return
             self._http[conn] = False
         try:
-            self._serve_http(conn, address)
+            conn.settimeout(None)  # the handler sets its own
+            self._serve_http(conn, address, first)
         except OSError:
             log.debug("an HTTP connection ended with an error", exc_info=True)
         finally:
@@ -151,12 +173,13 @@ class Listener:
                 self._http.pop(conn, None)
             _close(conn)
 
-    def _pump_to_grpc(self, conn: socket.socket) -> None:
+    def _pump_to_grpc(self, conn: socket.socket, first: bytes) -> None:
         try:
             inner = self._connect_grpc()
+            inner.sendall(first)
         except OSError:
             log.warning("cannot reach the internal gRPC server", exc_info=True)
-            conn.close()
+            _close(conn)
             return
         with self._lock:
             self._pumped.update((conn, inner))
@@ -173,11 +196,16 @@ class Listener:
                 _close(inner)
 
         def back() -> None:
-            _pump(inner, conn)
+            _pump(inner, conn, None)
+            # grpcio closed the connection (it never half-closes one): the
+            # client's side is of no more use, and its reader must not wait on it.
+            _shutdown(conn, socket.SHUT_RDWR)
             one_done()
 
         self._spawn(back, name="gds-serve-pump")
-        _pump(conn, inner)
+        if not _pump(conn, inner, self.idle):
+            log.info("closing an HTTP/2 connection silent for %g s", self.idle)
+            _shutdown(inner, socket.SHUT_RDWR)  # so that ``back`` ends too
         one_done()
 
     # --- stopping ----------------------------------------------------------------
@@ -188,9 +216,9 @@ class Listener:
         self._stopping.set()
         self._accepting.join()
         with self._lock:
-            idle = [sock for sock, busy in self._http.items() if not busy]
+            idle = [sock for sock, busy in self._http.items() if not busy] + list(self._routing)
         for sock in idle:
-            _shutdown(sock, socket.SHUT_RD)  # its handler reads the end and closes
+            _shutdown(sock, socket.SHUT_RD)  # its handler (or router) reads the end and closes
 
     def close(self, grace: float) -> None:
         """After the gRPC server has stopped: close what the pumps still
@@ -213,19 +241,25 @@ class Listener:
             log.warning("%d connection(s) still open after %.1f s; leaving them", len(threads), grace)
 
 
-def _pump(source: socket.socket, target: socket.socket) -> None:
-    """Copy ``source`` to ``target`` until ``source`` ends, then end ``target``'s writing side."""
+def _pump(source: socket.socket, target: socket.socket, idle: float | None) -> bool:
+    """Copy ``source`` to ``target`` until ``source`` ends, then end
+    ``target``'s writing side; False when ``source`` was silent for ``idle``
+    seconds (None: no limit) and the copy gave up."""
+    source.settimeout(idle)
     try:
         while True:
             data = source.recv(65536)
             if not data:
                 break
             target.sendall(data)
+    except socket.timeout:
+        return False
     except OSError:
         pass
     finally:
         _shutdown(target, socket.SHUT_WR)
         _shutdown(source, socket.SHUT_RD)
+    return True
 
 
 def _shutdown(sock: socket.socket, how: int) -> None:

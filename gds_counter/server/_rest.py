@@ -18,8 +18,9 @@ INVALID_ARGUMENT, 404 NOT_FOUND, 409 ALREADY_EXISTS and ABORTED...).
 One connection is served by one thread (``_listener`` starts it), with
 keep-alive; the listener closes an idle connection when the server stops,
 and a request under way finishes first (``busy``). A connection that sends
-nothing for ``READ_TIMEOUT_S`` (idle, or stalled half way through a
-request) is closed, so slow clients cannot keep threads for ever.
+nothing for the server's ``connection_idle`` (``RestContext.idle``; idle, or
+stalled half way through a request) is closed, so slow clients cannot keep
+threads for ever.
 
 **Web pages may not use it.** A page the developer visits can send a
 simple cross-site POST to ``127.0.0.1`` (no preflight is needed for
@@ -32,6 +33,7 @@ PERMISSION_DENIED before anything is read or written.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import re
@@ -56,9 +58,6 @@ _PATH = re.compile(r"^/v1/projects/(?P<project>[^/:?]+):(?P<verb>[A-Za-z]+)(?:\?
 #: The largest request body taken: more than Datastore's 10 MiB request limit.
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
-#: Seconds a connection may send nothing (between requests, or within one).
-READ_TIMEOUT_S = 30.0
-
 #: Origins of this machine: a browser page served from one may use the server.
 _LOCAL_ORIGIN = re.compile(r"^https?://(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d+)?$", re.IGNORECASE)
 
@@ -68,20 +67,56 @@ class RestContext:
     """What a connection's handler needs of the server: the service, whether
     the server is stopping (then the connection closes after its request),
     and where to say that a request is under way (``busy(sock, True)``) or
-    done, so that stopping closes only idle connections."""
+    done, so that stopping closes only idle connections; ``idle``: the
+    seconds a connection may send nothing (between requests, or within one)."""
 
     service: DatastoreService
     stopping: Callable[[], bool]
     busy: Callable[[Any, bool], None]
+    idle: float
+
+
+class _Prefixed(io.RawIOBase):
+    """A connection's reading side with the bytes already read from it
+    (by the listener, to route it) put back in front."""
+
+    def __init__(self, first: bytes, rest: Any) -> None:
+        super().__init__()
+        self._first, self._rest = first, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._first:
+            size = min(len(buffer), len(self._first))
+            buffer[:size] = self._first[:size]
+            self._first = self._first[size:]
+            return size
+        return int(self._rest.readinto(buffer))
+
+    def close(self) -> None:
+        self._rest.close()
+        super().close()
 
 
 class RestHandler(BaseHTTPRequestHandler):
-    """One HTTP/1.1 connection; ``server`` is a ``RestContext``."""
+    """One HTTP/1.1 connection whose ``first`` bytes the listener has read
+    already; ``server`` is a ``RestContext``."""
 
     protocol_version = "HTTP/1.1"
     server_version = "gds-counter-serve"
     server: RestContext  # type: ignore[assignment]
-    timeout = READ_TIMEOUT_S  # set on the socket by ``setup``; a read past it ends the connection
+
+    def __init__(self, request: Any, client_address: Any, server: RestContext, first: bytes = b"") -> None:
+        self._first = first
+        super().__init__(request, client_address, server)  # type: ignore[arg-type]
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.idle)  # a read past it ends the connection
+        if self._first:
+            self.rfile = io.BufferedReader(_Prefixed(self._first, self.rfile.detach()))
 
     def parse_request(self) -> bool:
         # The request line has been read: from here the request is under way.

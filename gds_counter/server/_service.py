@@ -27,7 +27,7 @@ import contextlib
 import datetime as _dt
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from google.cloud.datastore_v1.types import datastore as _ds
 from google.cloud.datastore_v1.types import query as _qry
@@ -213,12 +213,18 @@ class DatastoreService:
             else _EntityResultPb.PROJECTION if query.projection
             else _EntityResultPb.FULL
         )
-        for entity in result.entities:
-            codec.entity_to_pb(entity, out.entity_results.add().entity)
+        # Each result carries the cursor after it, as on Datastore and the
+        # Firestore emulator: ndb pages a query it filters itself by them.
+        cursors: Sequence[bytes | None] | None = result.cursors
+        if cursors is None:  # a gateway that gives none: the last result's is the end cursor
+            cursors = [None] * (len(result.entities) - 1) + [result.end_cursor]
+        for entity, cursor in zip(result.entities, cursors):
+            one = out.entity_results.add()
+            codec.entity_to_pb(entity, one.entity)
+            if cursor:
+                one.cursor = cursor
         if result.end_cursor:
             out.end_cursor = result.end_cursor
-            if out.entity_results:
-                out.entity_results[-1].cursor = result.end_cursor
         out.skipped_results = self._skipped(query, result, token)
         if result.more_results:
             out.more_results = _BatchPb.NOT_FINISHED

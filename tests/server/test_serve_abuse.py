@@ -82,15 +82,13 @@ def _http(server: Server, raw: bytes, *, wait: float = 5.0) -> bytes:
         return got
 
 
-def test_a_connection_stalled_half_way_through_a_request_is_closed(idle_server, monkeypatch):
-    from gds_counter.server import _rest
-
-    monkeypatch.setattr(_rest.RestHandler, "timeout", 0.5)
-    for stalled in (b"POST /v1/projects/p:lookup HTTP/1.1\r\nHost: x\r\n",
-                    b"POST /v1/projects/p:lookup HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"):
-        began = time.monotonic()
-        assert _http(idle_server, stalled, wait=10) == b""  # closed without an answer
-        assert time.monotonic() - began < 5  # at the read timeout, not never (a bound, not a speed)
+def test_a_connection_stalled_half_way_through_a_request_is_closed(tmp_path):
+    with serving(f"sqlite:///{tmp_path / 'stalled.sqlite3'}", connection_idle=0.5) as server:
+        for stalled in (b"POST /v1/projects/p:lookup HTTP/1.1\r\nHost: x\r\n",
+                        b"POST /v1/projects/p:lookup HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"):
+            began = time.monotonic()
+            assert _http(server, stalled, wait=10) == b""  # closed without an answer
+            assert time.monotonic() - began < 5  # at the read timeout, not never (a bound, not a speed)
 
 
 def _commit_body() -> bytes:
@@ -204,3 +202,128 @@ def test_a_transaction_whose_request_takes_longer_than_the_idle_limit_is_not_end
         stop.set()
         thread.join(10)
     assert client.lookup([key])[0] is not None
+
+
+# --- stalled connections ---------------------------------------------------------
+
+#: What every gRPC client opens its connection with (HTTP/2's preface).
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this whole process (the server's threads included) so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _stalled(server: Server, first: bytes, count: int) -> list[socket.socket]:
+    socks = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        sock.sendall(first)
+        socks.append(sock)
+    return socks
+
+
+def _seconds_until_closed(sock: socket.socket, began: float) -> float:
+    """Read (and drop) what the server sends until it closes the connection."""
+    try:
+        while sock.recv(65536):
+            pass
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return time.monotonic() - began
+
+
+def _connection_threads() -> int:
+    import threading
+
+    return sum(1 for t in threading.enumerate() if t.name.startswith(("gds-serve-conn", "gds-serve-pump")))
+
+
+def test_stalled_connections_cost_no_cpu(tmp_path):
+    """A connection that sends one byte and then nothing waits in a blocking
+    read, not a polling loop: 100 of them leave the server all but idle.
+    (The bound is wide: a poll every millisecond burnt more than a core.)"""
+    with serving("memory://") as server:
+        socks = _stalled(server, b"P", 100)  # P: POST, PUT, PATCH or HTTP/2's PRI, not known yet
+        try:
+            time.sleep(0.5)  # every connection accepted and waiting
+            before = _cpu_seconds()
+            time.sleep(3)
+            used = _cpu_seconds() - before
+        finally:
+            for sock in socks:
+                sock.close()
+    assert used < 0.5, f"the server used {used:.2f} s of CPU in 3 s with 100 stalled connections"
+
+
+@pytest.mark.parametrize("first", [
+    b"P",                                            # not even a method yet
+    b"POST /v1/projects/p:lookup HTTP/1.1\r\nHost",  # half a request
+    _H2_PREFACE,                                     # a gRPC client's preface, and no SETTINGS after it
+    _H2_PREFACE[:10],                                # half the preface
+])
+def test_stalled_connections_close_at_the_limit_and_free_their_threads(first):
+    """docs/serve.md: a connection silent for ``connection_idle`` seconds
+    (30 by default) is closed, whichever protocol it began, so that slow or
+    hostile clients cannot hold threads (a preface-only HTTP/2 connection
+    held two threads for 61 s before)."""
+    limit = 2.0
+    with serving("memory://", connection_idle=limit) as server:
+        threads_before = _connection_threads()
+        began = time.monotonic()
+        socks = _stalled(server, first, 5)
+        try:
+            closed_after = [_seconds_until_closed(sock, began) for sock in socks]
+        finally:
+            for sock in socks:
+                sock.close()
+        assert all(limit * 0.8 <= seconds < limit + 5 for seconds in closed_after), closed_after
+        until = time.monotonic() + 5
+        while _connection_threads() > threads_before and time.monotonic() < until:
+            time.sleep(0.05)
+        assert _connection_threads() == threads_before  # nothing left holding a thread
+
+
+def test_a_grpc_client_is_served_across_the_idle_limit():
+    """The limit is on silence, not on a connection's age: a gRPC client's
+    one connection keeps serving calls made further apart than the limit
+    (it reconnects if the server closed it idle), and a call in progress
+    longer than the limit is not cut."""
+    with serving("memory://", connection_idle=1.0) as server:
+        client = DatastoreGateway("abuse", emulator_host=server.emulator_host, timeout=30)
+        key = Key.of("Idle", "k")
+        client.commit([Upsert(RawEntity(key, {"v": 1}))])
+        time.sleep(1.5)  # idle past the limit
+        assert client.lookup([key])[0] is not None
+        gateway = server.service.gateway
+        original = gateway.lookup
+
+        def slow_lookup(keys, *, transaction=None):
+            time.sleep(2.5)  # longer than the limit, the client waiting in silence
+            return original(keys, transaction=transaction)
+
+        gateway.lookup = slow_lookup
+        try:
+            assert client.lookup([key])[0] is not None
+        finally:
+            del gateway.lookup
+        client.close()
+
+
+def test_stopping_does_not_wait_for_a_connection_that_said_nothing_yet():
+    """A connection still to send its first bytes has no request under
+    way: stopping closes it at once, as it closes an idle HTTP/1.1
+    connection, rather than waiting out its silence limit."""
+    with serving("memory://", connection_idle=60.0, grace=20.0) as server:
+        [sock] = _stalled(server, b"P", 1)
+        time.sleep(0.3)  # accepted, and waiting for its next bytes
+        began = time.monotonic()
+        server.stop()
+        stopped_in = time.monotonic() - began
+        assert _seconds_until_closed(sock, began) < 5
+        sock.close()
+    assert stopped_in < 5  # not the 20 s grace, nor the 60 s limit (a bound, not a speed)

@@ -33,14 +33,14 @@ only their own query.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence, overload
 
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.embedded._encoding import descending, key_place, key_value
 from gds_counter.gateway.embedded._planner import Plan
 from gds_counter.gateway.query import KEY_PROPERTY, Query
 
-__all__ = ["Point", "cursor_owner", "decode_cursor", "encode_cursor", "read_cursor"]
+__all__ = ["BatchCursors", "Point", "cursor_owner", "decode_cursor", "encode_cursor", "read_cursor"]
 
 _V1, _V2, _V3 = b"GDSC1", b"GDSC2", b"GDSC3"
 #: The side of a point from a query whose key is an index value (see
@@ -127,6 +127,31 @@ def encode_cursor(position: tuple[bytes, ...], owner: bytes, plan: Plan | None =
     key = position[_columns(plan)]
     key = descending(key) if _key_descending(plan) else key
     return _V3 + owner + _joined([side, *values, key]) + b"|" + _joined(position)
+
+
+class BatchCursors(Sequence[bytes]):
+    """The cursor after each row of a batch (Datastore gives every result
+    its own), from the rows' ``positions``: each made when asked, since
+    most callers follow only the batch's end cursor. ``more``: as
+    ``encode_cursor``'s ``batch``."""
+
+    __slots__ = ("_positions", "_owner", "_plan", "_more")
+
+    def __init__(self, positions: list[tuple[bytes, ...]], owner: bytes, plan: Plan | None, more: bool) -> None:
+        self._positions, self._owner, self._plan, self._more = positions, owner, plan, more
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    @overload
+    def __getitem__(self, at: int) -> bytes: ...
+    @overload
+    def __getitem__(self, at: slice) -> list[bytes]: ...
+
+    def __getitem__(self, at: int | slice) -> bytes | list[bytes]:
+        if isinstance(at, slice):
+            return [self[i] for i in range(*at.indices(len(self)))]
+        return encode_cursor(self._positions[at], self._owner, self._plan, batch=self._more)
 
 
 def decode_cursor(cursor: bytes, size: int, owner: bytes) -> tuple[bytes, ...]:

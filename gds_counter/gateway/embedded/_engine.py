@@ -25,7 +25,7 @@ from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
-from gds_counter.gateway.embedded._cursors import Point, cursor_owner, encode_cursor, read_cursor
+from gds_counter.gateway.embedded._cursors import BatchCursors, Point, cursor_owner, encode_cursor, read_cursor
 from gds_counter.gateway.embedded._encoding import key_bytes, load_entity, load_indexed
 from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, Batch, GroupCommit, for_another
 from gds_counter.gateway.embedded._metadata import metadata_batch
@@ -230,13 +230,13 @@ class EmbeddedGateway(BaseGateway[Transaction]):
             query = query.replace(filter=read)  # a repeated filter once, as Datastore reads it
         if query.kind in METADATA_KINDS:  # made from the index (``_metadata``), outside any transaction
             with self._db() as conn:
-                entities, cursor, more = metadata_batch(conn, query)
+                entities, cursors, cursor, more = metadata_batch(conn, query)
             self._record("run_query", reads=len(entities))
-            return QueryResult(tuple(entities), cursor, more)
+            return QueryResult(tuple(entities), cursor, more, cursors)
         if txn is None:
             batch, last, more = self._read_batch(query)
             self._record("run_query", reads=len(batch))
-            return QueryResult(tuple(r.entity for r in batch), self._cursor(query, last, more), more)
+            return self._query_result(query, batch, last, more)
         with self._snapshot(txn) as conn:
             batch, last, more = self._batch(conn, query)
         for row in batch:
@@ -246,14 +246,14 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         if not txn.read_only:  # checked again at commit: a phantom changes the answer
             txn.queries.append((query, _answer(batch, last, more)))
         self._record("run_query", reads=len(batch))
-        return QueryResult(tuple(r.entity for r in batch), self._cursor(query, last, more), more)
+        return self._query_result(query, batch, last, more)
 
-    def _cursor(self, query: Query, last: tuple[bytes, ...] | None, more: bool) -> bytes | None:
-        """The cursor after ``last``; with no row read, the one the query began at."""
-        if last is None:
-            return query.start_cursor
+    def _query_result(self, query: Query, batch: list[Row], last: tuple[bytes, ...] | None, more: bool) -> QueryResult:
+        """The batch, its cursor after each row, and its end cursor: after ``last`` (offset included), else the start's."""
         compiled = self._compiled(query)
-        return encode_cursor(last, compiled.owner, compiled.plan, batch=more)
+        end = query.start_cursor if last is None else encode_cursor(last, compiled.owner, compiled.plan, batch=more)
+        cursors = BatchCursors([r.position for r in batch], compiled.owner, compiled.plan, more)
+        return QueryResult(tuple(r.entity for r in batch), end, more, cursors)
 
     def _read_batch(self, query: Query) -> _Batch:
         with self._db() as conn:

@@ -28,7 +28,7 @@ import sqlite3
 from typing import Any
 
 from gds_counter.errors import BadValueError
-from gds_counter.gateway.embedded._cursors import cursor_owner, decode_cursor, encode_cursor
+from gds_counter.gateway.embedded._cursors import BatchCursors, cursor_owner, decode_cursor, encode_cursor
 from gds_counter.gateway.embedded._encoding import key_bytes
 from gds_counter.gateway.embedded._planner import RANGE_OPS
 from gds_counter.gateway.embedded._refusals import composites
@@ -110,10 +110,12 @@ def _matches(key: Any, query: Query) -> bool:
     return True
 
 
-def metadata_batch(conn: sqlite3.Connection, query: Query) -> tuple[list[RawEntity], bytes | None, bool]:
+def metadata_batch(
+    conn: sqlite3.Connection, query: Query
+) -> tuple[list[RawEntity], BatchCursors, bytes | None, bool]:
     """One batch of a metadata query: its entities after the start cursor
-    and offset, up to the limit and the end cursor; the cursor after the
-    last one; whether there may be more."""
+    and offset, up to the limit and the end cursor; the cursor after each;
+    the cursor after the last one; whether there may be more."""
     owner = cursor_owner(query.kind, query.namespace, (), ())
     start = decode_cursor(query.start_cursor, 1, owner)[0] if query.start_cursor else None
     end = decode_cursor(query.end_cursor, 1, owner)[0] if query.end_cursor else None
@@ -124,4 +126,5 @@ def metadata_batch(conn: sqlite3.Connection, query: Query) -> tuple[list[RawEnti
     if query.limit is not None:
         rows = rows[: query.limit]
     last = rows[-1][0] if rows else start
-    return [e for _, e in rows], encode_cursor((last,), owner) if last is not None else None, more
+    cursors = BatchCursors([(kb,) for kb, _ in rows], owner, None, more)
+    return [e for _, e in rows], cursors, encode_cursor((last,), owner) if last is not None else None, more

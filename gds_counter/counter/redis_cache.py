@@ -46,7 +46,9 @@ any Redis error a read reads storage (a warning is logged, at most every
 30 s), and a write is counted as usual: a cache error never fails an
 increment. After a failed call, no call is tried for the timeout's length
 (reads go to storage, writes count), so a stalled Redis costs about one
-timeout, not one per counter read. Redis losing its keys (a restart, an
+timeout, not one per counter read. A db the server does not have (past its
+``databases``, which only it knows) turns the cache off in this process at
+its first call, said once (``_turn_off``). Redis losing its keys (a restart, an
 eviction) cannot make an old ticket match: a lost epoch starts again from
 Redis's clock, not from 0. Redis restarted from a snapshot (or an
 append-only file, or a replica promoted) brings keys back, totals and

@@ -110,6 +110,8 @@ def test_help_says_how_sqlite_urls_map_to_files(tmp_path):
         ("datastore://my-project/extra", "datastore://my-project/extra"),
         ("datastore://user@project", "user@project"),
         ("datastore://p?database=Bad", "'Bad'"),
+        ("datastore://p?database=(other)", "'(other)'"),
+        ("datastore://p?database=a(b", "'a(b'"),
         ("datastore://p?namespace=a/b", "'a/b'"),
         ("nosuch://x", "nosuch://x"),
     ],
@@ -119,6 +121,15 @@ def test_malformed_urls_exit_2_before_anything_is_written(tmp_path, bad_url, nam
     assert code == 2 and out == ""
     assert named in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []  # no database file, no directory
+
+
+def test_the_default_database_spelled_default_is_the_default_database(firestore_emulator, monkeypatch):
+    """``database=(default)`` (Firestore's name for it) counts where
+    ``database`` left out does, rather than failing at every call."""
+    monkeypatch.setenv("DATASTORE_EMULATOR_HOST", firestore_emulator.host)
+    url = f"datastore://{firestore_emulator.project}?namespace=cli-{os.getpid()}-{time.monotonic_ns()}"
+    assert run("--url", url + "&database=(default)", "increment", "a", "1") == (0, "1\n", "")
+    assert run("--url", url, "count", "a", "1") == (0, "1\n", "")
 
 
 def test_a_malformed_gds_url_is_refused_the_same_way(tmp_path, monkeypatch):

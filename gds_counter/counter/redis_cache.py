@@ -46,7 +46,9 @@ any Redis error a read reads storage (a warning is logged, at most every
 30 s), and a write is counted as usual: a cache error never fails an
 increment. After a failed call, no call is tried for the timeout's length
 (reads go to storage, writes count), so a stalled Redis costs about one
-timeout, not one per counter read. Redis losing its keys (a restart, an
+timeout, not one per counter read. A db the server does not have (past its
+``databases``, which only it knows) turns the cache off in this process at
+its first call, said once (``_turn_off``). Redis losing its keys (a restart, an
 eviction) cannot make an old ticket match: a lost epoch starts again from
 Redis's clock, not from 0. Redis restarted from a snapshot (or an
 append-only file, or a replica promoted) brings keys back, totals and
@@ -103,6 +105,11 @@ _TOTAL = re.compile(rb"-?[0-9]{1,19}")
 #: millisecond (Redis counts in them) to what Redis's expiries and the
 #: platform's clocks take.
 _RANGES = {"ttl": (0.001, 365 * 86_400.0), "lease": (0.001, 86_400.0), "timeout": (0.001, 3_600.0)}
+#: A Redis db number: plain decimal digits, at most the highest a server can
+#: have (its ``databases`` is a C int); the server's own bound is learned at
+#: the first call.
+_DB = re.compile(r"[0-9]{1,10}")
+_DB_MAX = 2**31 - 2
 
 # KEYS: total, epoch, pending, doubt, run. ARGV[1]: ttl in ms.
 # An epoch Redis lost (a restart, an eviction, its expiry) starts again at
@@ -206,10 +213,29 @@ def check_redis_url(url: object) -> str:
     return url
 
 
+def _check_db(url: str, parts: urllib.parse.SplitResult, query: list[tuple[str, str]]) -> None:
+    """Refuse a Redis db redis-py would read as another than its writer may
+    mean (it reads ``/abc`` and ``/1.5`` as db 0, ``/0/1`` and ``/ 1`` as
+    db 1, and takes ``db=`` over the path): one plain decimal, in the path
+    (``/`` or none: 0) or in ``db=``, the same wherever given. Whether the
+    server has that many databases only the server tells (``_call``)."""
+    given = [value for name, value in query if name == "db"]
+    if parts.scheme.lower() != "unix" and parts.path not in ("", "/"):
+        given.insert(0, parts.path[1:])
+    for value in given:
+        if not (_DB.fullmatch(value) and int(value) <= _DB_MAX):
+            raise BadValueError(f"cache URL {url!r}: the Redis db must be a plain number from 0 to {_DB_MAX} "
+                                f"(as in redis://host:6379/0), got {value!r}")
+    if len({int(value) for value in given}) > 1:
+        raise BadValueError(f"cache URL {url!r} names more than one Redis db ({', '.join(map(repr, given))}): "
+                            "give one")
+
+
 def _split(url: str) -> tuple[str, dict[str, Any]]:
     """The URL for redis-py, and this cache's own options taken out of it."""
     parts = urllib.parse.urlsplit(url)
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    _check_db(url, parts, query)
     options: dict[str, Any] = dict(_OPTIONS)
     rest = []
     for name, value in query:
@@ -279,6 +305,9 @@ class RedisCountCache:
         #: call is tried (each would wait its timeout): reads go to storage,
         #: writes count, and what is owed waits (``_call``).
         self._down_until = 0.0
+        #: Why the cache is off for good (its db is past the server's
+        #: ``databases``): then no call is tried.
+        self._off: str | None = None
         #: Counters whose write this process could not announce or end in
         #: Redis: their totals are dropped at its next successful call.
         self._owed: dict[Hashable, str] = {}
@@ -334,7 +363,7 @@ class RedisCountCache:
         First, the totals of writes this process could not report are
         dropped (and kept from being filled for ttl)."""
         with self._lock:
-            if time.monotonic() < self._down_until:
+            if self._off is not None or time.monotonic() < self._down_until:
                 return None
         try:
             with self._lock:
@@ -348,11 +377,26 @@ class RedisCountCache:
                     raise
             return self._scripts[script](keys=self._keys(key), args=[int(self.ttl * 1000), *args])
         except self._errors as exc:
+            if "DB index is out of range" in str(exc):  # the server's SELECT: never right until it restarts
+                self._turn_off(str(exc))
+                return None
             with self._lock:
                 self._down_until = time.monotonic() + self.timeout
             self._warn(f"the shared cache {self.url} failed ({type(exc).__name__}: {exc}): totals are read from "
                        "storage, writes count as usual")
             return None
+
+    def _turn_off(self, why: str) -> None:
+        """The Redis server has fewer databases than the URL's db: the cache
+        stays off in this process (reads from storage, writes count), said
+        once; not tried again every ``timeout``."""
+        db = self._client.connection_pool.connection_kwargs.get("db", 0)
+        with self._lock:
+            first, self._off = self._off is None, why
+        if first:
+            log.warning("the shared cache %s is off in this process: the Redis server has no db %s (%s: it has as "
+                        "many as its 'databases' setting, 16 by default); totals are read from storage, writes "
+                        "count as usual", self.url, db, why)
 
     def _warn(self, message: str) -> None:
         """Log ``message`` as a warning, at most once every ``_WARN_EVERY_S``

@@ -44,7 +44,9 @@ URL_FORMS = (
 _PARAMS = {"sqlite": ("namespace", "project"), "memory": ("namespace", "project"), "datastore": ("namespace", "database")}
 #: Datastore's rules: namespaces and project ids as the server accepts them.
 _NAMESPACE = re.compile(r"[0-9A-Za-z._-]{0,100}")
-_DATABASE = re.compile(r"[a-z0-9()-]{1,63}")
+#: A database id, or ``(default)``: Firestore's name for the default database
+#: (the gateway sends it as ``""``, the only spelling the Datastore API takes).
+_DATABASE = re.compile(r"\(default\)|[a-z0-9-]{1,63}")
 
 
 def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gateway:

@@ -116,3 +116,25 @@ def test_an_emulator_on_another_machine_needs_the_storage_named(redis_server):
         assert named._cache is not None and named._cache.scope == "named/team-emulator"
     finally:
         remote.close()
+
+
+def test_the_default_database_spelled_empty_or_default_is_one_database_and_one_key_space(firestore_emulator,
+                                                                                           redis_server, monkeypatch):
+    """``database=(default)`` is how Firestore names the default database in
+    its resource names; the Datastore API takes it only as ``""``. Both
+    spellings reach the one default database (a write through either is
+    counted, not refused at every call) and share its cached totals."""
+    monkeypatch.setenv("DATASTORE_EMULATOR_HOST", firestore_emulator.host)
+    namespace = f"scope-{uuid.uuid4().hex[:8]}"
+    plain = open_gateway(f"datastore://{firestore_emulator.project}?namespace={namespace}")
+    named = open_gateway(f"datastore://{firestore_emulator.project}?namespace={namespace}&database=(default)")
+    try:
+        reader = CounterShardDS("Counter Test", 1, gateway=plain, cache=redis_server.url)
+        assert reader.get_count() == 0  # cached
+        CounterShardDS("Counter Test", 1, gateway=named, cache=redis_server.url).add(5)
+        assert reader.get_count() == 5  # the same key space: the writer added to the cached total
+        assert CounterShardDS("Counter Test", 1, gateway=plain).get_count() == 5  # the same database
+        assert named.database == plain.database == ""
+    finally:
+        plain.close()
+        named.close()

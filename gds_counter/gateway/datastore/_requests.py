@@ -105,7 +105,8 @@ class DatastoreRequests(GatewayRules[TransactionState]):
         if timeout <= 0:
             raise BadValueError(f"timeout must be positive, got {timeout!r}")
         self.project = project
-        self.database = database or ""
+        # "(default)" is how Firestore names the default database; the API takes only "" for it.
+        self.database = "" if database in (None, "", "(default)") else database
         self.timeout = float(timeout)
         self.deadline = None
         self._retry = retry.with_timeout(self.timeout) if retry is not None else None

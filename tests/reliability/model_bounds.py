@@ -63,6 +63,9 @@ class CounterModel:
     php_high: dict[int, int] = field(default_factory=dict)  # PHP's amounts on shards above 20
     seen: list[int] = field(default_factory=lambda: [0] * len(CACHES))
     history: list[State] = field(default_factory=list)
+    #: a shard of it is surely stored (what ``gds-counter rollup`` and
+    #: ``list`` find a counter by)
+    stored: bool = False
     #: per cache, the first state a cached total may come from (a reset, or
     #: an unknown write that cache saw, drops the total; a Redis restart
     #: loses it)
@@ -93,6 +96,7 @@ class CounterModel:
             return
         if outcome == "stored":
             self.low += amount
+            self.stored = True
             for cache in seen_by:
                 self.seen[CACHES.index(cache)] += amount
         else:
@@ -106,6 +110,7 @@ class CounterModel:
     def php_write(self, shard: int, start: float, end: float) -> None:
         """PHP's increment of one shard: +1, exact when it runs alone."""
         self.low += 1
+        self.stored = True
         if shard > DEFAULT_SHARDS:
             self.php_high[shard] = self.php_high.get(shard, 0) + 1
         self._push(start, end)

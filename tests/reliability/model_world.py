@@ -169,7 +169,7 @@ class World:
             self.gateway = open_gateway(self.url)
             self.spec = {"url": self.url}
         elif name == "serve":
-            self._server_storage = open_gateway(f"sqlite:///{tmp_path / 'served.sqlite3'}")
+            self._served = f"sqlite:///{tmp_path / 'served.sqlite3'}"
             self._start_server(0)
             self._datastore(SERVE_PROJECT, self.server.emulator_host)
         elif name == "firestore":
@@ -192,14 +192,17 @@ class World:
     def _start_server(self, port: int) -> None:
         from gds_counter.server import Server
 
+        self._server_storage = open_gateway(self._served)
         self.server = Server(self._server_storage, "127.0.0.1", port).start()
 
     def restart_server(self, grace: float) -> None:
         """Stop ``gds-counter serve`` (requests under way get ``grace``
-        seconds) and start a new one on the same file and port: what a
-        redeploy does. Its transactions in progress are lost."""
+        seconds), close its storage, and start a new one on the same file
+        and port: what a redeploy does. Its transactions in progress are
+        lost with it."""
         port = self.server.port
         self.server.stop(grace)
+        self._server_storage.close()
         self._start_server(port)
 
     # --- a second process, the command -------------------------------------------
@@ -217,7 +220,7 @@ class World:
         library function the command runs."""
         if real_command and self.url is not None:
             run = subprocess.run(
-                [sys.executable, "-m", "gds_counter", "--url", self.url, "--json", "rollup"],
+                [sys.executable, "-m", "gds_counter", "--url", self.url, "rollup", "--json"],
                 capture_output=True, text=True, timeout=120,
                 env={**os.environ, **self.env, "PYTHONPATH": os.pathsep.join(sys.path)},
             )

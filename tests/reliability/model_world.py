@@ -151,11 +151,10 @@ class Child:
 class World:
     """One gateway's storage and everything around it; see the module docstring."""
 
-    def __init__(self, name: str, tmp_path: Path, redis_url: str, restart_redis: Callable[[], None],
-                 request: Any) -> None:
+    def __init__(self, name: str, tmp_path: Path, redis_server: Any, request: Any) -> None:
         self.name = name
-        self.redis_url = redis_url
-        self.restart_redis = restart_redis
+        self.redis = redis_server  # tests/conftest.py's RedisServer
+        self.redis_url: str = redis_server.url
         self.server: Any = None
         self._server_storage: Any = None
         self._child: Child | None = None
@@ -204,6 +203,24 @@ class World:
         self.server.stop(grace)
         self._server_storage.close()
         self._start_server(port)
+
+    # --- Redis -----------------------------------------------------------------------------
+
+    def snapshot_redis(self) -> None:
+        import redis
+
+        redis.Redis(port=self.redis.port, socket_timeout=5).save()
+
+    def restart_redis(self, restore: bool) -> None:
+        """Kill redis-server and start it again on the same port: empty, or
+        (``restore``) from the last snapshot, if one was saved."""
+        self.redis.stop()
+        snapshot = Path(self.redis.directory) / "dump.rdb"
+        if not restore and snapshot.exists():
+            snapshot.rename(snapshot.with_suffix(".kept"))
+        elif restore and snapshot.with_suffix(".kept").exists() and not snapshot.exists():
+            snapshot.with_suffix(".kept").rename(snapshot)
+        self.redis.start()
 
     # --- a second process, the command -------------------------------------------
 

@@ -70,6 +70,7 @@ class CounterModel:
     #: an unknown write that cache saw, drops the total; a Redis restart
     #: loses it)
     cuts: list[int] = field(default_factory=lambda: [0] * len(CACHES))
+    saved_cuts: list[int] = field(default_factory=lambda: [0] * len(CACHES))
 
     def __post_init__(self) -> None:
         self._push(0.0, 0.0)
@@ -135,7 +136,16 @@ class CounterModel:
         self._push(self.history[-1].start, self.history[-1].end)
 
     def cache_lost(self, cache: str) -> None:
+        """The cache lost every total: what it shows next is read now."""
         self.cuts[CACHES.index(cache)] = len(self.history) - 1
+
+    def cache_saved(self, cache: str) -> None:
+        """A snapshot of the cache: a restore brings back what it held then."""
+        self.saved_cuts[CACHES.index(cache)] = self.cuts[CACHES.index(cache)]
+
+    def cache_restored(self, cache: str) -> None:
+        """The cache is back as the last snapshot left it."""
+        self.cuts[CACHES.index(cache)] = self.saved_cuts[CACHES.index(cache)]
 
     # --- the checks ---------------------------------------------------------------
 

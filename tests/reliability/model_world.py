@@ -211,16 +211,19 @@ class World:
 
         redis.Redis(port=self.redis.port, socket_timeout=5).save()
 
-    def restart_redis(self, restore: bool) -> None:
+    def restart_redis(self, restore: bool) -> bool:
         """Kill redis-server and start it again on the same port: empty, or
-        (``restore``) from the last snapshot, if one was saved."""
+        (``restore``) from the last snapshot, if one was saved. True if it
+        started from a snapshot."""
         self.redis.stop()
         snapshot = Path(self.redis.directory) / "dump.rdb"
-        if not restore and snapshot.exists():
-            snapshot.rename(snapshot.with_suffix(".kept"))
-        elif restore and snapshot.with_suffix(".kept").exists() and not snapshot.exists():
-            snapshot.with_suffix(".kept").rename(snapshot)
+        kept = snapshot.with_suffix(".kept")
+        if snapshot.exists():
+            snapshot.replace(kept)  # redis-server loads dump.rdb when it starts
+        if restore and kept.exists():
+            kept.replace(snapshot)
         self.redis.start()
+        return restore and snapshot.exists()
 
     # --- a second process, the command -------------------------------------------
 

@@ -343,6 +343,8 @@ class CounterMachine(RuleBasedStateMachine):
     def snapshot_redis(self) -> None:
         """Redis saves a snapshot (as Memorystore does for its backups)."""
         self.world.snapshot_redis()
+        for model in self.models.values():
+            model.cache_saved("redis")
 
     @rule(restore=st.booleans())
     def restart_redis(self, restore: bool) -> None:
@@ -352,9 +354,11 @@ class CounterMachine(RuleBasedStateMachine):
         missing no add of its own writers that returned before the read.
         (On fix/model, a restored total misses the adds acknowledged after
         the snapshot: ``read_cached`` fails.)"""
-        self.world.restart_redis(restore)
-        if not restore:
-            for model in self.models.values():
+        restored = self.world.restart_redis(restore)
+        for model in self.models.values():
+            if restored:
+                model.cache_restored("redis")
+            else:
                 model.cache_lost("redis")
 
     @precondition(lambda self: self.world.server is not None)

@@ -59,3 +59,17 @@ def test_a_cached_total_must_include_every_write_that_cache_saw_since():
     model.write(5, "unknown", 5.0, 5.1, ("local",))  # dropped: nothing from before it
     assert model.cached(11, 6.0, 60.0, "local")
     assert model.cached(12, 6.0, 60.0, "local") is None and model.cached(17, 6.0, 60.0, "local") is None
+
+
+def test_a_restored_cache_may_show_what_it_held_at_its_snapshot_but_no_less():
+    model = CounterModel("c")
+    model.write(1, "stored", 1.0, 1.1, ("redis",))
+    model.cache_saved("redis")
+    model.write(2, "stored", 2.0, 2.1)  # not through the cache
+    model.cache_lost("redis")
+    assert model.cached(1, 3.0, 60.0, "redis")  # emptied: read now
+    model.cache_restored("redis")
+    assert model.cached(1, 3.0, 60.0, "redis") is None  # the snapshot's total, unseen write missing
+    model.write(4, "stored", 4.0, 4.1, ("redis",))
+    assert model.cached(1, 5.0, 60.0, "redis")  # misses the +4 its own writer made
+    assert model.cached(5, 5.0, 60.0, "redis") is None

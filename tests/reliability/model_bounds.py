@@ -71,6 +71,8 @@ class CounterModel:
     #: loses it)
     cuts: list[int] = field(default_factory=lambda: [0] * len(CACHES))
     saved_cuts: list[int] = field(default_factory=lambda: [0] * len(CACHES))
+    #: what happened to it, for the failure message
+    events: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._push(0.0, 0.0)
@@ -93,6 +95,7 @@ class CounterModel:
 
     def write(self, amount: int, outcome: str, start: float, end: float, seen_by: tuple[str, ...] = ()) -> None:
         """An add of ``amount``: outcome "stored", "not" or "unknown"."""
+        self.events.append(f"add {amount} {outcome}")
         if outcome == "not":
             return
         if outcome == "stored":
@@ -110,6 +113,7 @@ class CounterModel:
 
     def php_write(self, shard: int, start: float, end: float) -> None:
         """PHP's increment of one shard: +1, exact when it runs alone."""
+        self.events.append(f"PHP +1 on shard {shard}")
         self.low += 1
         self.stored = True
         if shard > DEFAULT_SHARDS:
@@ -121,6 +125,7 @@ class CounterModel:
         (documented as nothing applied) or "partial" (anything may be left).
         The caches that see it drop the counter's total; others may show an
         older one for their ttl."""
+        self.events.append(f"reset {outcome}")
         if outcome == "not":
             return
         if outcome == "stored":
@@ -132,6 +137,8 @@ class CounterModel:
             self.cuts[CACHES.index(cache)] = len(self.history) - 1
 
     def grown(self, num_shards: int) -> None:
+        if num_shards > self.num_shards:
+            self.events.append(f"grown to {num_shards} shards")
         self.num_shards = max(self.num_shards, num_shards)
         self._push(self.history[-1].start, self.history[-1].end)
 
@@ -161,7 +168,8 @@ class CounterModel:
         """None if ``value`` is a total an exact read may return now, else why not."""
         if self.history[-1].holds(value, lookup_may_miss=lookup):
             return None
-        return f"{self.name}: read {value}, model bounds {self.bounds()} (hidden from lookups {self.hidden()})"
+        return (f"{self.name}: read {value}, model bounds {self.bounds()} (hidden from lookups {self.hidden()}); "
+                f"{self.story()}")
 
     def as_of(self, value: int, started: float, max_age: float) -> str | None:
         """A total true at some moment within ``max_age`` of the read's start."""
@@ -169,7 +177,7 @@ class CounterModel:
         if any(state.holds(value, lookup_may_miss=True) for state in states):
             return None
         return (f"{self.name}: read {value} with max_age={max_age}, but the bounds within it were "
-                f"{[(s.lo, s.hi) for s in states]}")
+                f"{[(s.lo, s.hi) for s in states]}; {self.story()}")
 
     def cached(self, value: int, started: float, ttl: float, cache: str) -> str | None:
         """A cached total: true at some moment within ``ttl`` (after the
@@ -180,4 +188,8 @@ class CounterModel:
         if any(state.holds(value, lookup_may_miss=True, shift=now_seen - state.seen[index]) for state in states):
             return None
         return (f"{self.name}: {cache} cache showed {value}; allowed: one of "
-                f"{[(s.lo, s.hi, now_seen - s.seen[index]) for s in states]} (lo, hi, seen since)")
+                f"{[(s.lo, s.hi, now_seen - s.seen[index]) for s in states]} (lo, hi, seen since); {self.story()}")
+
+    def story(self, last: int = 40) -> str:
+        """The counter's last events, oldest first."""
+        return "its last events: " + ", ".join(self.events[-last:])

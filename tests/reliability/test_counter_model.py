@@ -370,6 +370,7 @@ class CounterMachine(RuleBasedStateMachine):
         adds ``amount`` again and again (transactions) across the restart.
         (On fix/model, the lost transaction's commit raises
         ``BadValueError``, "refused, nothing written", on valid input.)"""
+        self.models[1].events.append(f"gds-counter serve restarted{' under adds' if under_writes else ''}")
         if not under_writes:
             self.world.restart_server(grace=1.0)
             return

@@ -243,7 +243,10 @@ class CounterMachine(RuleBasedStateMachine):
         value, error = call(lambda: self.objects[which, writer].get_count(method=method))
         if error is not None:
             raise Defect(f"get_count(method={method!r}) raised {error!r}")
-        check(self.models[which].exact(value, lookup=method == "lookup"))
+        problem = self.models[which].exact(value, lookup=method == "lookup")
+        if problem is not None:
+            shards, _ = call(lambda: self.objects[which, "main"].shards(method="query"))
+            raise Defect(f"{problem}; its shards now: {[s for s in shards or [] if s[1]]}")
 
     @rule(which=st.sampled_from([1, 2]), cache=st.sampled_from(["cached", "redis"]))
     def read_cached(self, which: int, cache: str) -> None:

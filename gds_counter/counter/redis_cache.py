@@ -42,7 +42,7 @@ update, or Redis unreachable for it) is treated the same by the next reader
 set and drops the total instead of adding to it.
 
 **When Redis is down or slow**: every Redis call has a short timeout; on
-any Redis error a read reads storage (a warning is logged, at most every
+any Redis error (anything redis-py raises) a read reads storage (a warning is logged, at most every
 30 s), and a write is counted as usual: a cache error never fails an
 increment. After a failed call, no call is tried for the timeout's length
 (reads go to storage, writes count), so a stalled Redis costs about one
@@ -70,6 +70,13 @@ rollup) is the cheap read for such a counter.
 On the asyncio face the cache's Redis calls are blocking ones, each bounded
 by the timeout (0.25 s by default; a local Redis answers in well under a
 millisecond).
+
+**Interrupts**: redis-py never runs in the main thread, where a signal's
+handler raises (``KeyboardInterrupt``): the main thread's calls (an event
+loop's too, when it runs there) are made by the cache's worker thread
+(``_off_main``), and an interrupt lands in the caller's wait (see
+``_call``). Anything redis-py raises is the cache's failure, and after an
+error it does not declare the client's connections are discarded.
 """
 
 from __future__ import annotations

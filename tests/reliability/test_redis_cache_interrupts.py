@@ -191,7 +191,7 @@ def test_random_interrupts_with_the_shared_cache_hang_nothing_and_raise_only_gds
     script fails otherwise), and the total stored lies between the calls
     acknowledged and those plus the ones interrupted or of unknown outcome."""
     url = f"sqlite:///{tmp_path / 'interrupted.db'}"
-    run = subprocess.run([sys.executable, str(SCRIPT), url, "1000", "3", "0.003", "5", redis_server.url],
+    run = subprocess.run([sys.executable, str(SCRIPT), url, "1500", "3", "0.003", "5", redis_server.url],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, f"the program hung or failed:\n{run.stderr[-6000:]}"
     counts = json.loads(run.stdout.strip().splitlines()[-1])

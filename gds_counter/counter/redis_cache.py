@@ -270,12 +270,12 @@ class RedisCountCache:
         if self._named is not None or not getattr(getattr(gateway, "blocking", gateway), "emulator_host", None):
             with contextlib.suppress(OSError):  # (a file deleted meanwhile: told at the first call)
                 self._scoped()  # no emulator to ask: known now
-        #: What a Redis call may raise that is the cache's failure, never the
-        #: caller's: redis-py's errors, the network's, and the ``ValueError``,
-        #: ``TypeError`` or ``OverflowError`` of an option it only checks when
-        #: it connects.
-        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError, ValueError, TypeError,
-                                                         OverflowError)
+        #: The errors redis-py declares (and the network's): after one, its
+        #: connection is sound, or redis-py closed it. Anything else out of a
+        #: Redis call (a ``TypeError`` of its parser, an interrupt) makes the
+        #: cache discard its connections (``_run``); every error is the
+        #: cache's failure, never the caller's (``_call``).
+        self._declared: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         self._client_url = client_url
         self._connect()
         #: Runs the main thread's Redis calls in a worker thread (``_call``).
@@ -389,7 +389,7 @@ class RedisCountCache:
                         self._owed.setdefault(stale, why)
                     raise
             return self._scripts[script](keys=self._keys(key), args=[int(self.ttl * 1000), *args])
-        except self._errors:
+        except self._declared:
             raise
         except BaseException:  # noqa: B902  (discard the connections, and raise it)
             self._discard()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -208,3 +209,24 @@ def test_random_interrupts_with_the_shared_cache_hang_nothing_and_raise_only_gds
     counts = json.loads(run.stdout.strip().splitlines()[-1])
     assert counts["interrupts"] > 100, counts  # (the interrupts did land)
     assert counts["acked"] <= counts["stored"] <= counts["acked"] + counts["maybe"], counts
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork() is POSIX")
+def test_a_forked_child_makes_its_own_worker_for_the_main_threads_calls(storage, redis_server):
+    """The worker thread that makes the main thread's Redis calls is not in
+    a forked child: the child's main thread gets a worker of its own, and
+    its calls are answered by Redis (not given up as a failure)."""
+    counter = CounterShardDS("Counter Test", 1, gateway=storage, cache=redis_server.url)
+    counter.add(2)
+    assert counter.get_count() == 2  # (the parent's worker made these calls, and cached the total)
+    key = counter._identity()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            signal.alarm(20)
+            code = 0 if counter._cache.get(key) == 2 else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

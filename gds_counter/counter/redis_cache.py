@@ -42,7 +42,7 @@ update, or Redis unreachable for it) is treated the same by the next reader
 set and drops the total instead of adding to it.
 
 **When Redis is down or slow**: every Redis call has a short timeout; on
-any Redis error a read reads storage (a warning is logged, at most every
+any Redis error (anything redis-py raises) a read reads storage (a warning is logged, at most every
 30 s), and a write is counted as usual: a cache error never fails an
 increment. After a failed call, no call is tried for the timeout's length
 (reads go to storage, writes count), so a stalled Redis costs about one
@@ -72,6 +72,13 @@ rollup) is the cheap read for such a counter.
 On the asyncio face the cache's Redis calls are blocking ones, each bounded
 by the timeout (0.25 s by default; a local Redis answers in well under a
 millisecond).
+
+**Interrupts**: redis-py never runs in the main thread, where a signal's
+handler raises (``KeyboardInterrupt``): the main thread's calls (an event
+loop's too, when it runs there) are made by the cache's worker thread
+(``_off_main``), and an interrupt lands in the caller's wait (see
+``_call``). Anything redis-py raises is the cache's failure, and after an
+error it does not declare the client's connections are discarded.
 """
 
 from __future__ import annotations
@@ -87,6 +94,7 @@ import uuid
 from typing import Any, Hashable, Iterator
 
 from gds_counter._checks import INT64_MAX
+from gds_counter.counter._off_main import OffMain
 from gds_counter.counter.storage_scope import check_scope, storage_scope
 from gds_counter.errors import BadValueError, Contention, TransformsIgnored, Unavailable
 from gds_counter.gateway import _forks
@@ -288,14 +296,19 @@ class RedisCountCache:
         if self._named is not None or not getattr(getattr(gateway, "blocking", gateway), "emulator_host", None):
             with contextlib.suppress(OSError):  # (a file deleted meanwhile: told at the first call)
                 self._scoped()  # no emulator to ask: known now
-        #: What a Redis call may raise that is the cache's failure, never the
-        #: caller's: redis-py's errors, the network's, and the ``ValueError``,
-        #: ``TypeError`` or ``OverflowError`` of an option it only checks when
-        #: it connects.
-        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError, ValueError, TypeError,
-                                                         OverflowError)
+        #: The errors redis-py declares (and the network's): after one, its
+        #: connection is sound, or redis-py closed it. Anything else out of a
+        #: Redis call (a ``TypeError`` of its parser, an interrupt) makes the
+        #: cache discard its connections (``_run``); every error is the
+        #: cache's failure, never the caller's (``_call``).
+        self._declared: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         self._client_url = client_url
         self._connect()
+        #: Runs the main thread's Redis calls in a worker thread (``_call``).
+        self._hop = OffMain(f"gds_counter redis cache {self.url}")
+        #: How long the main thread waits for its call: each Redis step is
+        #: bounded by ``timeout`` (connect, handshake, script, what is owed).
+        self._wait = 8 * self.timeout + 1.0
         self._warned = -_WARN_EVERY_S
         #: Guards ``_warned``, ``_down_until`` and ``_owed``; made anew in a
         #: forked child (``_after_fork_in_child``), where a thread of the
@@ -320,9 +333,16 @@ class RedisCountCache:
         import redis
 
         url = self._client_url
+        extra: dict[str, Any] = {}
+        try:  # redis-py 7+ asks a RESP3 server for maintenance notices at each connect: a round trip
+            from redis.maint_notifications import MaintNotificationsConfig  # (Redis 7.0 refuses) for no use here
+        except ImportError:
+            pass
+        else:
+            extra["maint_notifications_config"] = MaintNotificationsConfig(enabled=False)
         try:
-            self._client = redis.Redis.from_url(url, socket_timeout=self.timeout,
-                                                socket_connect_timeout=self.timeout, retry_on_timeout=False)
+            self._client = redis.Redis.from_url(url, socket_timeout=self.timeout, socket_connect_timeout=self.timeout,
+                                                retry_on_timeout=False, **extra)
             pool = self._client.connection_pool
             pool.connection_class(**pool.connection_kwargs)
             low, high = _RANGES["timeout"]
@@ -344,6 +364,7 @@ class RedisCountCache:
         not here to let it go."""
         self._lock = threading.Lock()
         self._down_until = 0.0
+        self._hop.forget_worker()
         self._connect()
 
     def _scoped(self) -> str:
@@ -361,10 +382,34 @@ class RedisCountCache:
     def _call(self, script: str, key: Hashable, *args: Any) -> Any:
         """Run a script; None (and a warning, now and then) when Redis fails.
         First, the totals of writes this process could not report are
-        dropped (and kept from being filled for ttl)."""
+        dropped (and kept from being filled for ttl).
+
+        From the main thread the call is run by the cache's worker thread
+        (``_off_main``: an interrupt never lands inside redis-py); one
+        that lands while the caller waits is raised here, and the call goes
+        on in the worker: the caller assumes either outcome (``writing``
+        counts an end it did not see done as owed). Whatever redis-py
+        raises (not only its declared errors) is the cache's failure."""
         with self._lock:
             if self._off is not None or time.monotonic() < self._down_until:
                 return None
+        try:
+            return self._hop.run(lambda: self._run(script, key, args), self._wait)
+        except Exception as exc:  # noqa: B902  (any failure of the cache's: never the caller's)
+            if "DB index is out of range" in str(exc):  # the server's SELECT: never right until it restarts
+                self._turn_off(str(exc))
+                return None
+            with self._lock:
+                self._down_until = time.monotonic() + self.timeout
+            self._warn(f"the shared cache {self.url} failed ({type(exc).__name__}: {exc}): totals are read from "
+                       "storage, writes count as usual")
+            return None
+
+    def _run(self, script: str, key: Hashable, args: tuple[Any, ...]) -> Any:
+        """``_call``'s Redis work, in the thread that does it: what is owed,
+        then the script. After an error redis-py does not declare, or an
+        interrupt, inside it, the client's connections are discarded: one
+        may be half read, and must never serve another call."""
         try:
             with self._lock:
                 owed, self._owed = self._owed, {}
@@ -376,15 +421,20 @@ class RedisCountCache:
                         self._owed.setdefault(stale, why)
                     raise
             return self._scripts[script](keys=self._keys(key), args=[int(self.ttl * 1000), *args])
-        except self._errors as exc:
-            if "DB index is out of range" in str(exc):  # the server's SELECT: never right until it restarts
-                self._turn_off(str(exc))
-                return None
-            with self._lock:
-                self._down_until = time.monotonic() + self.timeout
-            self._warn(f"the shared cache {self.url} failed ({type(exc).__name__}: {exc}): totals are read from "
-                       "storage, writes count as usual")
-            return None
+        except self._declared:
+            raise
+        except BaseException:  # noqa: B902  (discard the connections, and raise it)
+            self._discard()
+            raise
+
+    def _discard(self) -> None:
+        """A fresh client for the next calls; the old one's idle connections
+        closed now, those other threads are using when they are done
+        (redis-py closes a connection it collects)."""
+        old = self._client
+        self._connect()
+        with contextlib.suppress(Exception):
+            old.connection_pool.disconnect(inuse_connections=False)
 
     def _turn_off(self, why: str) -> None:
         """The Redis server has fewer databases than the URL's db: the cache
@@ -460,8 +510,11 @@ class RedisCountCache:
 
     def clear(self) -> None:
         """Drop every total of this storage (its keys under the prefix)."""
-        try:
+        def clearing() -> None:
             for name in self._client.scan_iter(match=self._scoped() + "*:total"):
                 self._client.delete(name)
-        except self._errors as exc:
+
+        try:
+            self._hop.run(clearing, None)  # (each Redis step bounded by the timeout)
+        except Exception as exc:  # noqa: B902  (any failure of the cache's)
             log.warning("the shared cache %s could not be cleared: %s", self.url, exc)

@@ -15,11 +15,20 @@ threads) are made directly, at no cost.
 No lock is taken on the main thread's side that an interrupt could leave
 held: the jobs go through a ``queue.SimpleQueue`` (C code, no Python-level
 lock), and each job tells it is done by releasing a lock of its own that
-only its caller waits on.
+only its caller waits on. Nor is the worker started with
+``threading.Thread.start``, whose wait for the new thread an interrupt can
+cut short after the thread runs (a worker then served a queue nobody
+used, for ever: a thread leaked at each such interrupt): the queue is
+recorded first, then the worker launched by one C call
+(``_thread.start_new_thread``), then counted; an interrupt between the
+launch and the count makes the next call launch a second worker on the
+same queue, which is harmless, and every launched worker is told to stop
+with its owner.
 """
 
 from __future__ import annotations
 
+import _thread
 import queue
 import threading
 import weakref
@@ -62,6 +71,13 @@ def _serve(jobs: "queue.SimpleQueue[_Job | None]") -> None:
         job.run()
 
 
+def _stop(jobs: "queue.SimpleQueue[_Job | None]", launched: list[int]) -> None:
+    """The owner is gone: one stop for each worker launched on ``jobs``
+    (and one more, for a launch an interrupt kept from being counted)."""
+    for _ in range(launched[0] + 1):
+        jobs.put(None)
+
+
 class OffMain:
     """``run(call, wait)``: ``call()`` in this thread, or, from the main
     thread, in this object's worker thread while the main thread waits."""
@@ -71,10 +87,12 @@ class OffMain:
         #: The worker's queue; None until the main thread's first call (and
         #: again in a forked child, whose worker is not there).
         self._jobs: "queue.SimpleQueue[_Job | None] | None" = None
+        #: How many workers serve ``_jobs`` (a list, shared with the finalizer).
+        self._launched = [0]
 
     def forget_worker(self) -> None:
         """In a forked child: the parent's worker thread is not here."""
-        self._jobs = None
+        self._jobs, self._launched = None, [0]
 
     def run(self, call: Callable[[], T], wait: float | None) -> T:
         """What ``call()`` returns or raises. From the main thread: run by
@@ -94,10 +112,14 @@ class OffMain:
         return result
 
     def _worker(self) -> "queue.SimpleQueue[_Job | None]":
+        """The queue a worker serves (only the main thread comes here: no
+        lock needed); see the module's notes for the order of the steps."""
         jobs = self._jobs
-        if jobs is None:  # only the main thread comes here: no lock needed
-            jobs = queue.SimpleQueue()
-            threading.Thread(target=_serve, args=(jobs,), name=self._name, daemon=True).start()
-            self._jobs = jobs
-            weakref.finalize(self, jobs.put, None)  # the worker ends with its owner
+        if jobs is None:
+            jobs, launched = queue.SimpleQueue(), [0]
+            self._jobs, self._launched = jobs, launched
+            weakref.finalize(self, _stop, jobs, launched)  # the workers end with their owner
+        if self._launched[0] == 0:
+            _thread.start_new_thread(_serve, (jobs,))
+            self._launched[0] += 1
         return jobs

@@ -399,8 +399,7 @@ class RedisCountCache:
             if "DB index is out of range" in str(exc):  # the server's SELECT: never right until it restarts
                 self._turn_off(str(exc))
                 return None
-            with self._lock:
-                self._down_until = time.monotonic() + self.timeout
+            self._mark_down()
             self._warn(f"the shared cache {self.url} failed ({type(exc).__name__}: {exc}): totals are read from "
                        "storage, writes count as usual")
             return None
@@ -409,7 +408,16 @@ class RedisCountCache:
         """``_call``'s Redis work, in the thread that does it: what is owed,
         then the script. After an error redis-py does not declare, or an
         interrupt, inside it, the client's connections are discarded: one
-        may be half read, and must never serve another call."""
+        may be half read, and must never serve another call.
+
+        A job the worker reaches after a failure (queued by a main thread
+        that an interrupt took away from its wait, or behind a stalled
+        call) is not tried while the cache is down, and a failure here
+        marks it down whether or not its caller still waits: otherwise a
+        backlog of N such jobs cost every later call N timeouts."""
+        with self._lock:
+            if self._off is not None or time.monotonic() < self._down_until:
+                return None
         try:
             with self._lock:
                 owed, self._owed = self._owed, {}
@@ -422,10 +430,17 @@ class RedisCountCache:
                     raise
             return self._scripts[script](keys=self._keys(key), args=[int(self.ttl * 1000), *args])
         except self._declared:
+            self._mark_down()
             raise
         except BaseException:  # noqa: B902  (discard the connections, and raise it)
+            self._mark_down()
             self._discard()
             raise
+
+    def _mark_down(self) -> None:
+        """No call is tried for the timeout's length after a failure."""
+        with self._lock:
+            self._down_until = time.monotonic() + self.timeout
 
     def _discard(self) -> None:
         """A fresh client for the next calls; the old one's idle connections

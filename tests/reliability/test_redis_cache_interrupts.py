@@ -20,6 +20,7 @@ thread is at that moment.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -230,3 +232,108 @@ def test_a_forked_child_makes_its_own_worker_for_the_main_threads_calls(storage,
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+class _Alarm(BaseException):
+    """What the job-timeout alarm of the next test raises."""
+
+
+def _main_thread_workers(jobs=None) -> int:
+    """How many of the caches' workers serve the main thread's calls (the
+    threads in ``_off_main._serve``), or only those serving queue ``jobs``."""
+    count = 0
+    for frame in sys._current_frames().values():
+        for f in _stack(frame):
+            if f.f_code.co_name == "_serve" and f.f_code.co_filename.endswith("_off_main.py"):
+                count += jobs is None or f.f_locals.get("jobs") is jobs
+    return count
+
+
+def _settled_workers(jobs, expected: int) -> int:
+    """``_main_thread_workers(jobs)`` once it is ``expected``, or after 10 s
+    (a worker just launched is not in ``_serve`` at once)."""
+    deadline = time.monotonic() + 10
+    while (found := _main_thread_workers(jobs)) != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return found
+
+
+def _stack(frame):
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+def test_calls_an_interrupt_abandoned_behind_a_stalled_redis_cost_later_calls_one_timeout(storage, redis_server):
+    """A reviewer's finding. With Redis stalled, every main-thread call that
+    an alarm cut off left its job queued in the worker; each then waited
+    out its own timeout, and no failure marked the cache down for the
+    callers that came later: after 200 such alarms, each plain add took the
+    hop's whole wait (3 s with a 0.25 s timeout), past its deadline. Now a
+    queued job is not tried while the cache is down, and the worker's own
+    failure marks it down: a later call costs about one timeout."""
+    counter = CounterShardDS("Counter Test", 1, gateway=storage, cache=f"{redis_server.url}?timeout=0.2")
+    counter.add(1)
+    assert counter.get_count() == 1
+    previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(_Alarm()))
+    os.kill(redis_server.process.pid, signal.SIGSTOP)
+    try:
+        for _ in range(60):
+            try:
+                signal.setitimer(signal.ITIMER_REAL, 0.005)
+                counter.get_count()
+            except _Alarm:
+                pass
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        slowest = 0.0
+        for _ in range(5):
+            started = time.monotonic()
+            counter.add(1)
+            slowest = max(slowest, time.monotonic() - started)
+            time.sleep(0.25)  # past the pause after a failure: each add tries Redis again
+    finally:
+        os.kill(redis_server.process.pid, signal.SIGCONT)
+        signal.signal(signal.SIGALRM, previous)
+    # one timeout (0.2 s) and the commit, with room for a slow machine; the
+    # backlog made it the hop's whole wait, 8 timeouts and a second (2.6 s)
+    assert slowest < 1.2, f"an add took {slowest:.2f} s behind the abandoned calls"
+    assert _exact(storage) == 6
+
+
+def test_an_interrupt_while_the_worker_starts_leaks_no_thread(redis_server, interrupts):
+    """A reviewer's finding: ``threading.Thread.start`` waits for the new
+    thread, and an interrupt in that wait left a worker running that no
+    call would ever use (63 threads after 20 caches were made and dropped).
+    The worker is now launched by one C call once its queue is recorded;
+    here the interrupt comes at the worst moment left, after the launch and
+    before it is counted: the next call launches a second worker on the
+    same queue, both serve it, and both end with the cache. (The old start
+    could not be cut at a chosen point, so this pins the new one.)"""
+    import _thread
+
+    real_start = _thread.start_new_thread
+
+    def interrupted_start(function, args, *rest):
+        ident = real_start(function, args, *rest)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        threading.Event().wait(0.05)  # the handler runs in this wait, before the launch is counted
+        return ident
+
+    for attempt in range(5):
+        gateway = open_gateway("memory://")
+        counter = CounterShardDS("Counter Test", 1, gateway=gateway, cache=f"{redis_server.url}?prefix=leak{attempt}")
+        with pytest.MonkeyPatch.context() as patched:
+            patched.setattr("gds_counter.counter._off_main._thread.start_new_thread", interrupted_start)
+            with pytest.raises(KeyboardInterrupt):
+                counter.add(1)
+        jobs = counter._cache._hop._jobs
+        assert _settled_workers(jobs, 1) == 1
+        counter.add(1)  # a second worker on the same queue
+        assert _settled_workers(jobs, 2) == 2
+        # the interrupted add stopped in the cache's begin, before its commit: only the second counted
+        assert counter.get_count() == CounterShardDS("Counter Test", 1, gateway=gateway).get_count() == 1
+        gateway.close()
+        del counter, gateway
+        gc.collect()
+        assert _settled_workers(jobs, 0) == 0, f"attempt {attempt}: workers left after their cache was dropped"

@@ -190,11 +190,11 @@ class CounterMachine(RuleBasedStateMachine):
     def reset(self, which: int, writer: str) -> None:
         """``reset()`` "sets every shard to 0": acknowledged, the total is 0.
 
-        On the code of fix/model this finds two defects (see the report of
-        issue 36): a reset by an object that has not seen another object's
-        (or process's) ``increase_shards`` leaves the shards past 20; and a
-        reset leaves the shards PHP's NUM_SHARDS=40 writer wrote past the
-        recorded count, which the query still counts."""
+        Before issue 36's fixes this found two defects: a reset by an object
+        that had not seen another object's (or process's)
+        ``increase_shards`` left the shards past 20; and a reset left the
+        shards PHP's NUM_SHARDS=40 writer wrote past the recorded count,
+        which the query still counts."""
         model = self.models[which]
         started = time.time()
         _, error = call(self.objects[which, writer].reset)
@@ -276,8 +276,8 @@ class CounterMachine(RuleBasedStateMachine):
     def fresh_reads(self, which: int, reads: int) -> None:
         """A burst of ``get_count(max_age=0)`` reads (each may roll up; past
         ``MAX_CLAIMS`` live claims they write nothing), each one exact.
-        (On fix/model, ``gds-counter rollup`` then writes nothing and exits
-        0: the ``rollup`` rule's check fails.)"""
+        (Before issue 36's fixes, ``gds-counter rollup`` then wrote nothing
+        and exited 0: the ``rollup`` rule's check failed.)"""
         counter, model = self.objects[which, "main"], self.models[which]
         for _ in range(reads):
             started = time.time()
@@ -355,8 +355,8 @@ class CounterMachine(RuleBasedStateMachine):
         its last snapshot (a restore, or a failover to a copy): a total it
         then shows is still one the cache may show, true within its ttl and
         missing no add of its own writers that returned before the read.
-        (On fix/model, a restored total misses the adds acknowledged after
-        the snapshot: ``read_cached`` fails.)"""
+        (Before issue 36's fixes, a restored total missed the adds
+        acknowledged after the snapshot: ``read_cached`` failed.)"""
         restored = self.world.restart_redis(restore)
         for model in self.models.values():
             if restored:
@@ -371,7 +371,7 @@ class CounterMachine(RuleBasedStateMachine):
         writes stay; a transaction under way is lost, and a write that used
         it must raise a class that tells the truth. Under writes: a thread
         adds ``amount`` again and again (transactions) across the restart.
-        (On fix/model, the lost transaction's commit raises
+        (Before issue 36's fixes, the lost transaction's commit raised
         ``BadValueError``, "refused, nothing written", on valid input.)"""
         self.models[1].events.append(f"gds-counter serve restarted{' under adds' if under_writes else ''}")
         if not under_writes:

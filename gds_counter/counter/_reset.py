@@ -40,7 +40,7 @@ import logging
 from typing import Protocol, Sequence
 
 from gds_counter.counter.layout import Layout
-from gds_counter.counter.rollup import Rollable, totals_as_of_plan
+from gds_counter.counter.rollup import Rollable, rewrite_plan
 from gds_counter.errors import Contention, GDSError, PartialReset, Unavailable
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
@@ -118,12 +118,10 @@ def _refresh_rollup(counter: Resettable) -> plan.Plan[None]:
     ``reset()`` returned. A failure here does not undo the reset: it is
     logged, and the old rollup then serves until it is ``max_age`` old."""
     try:  # an error here must not say the reset failed: every shard is 0 already
-        [raw] = yield from plan.lookup([counter.layout.rollup_key(counter.name, counter.namespace)])
-        if raw is not None:
-            # forced: readers' pacing must not leave the pre-reset total in place
-            _, writes = yield from totals_as_of_plan([counter], 0.0, forced=True)
-            if writes.not_written:
-                log.warning("%s was reset, but its rollup was not written again: %s", counter, writes.not_written[0])
+        # forced: readers' pacing must not leave the pre-reset total in place
+        writes = yield from rewrite_plan(counter)
+        if writes.not_written:
+            log.warning("%s was reset, but its rollup was not written again: %s", counter, writes.not_written[0])
     except GDSError as exc:
         log.warning("%s was reset, but its rollup was not written again: %s", counter, exc)
 

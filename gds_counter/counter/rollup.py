@@ -85,7 +85,8 @@ from gds_counter.gateway.mutations import Delete, Insert, Mutation, Upsert
 from gds_counter.gateway.values import RawEntity, epoch_micros
 
 __all__ = [
-    "ROLLUP_BATCH", "Rollable", "TotalAsOf", "Writes", "check_max_age", "exact_plan", "total_as_of_plan", "totals_as_of_plan", "wall_clock",
+    "ROLLUP_BATCH", "Rollable", "TotalAsOf", "Writes", "check_max_age", "exact_plan", "rewrite_plan", "total_as_of_plan",
+    "totals_as_of_plan", "wall_clock",
 ]
 
 log = logging.getLogger("gds_counter.counter.rollup")
@@ -411,6 +412,19 @@ def total_as_of_plan(counter: Rollable, method: str, max_age: float) -> plan.Pla
     fresh = yield from exact_plan(counter, method)
     yield from _write([_Stale(counter, fresh, raw, looked)])
     return fresh
+
+
+def rewrite_plan(counter: Rollable) -> plan.Plan[Writes]:
+    """Write ``counter``'s rollup again from an exact read, as an explicit
+    refresh (``forced``), if it has one (a counter without a rollup gets
+    none): what ``reset()`` does once every shard is 0, so that a read with
+    ``max_age`` does not answer the total from before it. One lookup."""
+    looked = wall_clock()
+    [raw] = yield from plan.lookup([counter.layout.rollup_key(counter.name, counter.namespace)])
+    if raw is None:
+        return Writes()
+    fresh = yield from exact_plan(counter, counter._read_method("auto"))
+    return (yield from _write([_Stale(counter, fresh, raw, looked, forced=True)]))
 
 
 def totals_as_of_plan(

@@ -3,10 +3,10 @@
 puts, raw sqlite3 upserts), Google's client with its RPCs counted, the
 environment record, tables, JSON and progress bars.
 
-The load runner is the product's (``gds_counter.load``, which the workshop
+The load runner is the product's (``gds_counter._load``, which the workshop
 and the reliability tests use too), the emulators come from
 ``gds_counter.emulators``, and the optional-matplotlib figure helper
-(``new_figure``) lives in ``gds_counter.demo``.
+(``new_figure``) lives in ``gds_counter._demo``.
 """
 
 from __future__ import annotations

@@ -52,8 +52,8 @@ from benchmarks._common import (  # noqa: E402
     write_json,
 )
 from gds_counter import aio  # noqa: E402
+from gds_counter._demo import new_figure  # noqa: E402
 from gds_counter.counter import CounterShardDS  # noqa: E402
-from gds_counter.demo import new_figure  # noqa: E402
 from gds_counter.gds.store import Store  # noqa: E402
 
 BACKENDS = ("firestore", "sqlite")

@@ -102,11 +102,11 @@ from _common import (  # noqa: E402
 )
 from _workers import WorkerPool  # noqa: E402
 
+from gds_counter._demo import new_figure  # noqa: E402
+from gds_counter._load import LoadResult, run_load  # noqa: E402
 from gds_counter.counter import CounterShardDS  # noqa: E402
-from gds_counter.demo import new_figure  # noqa: E402
 from gds_counter.gateway.stats import Stats  # noqa: E402
 from gds_counter.gds.store import Store  # noqa: E402
-from gds_counter.load import LoadResult, run_load  # noqa: E402
 
 TARGET = ("Contention", 1)
 PUBLISHED = REPO / "docs" / "benchmarks"

@@ -47,8 +47,8 @@ from _common import (  # noqa: E402
     write_json,
 )
 
+from gds_counter._demo import new_figure  # noqa: E402
 from gds_counter.counter import CountCache, CounterShardDS, get_counts  # noqa: E402
-from gds_counter.demo import new_figure  # noqa: E402
 from gds_counter.gateway.base import Gateway  # noqa: E402
 from gds_counter.gateway.mutations import Upsert  # noqa: E402
 

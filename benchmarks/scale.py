@@ -48,7 +48,7 @@ from typing import Any
 from _common import command_line, environment, fmt, parse_ints, progress, script_parser, table, write_json
 from _workers import WorkerPool
 
-from gds_counter.demo import new_figure
+from gds_counter._demo import new_figure
 
 QUICK = {"duration": 2.0, "shards": "1,5,20"}
 FULL = {"duration": 8.0, "shards": "1,5,20,50,100,200"}

@@ -92,13 +92,13 @@ from _common import (  # noqa: E402
 )
 from _workers import WorkerPool  # noqa: E402
 
+from gds_counter._demo import new_figure  # noqa: E402
+from gds_counter._load import percentile, run_load  # noqa: E402
 from gds_counter.counter import CounterShardDS  # noqa: E402
 from gds_counter.counter.runtime import Runtime  # noqa: E402
 from gds_counter.counter.shard_choice import RandomShards  # noqa: E402
-from gds_counter.demo import new_figure  # noqa: E402
 from gds_counter.errors import GDSError  # noqa: E402
 from gds_counter.gds.store import Store  # noqa: E402
-from gds_counter.load import percentile, run_load  # noqa: E402
 
 CHOOSERS = ("random", "affinity")
 STRATEGIES = ("auto", "transactional")

@@ -31,14 +31,24 @@ from typing import Any, Callable, Sequence, TextIO
 
 import attrs
 
-from gds_counter import __version__, demo
-from gds_counter.counter import PHP_ARTICLE, STRATEGIES, CounterShardDS, Layout, ShardedCounter, make_target
-from gds_counter.counter._arguments import check_num_shards
-from gds_counter.counter.inventory import counter_names_plan, rollup_all_plan
-from gds_counter.counter.planning import DEFAULT_WRITES_PER_SHARD, plan_shards
+from gds_counter import __version__
+from gds_counter import _demo as demo
+from gds_counter._process import deadlines
+from gds_counter.counter import (
+    DEFAULT_WRITES_PER_SHARD,
+    PHP_ARTICLE,
+    STRATEGIES,
+    CounterShardDS,
+    Layout,
+    ShardedCounter,
+    check_num_shards,
+    counter_names_plan,
+    make_target,
+    plan_shards,
+    rollup_all_plan,
+)
 from gds_counter.errors import BadValueError, CommitUnknown, GDSError, Unavailable
 from gds_counter.gateway import Gateway, open_gateway, plan
-from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway.base import MAX_KEYS_PER_LOOKUP, run_query_all
 from gds_counter.gateway.query import Query
 from gds_counter.gds.transaction import DEFAULT_RETRY
@@ -173,7 +183,7 @@ def _count(ctx: Context) -> int:
 
 def _counters(ctx: Context) -> tuple[list[str], Callable[[str], ShardedCounter]]:
     """Every PHP-layout counter in the storage, found by key only
-    (``counter.inventory``), and how to build one by name."""
+    (``counter._inventory``), and how to build one by name."""
     gateway = ctx.gateway()
     names = plan.run(counter_names_plan(PHP_ARTICLE, gateway.namespace), gateway)
     retry = attrs.evolve(DEFAULT_RETRY, deadline=max(ctx.left(), 0.001))
@@ -256,7 +266,7 @@ def _list(ctx: Context) -> int:
 
     With ``--max-age``: each counter's total at most that old, from its
     rollup (1 entity read) or else read from its shards and rolled up, and
-    when it was true; counters are found by key only (``counter.inventory``)."""
+    when it was true; counters are found by key only (``counter._inventory``)."""
     if ctx.args.max_age is not None:
         names, make = _counters(ctx)
         rolled = plan.run(rollup_all_plan(names, make, ctx.args.max_age), ctx.gateway())

@@ -18,7 +18,7 @@ MAX_LINES = 600
 #: is every module under pkg at any depth; a name without "*" is that module
 #: only, so a new top-level module must be given a layer here.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("checks and errors", ("gds_counter._checks", "gds_counter.errors")),
+    ("checks, errors and the process", ("gds_counter._checks", "gds_counter.errors", "gds_counter._process", "gds_counter._process.*")),
     ("gateway", ("gds_counter.gateway", "gds_counter.gateway.*")),
     ("gds", ("gds_counter.gds", "gds_counter.gds.*")),
     ("counter", ("gds_counter.counter", "gds_counter.counter.*")),
@@ -30,8 +30,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gds_counter",
             "gds_counter.__main__",
             "gds_counter.cli",
-            "gds_counter.demo",
-            "gds_counter.load",
+            "gds_counter._demo",
+            "gds_counter._load",
             "gds_counter.emulators",
         ),
     ),
@@ -176,3 +176,57 @@ def test_the_product_never_imports_test_tooling():
     product = [name for name in graph if not name.startswith("gds_counter.testing")]
     for name in product:
         assert not {t for t in graph[name] if t.startswith("gds_counter.testing")}, name
+
+
+#: Imports of another package's underscore module that are allowed, each
+#: with its reason (docs/architecture.md, "Front doors"). At most three.
+BACK_DOORS: dict[tuple[str, str], str] = {}
+
+#: Product modules whose names do not start with ``_`` (``__init__`` and
+#: ``__main__`` aside, test tooling outside): the public face, kept small.
+MAX_PUBLIC_MODULES = 30
+
+
+def _back_doors(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every import of an underscore module that belongs to a package which
+    is neither the importer's own nor one of its ancestors: such a module is
+    machinery, reached through its package's ``__init__``."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        path = PACKAGE.parent.joinpath(*module.split("."))
+        own = module if (path / "__init__.py").exists() else module.rpartition(".")[0]
+        for target in sorted(targets):
+            parts = target.split(".")
+            for depth, part in enumerate(parts):
+                if part.startswith("_") and not part.startswith("__"):
+                    owner = ".".join(parts[:depth])
+                    if not (own == owner or own.startswith(owner + ".")):
+                        found.append((module, ".".join(parts[: depth + 1])))
+                    break
+    return found
+
+
+def test_no_module_imports_another_packages_machinery():
+    doors = [door for door in _back_doors(_imports()) if door not in BACK_DOORS]
+    assert not doors, "back doors:\n" + "\n".join(f"{a} -> {b}" for a, b in doors)
+    assert len(BACK_DOORS) <= 3
+
+
+def test_the_back_door_check_finds_one():
+    graph = {
+        "gds_counter.counter.sharded": {"gds_counter.counter._engine", "gds_counter._checks"},
+        "gds_counter.gateway.embedded._storage": {"gds_counter.gateway._paths"},  # an ancestor's
+        "gds_counter.aio.counter": {"gds_counter.counter._engine"},  # another package's: the one
+    }
+    assert _back_doors(graph) == [("gds_counter.aio.counter", "gds_counter.counter._engine")]
+
+
+def test_the_public_face_stays_small():
+    public = sorted(
+        name
+        for name in _imports()
+        if not _matches(name, OUTSIDE_THE_LAYERS)
+        and not any(part.startswith("_") for part in name.split(".")[1:])
+        and (PACKAGE.parent / (name.replace(".", "/") + ".py")).exists()
+    )
+    assert len(public) <= MAX_PUBLIC_MODULES, f"{len(public)} public modules: {public}"

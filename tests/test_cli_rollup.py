@@ -15,7 +15,7 @@ import pytest
 from gds_counter.cli import main
 from gds_counter.counter import PHP_ARTICLE, CounterShardDS
 from gds_counter.counter import rollup as rollup_module
-from gds_counter.counter.planning import plan_shards
+from gds_counter.counter._sizing import plan_shards
 from gds_counter.gateway import open_gateway, plan
 from gds_counter.gateway.query import Query
 

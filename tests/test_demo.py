@@ -1,5 +1,5 @@
 """``gds-counter demo --quick``: the workshop in one command, and the load
-runner (``gds_counter.load``) it shares with the benchmarks and the
+runner (``gds_counter._load``) it shares with the benchmarks and the
 reliability tests."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 import gds_counter
+from gds_counter._demo import run_demo
+from gds_counter._load import LoadResult, percentile, run_load, start_load
 from gds_counter.counter import CounterShardDS
-from gds_counter.demo import run_demo
 from gds_counter.errors import BadValueError, Contention, GDSError
-from gds_counter.load import LoadResult, percentile, run_load, start_load
 
 FINAL = re.compile(r"^\s+(?P<title>.+?)\s+final count\s+(?P<final>\d+) = counted\s+(?P<counted>\d+)\s+ok$", re.M)
 
@@ -60,7 +60,7 @@ def test_demo_quick_as_a_command(tmp_path):
 
 
 def test_run_demo_reports_results_and_skips_the_plot_without_matplotlib(tmp_path, monkeypatch):
-    import gds_counter.demo as demo
+    import gds_counter._demo as demo
 
     monkeypatch.setattr(demo, "new_figure", lambda *size: "matplotlib is not installed")
     lines: list[str] = []
@@ -117,7 +117,7 @@ def test_each_modelled_app_instance_chooses_shards_as_a_process_of_its_own(tmp_p
 
 
 def demo_module():
-    import gds_counter.demo as demo
+    import gds_counter._demo as demo
 
     return demo
 

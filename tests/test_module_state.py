@@ -14,18 +14,18 @@ PACKAGE = Path(__file__).resolve().parent.parent / "gds_counter"
 #: The product's module-level registries: at most two.
 REGISTRIES = {
     ("gateway/__init__.py", "_SHARED"): "URL -> the shared gateway of code that names none, both faces",
-    ("gateway/_forks.py", "_MEMBERS"): "the objects whose fork hooks the one os.register_at_fork calls",
+    ("_process/forks.py", "_MEMBERS"): "the objects whose fork hooks the one os.register_at_fork calls",
 }
 
 #: Other module-level state, each with the reason it cannot go with a gateway.
 OTHER_STATE = {
-    ("gateway/_forks.py", "_LOCK"): "the fork registry's lock, held across a fork",
-    ("gateway/_forks.py", "_FORKING"): "the members of the fork in progress (empty between forks)",
+    ("_process/forks.py", "_LOCK"): "the fork registry's lock, held across a fork",
+    ("_process/forks.py", "_FORKING"): "the members of the fork in progress (empty between forks)",
     ("gateway/embedded/_files.py", "ABANDONED"): (
         "connections a forked child inherited: kept for ever, since closing one (even when its gateway is "
         "collected) would release the parent's SQLite locks"
     ),
-    ("gateway/_deadlines.py", "_AT"): "the running call's deadline: per call (a context variable), not per gateway",
+    ("_process/deadlines.py", "_AT"): "the running call's deadline: per call (a context variable), not per gateway",
 }
 
 #: Module-level tables that are never changed after import (names, rules).

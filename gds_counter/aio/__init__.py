@@ -25,11 +25,18 @@ with a gateway it inherited (gunicorn ``--preload``, ``multiprocessing``)
 gets threads and locks of its own, and never runs the parent's queued calls.
 """
 
-from gds_counter.aio._gateway import AsyncGateway, async_twin, open_gateway, resolve_gateway, shared_gateway
+from gds_counter.aio._gateway import (
+    AsyncGateway,
+    async_twin,
+    is_async_gateway,
+    open_gateway,
+    resolve_gateway,
+    shared_gateway,
+)
 from gds_counter.aio._threaded import ThreadedGateway
 from gds_counter.aio.counter import CounterShardDS, GeneralCounter, ShardedCounter, get_counts
 from gds_counter.aio.store import Store
-from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
+from gds_counter.gateway.datastore import AsyncDatastoreGateway
 
 __all__ = [
     "AsyncDatastoreGateway",
@@ -41,6 +48,7 @@ __all__ = [
     "ThreadedGateway",
     "async_twin",
     "get_counts",
+    "is_async_gateway",
     "open_gateway",
     "resolve_gateway",
     "shared_gateway",

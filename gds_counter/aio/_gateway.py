@@ -17,8 +17,7 @@ from gds_counter.gateway import open_gateway as open_blocking
 from gds_counter.gateway import shared_gateway as shared_blocking
 from gds_counter.gateway import shared_instance
 from gds_counter.gateway.capabilities import Capabilities
-from gds_counter.gateway.datastore import DatastoreGateway
-from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
+from gds_counter.gateway.datastore import AsyncDatastoreGateway, DatastoreGateway
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import CommitResult, Mutation
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult

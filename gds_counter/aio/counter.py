@@ -17,9 +17,7 @@ from typing_extensions import Unpack
 
 from gds_counter.aio._gateway import AsyncGateway, resolve_gateway
 from gds_counter.aio.store import Store
-from gds_counter.counter._arguments import check_counters, locate
-from gds_counter.counter._engine import CounterCore
-from gds_counter.counter._totals import by_gateway, get_counts_plan
+from gds_counter.counter import CounterCore, by_gateway, check_counters, get_counts_plan, locate
 from gds_counter.counter.article import article_counter_args
 from gds_counter.counter.layout import NDB_GENERAL, Layout
 from gds_counter.counter.options import CounterChanges, CounterOptions, options_of

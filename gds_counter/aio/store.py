@@ -19,9 +19,8 @@ from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Insert, Mutation, Update
 from gds_counter.gateway.query import AggregationQuery, Query
-from gds_counter.gds._store_core import StoreCore
+from gds_counter.gds import StoreCore, from_raw
 from gds_counter.gds.entity import Entity
-from gds_counter.gds.mapper import from_raw
 from gds_counter.gds.schema import Schema
 from gds_counter.gds.transaction import DEFAULT_RETRY, RetryPolicy, retry_plan
 

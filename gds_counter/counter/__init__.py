@@ -1,7 +1,12 @@
 """Sharded counters: the PHP article's ``CounterShardDS`` and the Google
 article's named ``GeneralCounter``, one engine with two data layouts."""
 
-from gds_counter.counter._arguments import MAX_SHARDS
+from gds_counter.counter._arguments import MAX_SHARDS, check_counters, check_num_shards, locate
+from gds_counter.counter._engine import CounterCore
+from gds_counter.counter._inventory import counter_names_plan, rollup_all_plan
+from gds_counter.counter._sizing import DEFAULT_WRITES_PER_SHARD, ShardPlan, plan_shards
+from gds_counter.counter._storage_scope import STORAGE_HEADER, storage_scope
+from gds_counter.counter._totals import by_gateway, get_counts_plan
 from gds_counter.counter.article import CounterShardDS, make_target
 from gds_counter.counter.cache import CountCache
 from gds_counter.counter.entity import CounterShardEntity
@@ -15,6 +20,8 @@ from gds_counter.counter.sharded import ShardedCounter, get_counts
 from gds_counter.counter.strategy import STRATEGIES, Shard, Strategy, Wrote
 
 __all__ = [
+    # the faces: classes and settings
+
     "AffinityShards",
     "AutoGrow",
     "CounterShardDS",
@@ -37,4 +44,19 @@ __all__ = [
     "Wrote",
     "get_counts",
     "make_target",
+    # the machinery the other faces run (gds_counter.aio, the command, serve):
+    # one engine, so they hold no counter rules of their own
+    "CounterCore",
+    "DEFAULT_WRITES_PER_SHARD",
+    "STORAGE_HEADER",
+    "ShardPlan",
+    "by_gateway",
+    "check_counters",
+    "check_num_shards",
+    "counter_names_plan",
+    "get_counts_plan",
+    "locate",
+    "plan_shards",
+    "rollup_all_plan",
+    "storage_scope",
 ]

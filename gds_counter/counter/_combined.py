@@ -30,7 +30,7 @@ they may try again.)
 
 A caller is only ever combined into a write that began after it arrived,
 so a read after its call returns sees its amount, as if it had written
-alone. (``gds_counter.gateway._rounds`` keeps the rounds, as for shared
+alone. (``gds_counter.counter._rounds`` keeps the rounds, as for shared
 reads.) ``CombinedWrites`` is for threads, ``AsyncCombinedWrites`` for the
 tasks of one event loop; a gateway's ``counter.runtime.Runtime`` holds one
 of each. A counter's plan asks for one by yielding ``Combine``.
@@ -43,9 +43,9 @@ import threading
 from typing import Any, Awaitable, Callable, Hashable
 
 from gds_counter._checks import INT64_MAX, INT64_MIN
+from gds_counter.counter._rounds import LoopLines, Round, Seat, ThreadLines, yield_thread
 from gds_counter.errors import CommitUnknown, GDSError
 from gds_counter.gateway import plan
-from gds_counter.gateway._rounds import LoopLines, Round, Seat, ThreadLines, yield_thread
 
 __all__ = ["IN_FLIGHT", "AsyncCombinedWrites", "Combine", "CombinedWrites"]
 

@@ -42,6 +42,7 @@ from typing import Any, Callable, Hashable, Iterator, Sequence
 import attrs
 
 from gds_counter._checks import INT64_MAX, check_int
+from gds_counter._process import deadlines
 from gds_counter.counter._arguments import check_name, check_num_shards
 from gds_counter.counter._combined import Combine
 from gds_counter.counter._reset import reset_plan
@@ -55,7 +56,6 @@ from gds_counter.counter.runtime import Runtime
 from gds_counter.counter.shard_choice import Holding, ShardChooser, told
 from gds_counter.counter.strategy import Shard, Wrote, add_plan, get_strategy
 from gds_counter.errors import BadValueError, Contention, GDSError, TotalUnavailable, Unavailable
-from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Mutation, Upsert
@@ -343,7 +343,7 @@ class CounterCore:
     def _add(self, amount: int = 1) -> plan.Plan[None]:
         """Add ``amount`` without reading anything back: the hot path. Returns
         once it is committed exactly once; raises otherwise. The policy's
-        deadline bounds the whole call (``_deadlines.bounded``)."""
+        deadline bounds the whole call (``_process.deadlines.bounded``)."""
         amount = check_int(amount, "amount", low=-INT64_MAX)
         if amount == 0:
             return

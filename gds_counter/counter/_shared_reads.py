@@ -23,15 +23,15 @@ do not (a Store's queries are each their own). ``SharedReads`` is for
 threads, ``AsyncSharedReads`` for the tasks of one event loop; a gateway's
 ``counter.runtime.Runtime`` holds one of each, and a counter's plan asks
 for a shared read by yielding ``SharedRead``. The rounds' bookkeeping is
-``gds_counter.gateway._rounds``, shared with combined writes.
+``gds_counter.counter._rounds``, shared with combined writes.
 """
 
 from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
 
+from gds_counter.counter._rounds import LoopLines, Seat, ThreadLines, yield_thread
 from gds_counter.gateway import plan
-from gds_counter.gateway._rounds import LoopLines, Seat, ThreadLines, yield_thread
 
 R = TypeVar("R")
 

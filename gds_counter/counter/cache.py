@@ -42,8 +42,8 @@ from typing import Any, Callable, ContextManager, Hashable, Iterator, Optional, 
 
 import attrs
 
+from gds_counter._process import forks
 from gds_counter.errors import BadValueError, Contention, TransformsIgnored, Unavailable
-from gds_counter.gateway import _forks as forks
 
 __all__ = ["DEFAULT_TTL", "CountCache", "TotalCache", "monotonic"]
 

@@ -55,7 +55,7 @@ append-only file, or a replica promoted) brings keys back, totals and
 epochs included, that may be older than adds that returned: each
 counter's keys carry the run id of the server that wrote them, and under
 another run (checked in every script) they are no total (see ``_BUMP``).
-The keys name the storage, not its address (``storage_scope``). The window left: a writer that cannot reach Redis around its commit
+The keys name the storage, not its address (``_storage_scope``). The window left: a writer that cannot reach Redis around its commit
 leaves the cached total short of its amount until that process next
 reaches Redis (it drops the total then), or the writer's lease ends (when
 it reached Redis before its commit), or the total's ``ttl`` ends (a
@@ -94,10 +94,10 @@ import uuid
 from typing import Any, Hashable, Iterator
 
 from gds_counter._checks import INT64_MAX
+from gds_counter._process import forks
 from gds_counter.counter._off_main import OffMain
-from gds_counter.counter.storage_scope import check_scope, storage_scope
+from gds_counter.counter._storage_scope import check_scope, storage_scope
 from gds_counter.errors import BadValueError, Contention, TransformsIgnored, Unavailable
-from gds_counter.gateway import _forks
 
 __all__ = ["RedisCountCache", "check_redis_url"]
 
@@ -275,7 +275,7 @@ class RedisCountCache:
     ``url`` names; see the module's notes. Counters get one with
     ``cache="redis://..."`` (``Runtime.redis_cache``: one per URL per gateway).
 
-    Its keys name the storage (``scope``, see ``storage_scope``), known
+    Its keys name the storage (``scope``, see ``_storage_scope``), known
     at once, or for an emulator at the first call that reaches it (until
     then, as when Redis fails, reads go to storage and writes count)."""
 
@@ -324,7 +324,7 @@ class RedisCountCache:
         #: Counters whose write this process could not announce or end in
         #: Redis: their totals are dropped at its next successful call.
         self._owed: dict[Hashable, str] = {}
-        _forks.register(self)
+        forks.register(self)
 
     def _connect(self) -> None:
         """A redis-py client (no connection yet) and the scripts on it; its

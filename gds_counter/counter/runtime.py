@@ -20,7 +20,7 @@ Nothing here is kept in module globals: the runtime hangs on its gateway
 (``Runtime.of``) and goes with it. An async gateway over a blocking one
 (``aio.ThreadedGateway``) uses the blocking one's, so both faces of one
 process see each other's writes. After ``fork()`` each part starts afresh
-in the child (``gateway._forks``): the parent's threads, whose writes, locks
+in the child (``_process.forks``): the parent's threads, whose writes, locks
 and rounds the parts tracked, are not there.
 """
 
@@ -33,13 +33,13 @@ import weakref
 from typing import Any, Callable
 
 from gds_counter._checks import check_int
+from gds_counter._process import forks
 from gds_counter.counter._combined import AsyncCombinedWrites, CombinedWrites
 from gds_counter.counter._shared_reads import AsyncSharedReads, SharedReads
 from gds_counter.counter.cache import CountCache, monotonic
 from gds_counter.counter.redis_cache import RedisCountCache
 from gds_counter.counter.shard_choice import AffinityShards, ShardChooser
 from gds_counter.errors import BadValueError
-from gds_counter.gateway import _forks as forks
 
 __all__ = ["DEFAULT_IN_FLIGHT", "Runtime"]
 

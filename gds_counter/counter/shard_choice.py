@@ -84,8 +84,8 @@ import zlib
 from types import TracebackType
 from typing import Any, Callable, Hashable, Mapping, Protocol, runtime_checkable
 
+from gds_counter._process import forks
 from gds_counter.errors import BadValueError, Contention
-from gds_counter.gateway import _forks as forks
 
 __all__ = ["AVOID_SECONDS", "BUSY_SECONDS", "MAX_COUNTERS", "YIELD_PROBABILITY", "AffinityShards", "RandomShards", "ShardChooser"]
 

@@ -11,8 +11,9 @@ import threading
 from typing import Any, Callable, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
+from gds_counter._process import forks
 from gds_counter.errors import BadKeyError, BadValueError, GatewayError
-from gds_counter.gateway import _forks as forks
+from gds_counter.gateway._aggregation import check_aggregation
 from gds_counter.gateway.base import Gateway, is_gateway
 
 # Imported now, not on first use: a process that forks while another thread
@@ -22,7 +23,15 @@ from gds_counter.gateway.embedded import EmbeddedGateway
 from gds_counter.gateway.keys import local_project, project_name
 from gds_counter.gateway.stats import Stats
 
-__all__ = ["Gateway", "Stats", "open_gateway", "resolve_gateway", "shared_gateway", "DEFAULT_URL"]
+__all__ = [
+    "DEFAULT_URL",
+    "Gateway",
+    "Stats",
+    "check_aggregation",
+    "open_gateway",
+    "resolve_gateway",
+    "shared_gateway",
+]
 
 log = logging.getLogger(__name__)
 

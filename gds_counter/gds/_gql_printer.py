@@ -16,7 +16,7 @@ from typing import Any
 
 from gds_counter._checks import is_int
 from gds_counter.errors import BadValueError, GQLError
-from gds_counter.gateway._aggregation import check_aggregation
+from gds_counter.gateway import check_aggregation
 from gds_counter.gateway.query import KEY_PROPERTY, Aggregation, AggregationQuery, Cursor, Filter, PropertyFilter, Query
 
 __all__ = ["Printer"]

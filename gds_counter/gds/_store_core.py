@@ -33,8 +33,8 @@ from gds_counter.gateway.mutations import Delete, Increment, Insert, Mutation, U
 from gds_counter.gateway.query import Aggregation, AggregationQuery, Order, PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds import gql
+from gds_counter.gds._mapper import from_raw, to_raw
 from gds_counter.gds.entity import Entity, child_key, parent_key
-from gds_counter.gds.mapper import from_raw, to_raw
 from gds_counter.gds.schema import Schema
 from gds_counter.gds.transaction import RetryPolicy
 

@@ -17,8 +17,8 @@ import attrs
 from google.api_core.retry import exponential_sleep_generator
 
 from gds_counter._checks import check_int
+from gds_counter._process import deadlines
 from gds_counter.errors import BadValueError, Contention
-from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway import plan
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ def retry_plan(
     started = time.monotonic()
     for number in range(1, policy.attempts + 1):
         # Storage waits inside the attempt (another process's lock) end at
-        # the deadline too, not at their own bound (``gateway._deadlines``).
+        # the deadline too, not at their own bound (``_process.deadlines``).
         bounded = deadlines.limit(started + policy.deadline) if policy.deadline is not None else None
         try:
             result: T = yield from attempt()

@@ -8,7 +8,7 @@ messages the gRPC face uses, so the two faces cannot drift apart: field names
 in lowerCamelCase, bytes in base64, 64-bit integers as strings, as Google's
 REST APIs write them. The project of the path wins over one in the body.
 ``GET /`` answers ``Ok``, which existing wait loops for the emulators poll,
-with a header naming the storage served (``counter.storage_scope``: a
+with a header naming the storage served (``counter._storage_scope``: a
 shared count cache's clients of the server and of the file are one).
 
 Errors are Google's JSON error shape, ``{"error": {"code", "message",
@@ -44,7 +44,7 @@ from typing import Any, Callable
 import attrs
 from google.protobuf import json_format
 
-from gds_counter.counter.storage_scope import STORAGE_HEADER, storage_scope
+from gds_counter.counter import STORAGE_HEADER, storage_scope
 from gds_counter.server._service import METHODS, DatastoreService
 from gds_counter.server._status import HTTP_STATUS, ServiceError
 

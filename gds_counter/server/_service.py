@@ -32,10 +32,10 @@ from typing import Any, Callable, Sequence
 from google.cloud.datastore_v1.types import datastore as _ds
 from google.cloud.datastore_v1.types import query as _qry
 
+from gds_counter._process import deadlines
 from gds_counter.errors import BadKeyError, BadValueError, TransactionLost
-from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway.base import Gateway
-from gds_counter.gateway.datastore._codec import Codec
+from gds_counter.gateway.datastore import Codec
 from gds_counter.gateway.keys import Key, project_name
 from gds_counter.gateway.mutations import Delete, Mutation
 from gds_counter.gateway.query import AggregationQuery, Query, QueryResult

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gds_counter.aio._gateway import is_async_gateway
+from gds_counter.aio import is_async_gateway
 from gds_counter.errors import BadValueError
 from gds_counter.gateway import plan
 from gds_counter.gateway.capabilities import Capabilities

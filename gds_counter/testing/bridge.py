@@ -101,6 +101,6 @@ def bridge_to_async(blocking: Any) -> BlockingBridge:
     """A ``BlockingBridge`` over the async twin of ``blocking`` (the same
     storage: the emulator, namespace and project, or the same embedded
     database); closing the bridge leaves ``blocking`` open."""
-    from gds_counter.aio._gateway import async_twin
+    from gds_counter.aio import async_twin
 
     return BlockingBridge(async_twin(blocking, owns=False))

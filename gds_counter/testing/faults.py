@@ -536,8 +536,7 @@ def inject_rpc_faults(
     """Make a ``DatastoreGateway``'s or ``AsyncDatastoreGateway``'s RPCs
     fail on purpose, below its retry policy; returns the injector (counts,
     ``paused()``). Call ``remove_rpc_faults(gateway)`` to undo."""
-    from gds_counter.gateway.datastore import DatastoreGateway
-    from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
+    from gds_counter.gateway.datastore import AsyncDatastoreGateway, DatastoreGateway
 
     if not isinstance(gateway, (DatastoreGateway, AsyncDatastoreGateway)):
         raise BadValueError(

@@ -183,8 +183,8 @@ def fork_while_threads_hold_the_registries_locks(db: str) -> dict[str, Any]:
     registers half way through a fork; held by another thread, it would
     block the fork itself."""
     from gds_counter import gateway as gateway_module
+    from gds_counter._process import forks
     from gds_counter.counter.runtime import Runtime
-    from gds_counter.gateway import _forks as forks
 
     url = f"sqlite:///{db}"
 

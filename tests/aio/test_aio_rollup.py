@@ -9,7 +9,7 @@ import pytest
 
 from gds_counter import aio
 from gds_counter.counter import PHP_ARTICLE, CounterShardDS, TotalAsOf
-from gds_counter.counter.inventory import rollup_all_plan
+from gds_counter.counter._inventory import rollup_all_plan
 from gds_counter.counter.rollup import Writes
 from gds_counter.gateway import plan
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from gds_counter._process import deadlines
 from gds_counter.counter._combined import AsyncCombinedWrites, CombinedWrites
 from gds_counter.errors import BadValueError, CommitUnknown, Contention, CountSaturated
-from gds_counter.gateway import _deadlines as deadlines
 
 INT64_MAX = 2**63 - 1
 
@@ -177,7 +177,7 @@ def test_a_leader_lets_ready_callers_join_before_it_writes(bringing):
     not wait for a running write pauses (lets ready threads run) once, then
     again while each pause brought a caller (up to SETTLE_WAITS), and writes
     their amounts with its own."""
-    from gds_counter.gateway import _rounds as rounds
+    from gds_counter.counter import _rounds as rounds
 
     threads: list[threading.Thread] = []
     pauses: list[int] = []

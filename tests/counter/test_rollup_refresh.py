@@ -16,7 +16,7 @@ from freezegun import freeze_time
 
 from gds_counter.counter import PHP_ARTICLE, CounterShardDS, ShardedCounter
 from gds_counter.counter import rollup as rollup_module
-from gds_counter.counter.inventory import rollup_all_plan
+from gds_counter.counter._inventory import rollup_all_plan
 from gds_counter.counter.rollup import Writes
 from gds_counter.gateway import plan
 

@@ -116,7 +116,7 @@ def test_a_leader_waits_again_while_each_wait_brings_another_caller_to_join(brin
     another: the leader waits once, then again for as long as the last wait
     brought a caller, up to SETTLE_WAITS; everyone who came shares its one
     read."""
-    from gds_counter.gateway import _rounds as rounds
+    from gds_counter.counter import _rounds as rounds
 
     read = Reads()
     read.release[0].set()

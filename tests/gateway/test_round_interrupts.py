@@ -33,11 +33,11 @@ from typing import Any, Callable, Iterable
 import pytest
 
 from gds_counter.counter import _combined as combined_module
+from gds_counter.counter import _rounds as rounds
 from gds_counter.counter import _shared_reads as shared_module
 from gds_counter.counter._combined import AsyncCombinedWrites, CombinedWrites
 from gds_counter.counter._shared_reads import AsyncSharedReads, SharedReads
 from gds_counter.errors import CommitUnknown, GDSError
-from gds_counter.gateway import _rounds as rounds
 
 BOUND = 10  # seconds: a caller still waiting after this hangs
 

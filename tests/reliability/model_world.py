@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from gds_counter.counter import PHP_ARTICLE, ShardedCounter
-from gds_counter.counter.inventory import counter_names_plan, rollup_all_plan
+from gds_counter.counter._inventory import counter_names_plan, rollup_all_plan
 from gds_counter.errors import (
     BadValueError,
     CommitUnknown,

@@ -27,12 +27,12 @@ from collections import Counter
 
 import pytest
 
+from gds_counter._load import start_load
 from gds_counter.counter import CounterShardDS
 from gds_counter.emulators import Emulator, EmulatorError, find_gcloud, launch_emulator
 from gds_counter.errors import Contention, GatewayError, Unavailable
 from gds_counter.gateway.keys import Key
 from gds_counter.gds import RetryPolicy
-from gds_counter.load import start_load
 
 pytestmark = [pytest.mark.emulator, pytest.mark.slow]
 

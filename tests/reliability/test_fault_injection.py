@@ -39,6 +39,7 @@ import pytest
 from google.api_core.retry import AsyncRetry, Retry
 
 from gds_counter import aio
+from gds_counter._load import run_load
 from gds_counter.counter import AutoGrow, CounterShardDS
 from gds_counter.errors import (
     BadValueError,
@@ -55,7 +56,6 @@ from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Increment, Upsert
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds import RetryPolicy
-from gds_counter.load import run_load
 from gds_counter.testing.async_faults import FaultyAsyncGateway
 from gds_counter.testing.faults import (
     ABORTED,

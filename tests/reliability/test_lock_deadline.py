@@ -4,7 +4,7 @@ The embedded engine waits for the file's write lock up to its busy timeout
 (30 s). A call with a 1 s retry deadline used to take those 30 s behind a
 frozen lock holder, and ``gds-counter --timeout 2`` 30 s too: the promise
 is that no call hangs past its deadline. Now the deadline reaches the wait
-(``gateway._deadlines``), and the call raises ``Contention`` (nothing
+(``_process.deadlines``), and the call raises ``Contention`` (nothing
 stored) soon after it. The lock is held by a second SQLite connection in
 ``BEGIN IMMEDIATE``, which is to SQLite what another process is.
 """

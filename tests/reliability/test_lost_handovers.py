@@ -24,9 +24,9 @@ from typing import Any, Callable
 
 import pytest
 
+from gds_counter._process import deadlines
+from gds_counter.counter._rounds import Gate
 from gds_counter.errors import Contention
-from gds_counter.gateway import _deadlines as deadlines
-from gds_counter.gateway._rounds import Gate
 from gds_counter.gateway.embedded import EmbeddedGateway
 from gds_counter.gateway.embedded._connections import ConnectionPool, HeldLease
 from gds_counter.gateway.embedded._group_commit import WRITE, GroupCommit, Request

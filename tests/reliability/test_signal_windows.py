@@ -6,7 +6,7 @@ where the interpreter checks for one, which is just after a call returned,
 in the middle of a line: after ``lock.acquire()`` took the lock but before
 the ``with`` knew, after ``list.pop()`` took a connection but before it was
 stored anywhere. These tests raise at every such point of the code that
-must hand things back (the connection pool, ``_interrupts.locked``) and
+must hand things back (the connection pool, ``_process.interrupts.locked``) and
 check that nothing is lost and nobody waits for ever. (Fresh-eyes trial:
 one Ctrl-C during an increment hung the embedded gateway for good.)
 """
@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import pytest
 
-from gds_counter.gateway._interrupts import locked
+from gds_counter._process.interrupts import locked
 from gds_counter.gateway.embedded import EmbeddedGateway
 from gds_counter.gateway.embedded._connections import ConnectionPool, Lease
 

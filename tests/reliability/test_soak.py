@@ -17,9 +17,9 @@ from collections import Counter
 
 import pytest
 
+from gds_counter._load import Load, start_load
 from gds_counter.counter import CounterShardDS, GeneralCounter
 from gds_counter.errors import Contention, GatewayError
-from gds_counter.load import Load, start_load
 
 pytestmark = [pytest.mark.soak, pytest.mark.slow, pytest.mark.emulator]
 

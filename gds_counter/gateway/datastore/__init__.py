@@ -17,7 +17,9 @@ Split by idea, each module explaining its own part:
   deadline per request, and the RPCs behind the gateway hooks.
 """
 
+from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
+from gds_counter.gateway.datastore._codec import Codec
 from gds_counter.gateway.datastore._gateway import DatastoreGateway
 from gds_counter.gateway.datastore._retry import DEFAULT_RETRY
 
-__all__ = ["DatastoreGateway", "DEFAULT_RETRY"]
+__all__ = ["AsyncDatastoreGateway", "Codec", "DatastoreGateway", "DEFAULT_RETRY"]

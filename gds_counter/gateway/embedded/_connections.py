@@ -15,7 +15,7 @@ Reliability section):
   its connections, old or new, hold no lock the parent can see: a parent
   that then closes its gateway (or exits) believes it is the last user,
   checkpoints and deletes the ``-wal`` file while the child still commits
-  into it. So, through ``gateway._forks``, every pool waits for the
+  into it. So, through ``_process.forks``, every pool waits for the
   calls in progress and closes its connections in the parent just before
   ``fork()`` (never in the child, where closing one could release the
   parent's locks); parent and child each open new ones on first use. A child
@@ -51,10 +51,9 @@ import time
 import weakref
 from types import TracebackType
 
+from gds_counter._process import deadlines, forks
+from gds_counter._process.interrupts import locked, own_again, release_if_held, surely
 from gds_counter.errors import Contention, GatewayError
-from gds_counter.gateway import _deadlines as deadlines
-from gds_counter.gateway import _forks as forks
-from gds_counter.gateway._interrupts import locked, own_again, release_if_held, surely
 from gds_counter.gateway.embedded._files import (
     ABANDONED,
     Connection,
@@ -83,7 +82,7 @@ RESERVED_FOR_CALLS = 4
 HOLD_WAIT_S = 2.0
 
 #: How long a call waits at most for a connection when every one is lent
-#: (less when its deadline comes sooner: ``gateway._deadlines``); each
+#: (less when its deadline comes sooner: ``_process.deadlines``); each
 #: lender is bounded by the busy timeout, a memory database's lone
 #: connection by the calls queued before it.
 LEND_WAIT_S = 2 * BUSY_TIMEOUT_S + 15
@@ -111,7 +110,7 @@ class ConnectionPool:
         self.where = path or "memory"
         self._size = 1 if path is None else size
         # Taken directly on the hot path; waits go through _cond. An RLock:
-        # it knows its owner, which ``_interrupts.locked`` asks after an interrupt.
+        # it knows its owner, which ``_process.interrupts.locked`` asks after an interrupt.
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self.write_lock = threading.RLock()  # an RLock knows its owner (interrupts.release_if_held); this process's write transactions, one at a time (EmbeddedGateway._apply)

@@ -20,8 +20,8 @@ from typing import Any, Callable, Generator, Hashable, Iterator
 
 import attrs
 
+from gds_counter._process import deadlines
 from gds_counter.errors import AlreadyExists, BadValueError, CommitUnknown, Contention, GDSError, NotFound
-from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease

@@ -44,8 +44,8 @@ import os
 import threading
 from typing import Any, Callable
 
+from gds_counter._process.interrupts import release_if_held, surely
 from gds_counter.errors import CommitUnknown, Contention, GDSError, Unavailable
-from gds_counter.gateway._interrupts import release_if_held, surely
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S
 
 __all__ = ["Batch", "GroupCommit", "Request"]
@@ -60,7 +60,7 @@ LEFT = 4  #: its caller left before any writer took it: never written
 #: How long a queued caller waits, by default, for the writers ahead of it:
 #: each waits up to the busy timeout for this process's write lock (a
 #: transaction's commit) and again for the file's. (The engine passes less
-#: when the caller's deadline comes sooner: ``gateway._deadlines``.)
+#: when the caller's deadline comes sooner: ``_process.deadlines``.)
 DEFAULT_WAIT_S = 2 * BUSY_TIMEOUT_S + 15
 
 

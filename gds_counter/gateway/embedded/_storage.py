@@ -46,10 +46,10 @@ from typing import Any, Hashable, Iterable, Iterator
 import attrs
 
 from gds_counter._checks import INT64_MAX, INT64_MIN
+from gds_counter._process import deadlines
+from gds_counter._process.interrupts import surely
 from gds_counter.errors import AlreadyExists, Contention, GatewayError, GDSError, NotFound
-from gds_counter.gateway import _deadlines as deadlines
 from gds_counter.gateway import _paths as paths
-from gds_counter.gateway._interrupts import surely
 from gds_counter.gateway.base import TransactionState
 from gds_counter.gateway.embedded._encoding import (
     dump_entity,
@@ -176,7 +176,7 @@ class write_transaction:
         conn = self._conn
         try:
             conn.execute("PRAGMA busy_timeout = 0")
-            # The caller's deadline may come sooner (``gateway._deadlines``): a
+            # The caller's deadline may come sooner (``_process.deadlines``): a
             # writer behind a frozen lock holder gives up then, not 30 s later.
             deadline = time.monotonic() + deadlines.remaining(self._timeout)
             while True:

@@ -15,7 +15,7 @@ from failure_points.tracer import Point
 __all__ = ["FAULTS", "MECHANISMS", "POINTS", "points_of"]
 
 CW = "gds_counter.counter._combined"
-RD = "gds_counter.gateway._rounds"
+RD = "gds_counter.counter._rounds"
 GC = "gds_counter.gateway.embedded._group_commit"
 EN = "gds_counter.gateway.embedded._engine"
 SR = "gds_counter.counter._shared_reads"

@@ -1,6 +1,6 @@
 """One load runner: threads calling an operation, with an honest record.
 
-The workshop (``gds_counter.demo``), the benchmarks and the reliability
+The workshop (``gds_counter._demo``), the benchmarks and the reliability
 tests all need the same thing: some writer threads calling a function N
 times in all, or for T seconds, or at a steady rate until told to stop, and
 a record of what happened. One implementation gives them one set of rules

@@ -31,9 +31,9 @@ import time
 import weakref
 from typing import Any, Callable, Generic, Hashable, Iterator, TypeVar, Union
 
+from gds_counter._process import deadlines
+from gds_counter._process.interrupts import surely
 from gds_counter.errors import Contention
-from gds_counter.gateway import _deadlines as deadlines
-from gds_counter.gateway._interrupts import surely
 
 R = TypeVar("R")
 
@@ -340,7 +340,7 @@ class ThreadLines(Generic[R]):
     def await_end(mine: Round[Any], lines: Lines[R], lock: threading.Lock, seat: Seat) -> None:
         """A joiner's wait for its round's outcome, in slices (``SLICE``)
         so that an exception sent to the thread reaches it. Until the round
-        starts, the wait ends at the caller's deadline (``_deadlines``): it
+        starts, the wait ends at the caller's deadline (``_process.deadlines``): it
         leaves the round, nothing of it sent. Once started, the round's
         work is bounded by its leader's deadline, which came first."""
         while not mine.ended:

@@ -10,7 +10,7 @@ Four steps, each measured on the spot:
 
 Library code here never prints: the narrative goes through the ``write``
 function the caller passes (the CLI passes ``print``), and diagnostics go to
-``logging``. The load comes from ``gds_counter.load`` (the one load runner,
+``logging``. The load comes from ``gds_counter._load`` (the one load runner,
 which the benchmarks and the reliability tests use too), an emulator from
 ``gds_counter.emulators``; the optional-matplotlib helper (``new_figure``) is
 shared with ``benchmarks/``. The demo is product code: it never imports test
@@ -33,12 +33,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 import attrs
 
+from gds_counter._load import LoadResult, run_load
 from gds_counter.counter import CountCache, CounterShardDS, get_counts
 from gds_counter.counter.runtime import Runtime
 from gds_counter.emulators import EMULATOR_KINDS, Emulator, start_emulator
 from gds_counter.errors import BadValueError, GDSError
 from gds_counter.gateway.base import Gateway
-from gds_counter.load import LoadResult, run_load
 
 log = logging.getLogger(__name__)
 

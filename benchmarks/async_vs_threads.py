@@ -137,7 +137,7 @@ def measure(
     backends: list[str], rounds: int, duration: float, tasks: int, threads: int, warmup: float
 ) -> list[dict[str, Any]]:
     runs: list[dict[str, Any]] = []
-    plan = [(kind, r, series) for kind in backends for r in range(rounds)
+    turns = [(kind, r, series) for kind in backends for r in range(rounds)
             for series in (SERIES if r % 2 == 0 else SERIES[::-1])]
     with open_backends(backends) as started:
         for kind in backends:  # warm-up, not recorded: the emulator's JVM starts slow
@@ -145,7 +145,7 @@ def measure(
                 if warmup > 0:
                     spec = started[kind].fresh(f"warmup-{series}")
                     (run_async(spec, tasks, warmup) if series == "async" else run_threads(spec, threads, warmup))
-        for kind, round_, series in progress(plan, len(plan), "rounds"):
+        for kind, round_, series in progress(turns, len(turns), "rounds"):
             spec = started[kind].fresh(f"{series}-{round_}")
             if series == "async":
                 result = run_async(spec, tasks, duration)

@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         times: dict[tuple[str, str], list[float]] = {}
         rpcs: dict[str, int] = {}
         steps = list(sides["gds_counter Store"])
-        plan = [(step, side) for _ in range(args.rounds) for step in steps for side in sides]
-        for step, side in progress(plan, len(plan), "mapper overhead"):
+        turns = [(step, side) for _ in range(args.rounds) for step in steps for side in sides]
+        for step, side in progress(turns, len(turns), "mapper overhead"):
             before = gateway.stats["rpcs"]
             times.setdefault((step, side), []).append(timed(sides[side][step]))
             if side == "gds_counter Store":

@@ -261,7 +261,7 @@ def _ms(ordered: list[float], q: float) -> float | None:
     return None if value is None else round(value * 1000, 2)
 
 
-# --- the plan and the summary -----------------------------------------------------------------
+# --- the schedule and the summary -------------------------------------------------------------
 
 
 Cell = tuple[str, Load, str]  # backend, load, strategy
@@ -271,15 +271,15 @@ def schedule(backends: list[str], loads: list[Load], strategies: list[str], repe
              warmup: float) -> list[tuple[str, int | None, Cell, str]]:
     """(phase, repeat, cell, chooser) in the order they run."""
     cells: list[Cell] = [(b, load, s) for b in backends for load in loads for s in strategies]
-    plan: list[tuple[str, int | None, Cell, str]] = []
+    turns: list[tuple[str, int | None, Cell, str]] = []
     if warmup:
-        plan += [("warmup", None, cell, chooser) for cell in cells for chooser in CHOOSERS]
+        turns += [("warmup", None, cell, chooser) for cell in cells for chooser in CHOOSERS]
     for repeat in range(repeats):
         forward = repeat % 2 == 0
         for cell in cells if forward else cells[::-1]:
             for chooser in CHOOSERS if forward else CHOOSERS[::-1]:
-                plan.append(("measure", repeat, cell, chooser))
-    return plan
+                turns.append(("measure", repeat, cell, chooser))
+    return turns
 
 
 def summarize(runs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -439,12 +439,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     loads = [Load(1, args.threads), Load(args.processes, args.threads // args.processes)]
-    plan = schedule(args.backends, loads, args.strategies, args.repeats, args.warmup)
+    turns = schedule(args.backends, loads, args.strategies, args.repeats, args.warmup)
     runs: list[dict[str, Any]] = []
     load_before = os.getloadavg()  # other work on the machine skews every figure: recorded
     began = time.perf_counter()
     with open_backends(args.backends) as backends, WorkerPool(args.processes, prepare) as pool:
-        for phase, repeat, (backend, load, strategy), chooser in progress(plan, len(plan), "shard choice"):
+        for phase, repeat, (backend, load, strategy), chooser in progress(turns, len(turns), "shard choice"):
             seconds = args.warmup if phase == "warmup" else args.duration
             run = run_once(pool, backends[backend], load, strategy, chooser, seconds, args.shards, phase, repeat)
             runs.append(run)

@@ -44,8 +44,8 @@ from gds_counter.counter import (
     check_num_shards,
     counter_names_plan,
     make_target,
-    plan_shards,
     rollup_all_plan,
+    size_shards,
 )
 from gds_counter.errors import BadValueError, CommitUnknown, GDSError, Unavailable
 from gds_counter.gateway import Gateway, open_gateway, plan
@@ -211,9 +211,9 @@ def _rollup(ctx: Context) -> int:
     return EXIT_FAILURE if writes.failed else EXIT_OK  # so cron learns that some were not written
 
 
-@command("plan")
-def _plan(ctx: Context) -> int:
-    found = plan_shards(ctx.args.rate, ctx.args.per_shard)
+@command("size")
+def _size(ctx: Context) -> int:
+    found = size_shards(ctx.args.rate, ctx.args.per_shard)
     data = attrs.asdict(found)
     rows = [
         ("increments per second", f"{found.rate:g}"),
@@ -481,7 +481,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
             target=False)
     p.add_argument("--max-age", type=_seconds_from_zero, metavar="SECONDS", default=0.0,
                    help="leave rollups at most this old as they are (default 0: refresh every one)")
-    p = add("plan", "print the shards a write rate needs, and what an exact read costs against a rollup read",
+    p = add("size", "print the shards a write rate needs, and what an exact read costs against a rollup read",
             target=False)
     p.add_argument("--rate", type=demo.positive_option(float, "a positive number of increments per second"),
                    required=True, metavar="N", help="increments per second the counter must take")

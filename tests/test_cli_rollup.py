@@ -1,5 +1,5 @@
 """``gds-counter count --max-age``, ``list --max-age``, ``rollup`` and
-``plan``: rollups and the shard planner from a shell (run in-process
+``size``: rollups and shard sizing from a shell (run in-process
 against a SQLite file, and ``rollup`` twice at once as cron might)."""
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ import time
 import pytest
 
 from gds_counter.cli import main
-from gds_counter.counter import PHP_ARTICLE, CounterShardDS
+from gds_counter.counter import PHP_ARTICLE, CounterShardDS, size_shards
 from gds_counter.counter import rollup as rollup_module
-from gds_counter.counter._sizing import plan_shards
 from gds_counter.gateway import open_gateway, plan
 from gds_counter.gateway.query import Query
 
@@ -151,14 +150,15 @@ def test_rollup_exits_1_naming_a_counter_its_claims_hold_back(url, monkeypatch):
     assert "rollup: error: rollup not written: IK_CounterShardEntity 'Page_1'" in err and "2 claims" in err, err
 
 
-def test_plan_prints_the_shards_and_the_read_costs():
-    code, out, _ = run("plan", "--rate", "2500", "--json")
+def test_size_prints_the_shards_and_the_read_costs():
+    code, out, _ = run("size", "--rate", "2500", "--json")
     assert code == 0 and json.loads(out) == {
         "rate": 2500.0, "per_shard": 1.0, "shards": 2500, "exact_reads": 2501, "exact_rpcs": 3,
         "rollup_reads": 1, "rollup_rpcs": 1}
-    code, out, _ = run("plan", "--rate", "40", "--per-shard", "5")
+    code, out, _ = run("size", "--rate", "40", "--per-shard", "5")
     assert code == 0 and "shards needed" in out and out.split("shards needed")[1].split()[0] == "8"
-    code, _, err = run("plan", "--rate", "20000")
+    code, _, err = run("size", "--rate", "20000")
     assert code == 2 and "20,000 shards" in err and "10,000" in err
-    assert run("plan", "--rate", "0")[0] == 2 and run("plan")[0] == 2
-    assert plan_shards(0.5).shards == 1 and plan_shards(10.0, 3.0).shards == 4
+    assert run("size", "--rate", "0")[0] == 2 and run("size")[0] == 2
+    assert size_shards(0.5).shards == 1 and size_shards(10.0, 3.0).shards == 4
+    assert run("plan", "--rate", "40")[0] == 2  # the old name is no alias: one name per idea

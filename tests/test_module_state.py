@@ -32,9 +32,9 @@ OTHER_STATE = {
 CONSTANT_TABLES = {
     ("cli.py", "COMMANDS"), ("counter/strategy.py", "STRATEGIES"), ("gateway/__init__.py", "_PARAMS"),
     ("gateway/base.py", "_PLANS"), ("counter/redis_cache.py", "_OPTIONS"), ("counter/redis_cache.py", "_RANGES"),
-    ("gateway/datastore/_codec.py", "_OPS"), ("gateway/datastore/_codec.py", "_OPS_BACK"), ("gateway/embedded/_planner.py", "RANGE_OPS"),
+    ("gateway/datastore/_codec.py", "_OPS"), ("gateway/datastore/_codec.py", "_OPS_BACK"), ("gateway/embedded/_scans.py", "RANGE_OPS"),
     ("gateway/embedded/_metadata.py", "_REPRESENTATIONS"),
-    ("gateway/embedded/_planner.py", "_SQL_OPS"), ("gds/_gql_lexer.py", "_STRING_ESCAPES"),
+    ("gateway/embedded/_scans.py", "_SQL_OPS"), ("gds/_gql_lexer.py", "_STRING_ESCAPES"),
     ("gds/_gql_parser.py", "_MIRRORED"), ("server/_status.py", "HTTP_STATUS"), ("gds/_gql_printer.py", "_PRINTED_OPS"), ("gds/schema.py", "_WRITERS"),
 }
 

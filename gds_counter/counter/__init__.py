@@ -4,7 +4,7 @@ article's named ``GeneralCounter``, one engine with two data layouts."""
 from gds_counter.counter._arguments import MAX_SHARDS, check_counters, check_num_shards, locate
 from gds_counter.counter._engine import CounterCore
 from gds_counter.counter._inventory import counter_names_plan, rollup_all_plan
-from gds_counter.counter._sizing import DEFAULT_WRITES_PER_SHARD, ShardPlan, plan_shards
+from gds_counter.counter._sizing import DEFAULT_WRITES_PER_SHARD, ShardSizing, size_shards
 from gds_counter.counter._storage_scope import STORAGE_HEADER, storage_scope
 from gds_counter.counter._totals import by_gateway, get_counts_plan
 from gds_counter.counter.article import CounterShardDS, make_target
@@ -49,14 +49,14 @@ __all__ = [
     "CounterCore",
     "DEFAULT_WRITES_PER_SHARD",
     "STORAGE_HEADER",
-    "ShardPlan",
+    "ShardSizing",
     "by_gateway",
     "check_counters",
     "check_num_shards",
     "counter_names_plan",
     "get_counts_plan",
     "locate",
-    "plan_shards",
     "rollup_all_plan",
+    "size_shards",
     "storage_scope",
 ]

@@ -211,7 +211,7 @@ def row_query(aggregation: AggregationQuery) -> Query:
     properties), so a list gives one row per element, as the Firestore
     emulator counts them, projection or not; keys only when nothing does.
 
-    No sort order is added here: the engine's planner implies the orders as
+    No sort order is added here: the engine's scan implies the orders as
     for any projection (DISTINCT ON, the inequalities, ``__key__`` for a key
     inequality, then the projected properties by name, in the direction of
     the last explicit order), which is the order the Firestore emulator

@@ -666,9 +666,9 @@ def test_a_filter_reads_the_index_not_the_whole_kind(db_path):
             ]
         )
     q = Query("IK_CounterShardEntity", filter=PropertyFilter("target", "=", "t777"))
-    plan = gateway.explain_query(q)
-    assert "SEARCH props USING PRIMARY KEY (ns=? AND kind=? AND name=? AND value=?)" in plan
-    assert "SCAN e" not in plan and "SCAN entities" not in plan and "SCAN props" not in plan
+    explained = gateway.explain_query(q)
+    assert "SEARCH props USING PRIMARY KEY (ns=? AND kind=? AND name=? AND value=?)" in explained
+    assert "SCAN e" not in explained and "SCAN entities" not in explained and "SCAN props" not in explained
     gateway.stats.reset()
     found = list(run_query_all(gateway, q))
     assert len(found) == 20 and {e.properties["target"] for e in found} == {"t777"}

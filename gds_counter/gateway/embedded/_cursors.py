@@ -1,7 +1,7 @@
 """Cursors of the embedded engine: a position in its own query, and a point
 any query of the same kind and namespace can continue from.
 
-A result row's position (``_planner.Plan``) sorts the rows and continues
+A result row's position (``_scans.Scan``) sorts the rows and continues
 the query that issued it exactly, also past rows that share every sort
 value. Datastore's cursor is more than that: the Firestore emulator reads a
 cursor as a point in index order, the sort values of the last row and its
@@ -37,7 +37,7 @@ from typing import Any, Iterable, Sequence, overload
 
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.embedded._encoding import descending, key_place, key_value
-from gds_counter.gateway.embedded._planner import Plan
+from gds_counter.gateway.embedded._scans import Scan
 from gds_counter.gateway.query import KEY_PROPERTY, Query
 
 __all__ = ["BatchCursors", "Point", "cursor_owner", "decode_cursor", "encode_cursor", "read_cursor"]
@@ -77,23 +77,23 @@ def _joined(parts: Iterable[bytes]) -> bytes:
     return b"".join([len(part).to_bytes(4, "big") + part for part in parts])
 
 
-def _columns(plan: Plan) -> int:
-    """How many of the plan's sort orders are index values: all but a last
+def _columns(scan: Scan) -> int:
+    """How many of the scan's sort orders are index values: all but a last
     order by key, which is the index's own key. Also where a row's position
     holds that key (that last order's component, else the key after the
     orders), in its direction (``_key_descending``)."""
-    orders = plan.orders
+    orders = scan.orders
     return len(orders) - 1 if orders and orders[-1].name == KEY_PROPERTY else len(orders)
 
 
-def _key_descending(plan: Plan) -> bool:
-    if _columns(plan) < len(plan.orders):
-        return plan.orders[-1].descending
-    return plan.key_descending
+def _key_descending(scan: Scan) -> bool:
+    if _columns(scan) < len(scan.orders):
+        return scan.orders[-1].descending
+    return scan.key_descending
 
 
-def _scans_backward(plan: Plan) -> bool:
-    return bool(plan.orders) and plan.orders[0].descending
+def _scans_backward(scan: Scan) -> bool:
+    return bool(scan.orders) and scan.orders[0].descending
 
 
 def _as_value(encoded_key: bytes, desc: bool) -> bytes:
@@ -102,30 +102,30 @@ def _as_value(encoded_key: bytes, desc: bool) -> bytes:
     return descending(value) if desc else value
 
 
-def _keyed(plan: Plan) -> bool:
+def _keyed(scan: Scan) -> bool:
     """Whether a sort order by key comes before another (the key is then an
     index value, and Datastore continues no cursor of such a query)."""
-    return any(order.name == KEY_PROPERTY for order in plan.orders[: _columns(plan)])
+    return any(order.name == KEY_PROPERTY for order in scan.orders[: _columns(scan)])
 
 
-def encode_cursor(position: tuple[bytes, ...], owner: bytes, plan: Plan | None = None, *, batch: bool = False) -> bytes:
+def encode_cursor(position: tuple[bytes, ...], owner: bytes, scan: Scan | None = None, *, batch: bool = False) -> bytes:
     """The cursor after ``position``: its own query's (``owner``) and, given
-    the ``plan`` that made it, the point too (see the module's notes).
+    the ``scan`` that made it, the point too (see the module's notes).
     ``batch``: the query has more rows than its batch held (not a LIMIT)."""
-    if plan is None:
+    if scan is None:
         return _V2 + owner + _joined(position)
-    if not plan.orders:  # key order (a counter's total): the point is the key, after it
+    if not scan.orders:  # key order (a counter's total): the point is the key, after it
         key = position[0]
         return b"".join((_V3, owner, _SIDE_AFTER, len(key).to_bytes(4, "big"), key, b"|", _joined(position)))
-    if _keyed(plan):
+    if _keyed(scan):
         side, values = (_BATCH if batch else _KEYED), []
     else:
-        backward = _scans_backward(plan)  # before the row or after it, in index order
-        grouped = plan.distinct_on and not batch  # its own next batch goes on exactly, groups and all
+        backward = _scans_backward(scan)  # before the row or after it, in index order
+        grouped = scan.distinct_on and not batch  # its own next batch goes on exactly, groups and all
         side = (_GROUP_BEFORE if backward else _GROUP_AFTER) if grouped else (b"<" if backward else b">")
-        values = [descending(position[at]) if plan.orders[at].descending else position[at] for at in range(_columns(plan))]
-    key = position[_columns(plan)]
-    key = descending(key) if _key_descending(plan) else key
+        values = [descending(position[at]) if scan.orders[at].descending else position[at] for at in range(_columns(scan))]
+    key = position[_columns(scan)]
+    key = descending(key) if _key_descending(scan) else key
     return _V3 + owner + _joined([side, *values, key]) + b"|" + _joined(position)
 
 
@@ -135,10 +135,10 @@ class BatchCursors(Sequence[bytes]):
     most callers follow only the batch's end cursor. ``more``: as
     ``encode_cursor``'s ``batch``."""
 
-    __slots__ = ("_positions", "_owner", "_plan", "_more")
+    __slots__ = ("_positions", "_owner", "_scan", "_more")
 
-    def __init__(self, positions: list[tuple[bytes, ...]], owner: bytes, plan: Plan | None, more: bool) -> None:
-        self._positions, self._owner, self._plan, self._more = positions, owner, plan, more
+    def __init__(self, positions: list[tuple[bytes, ...]], owner: bytes, scan: Scan | None, more: bool) -> None:
+        self._positions, self._owner, self._scan, self._more = positions, owner, scan, more
 
     def __len__(self) -> int:
         return len(self._positions)
@@ -151,7 +151,7 @@ class BatchCursors(Sequence[bytes]):
     def __getitem__(self, at: int | slice) -> bytes | list[bytes]:
         if isinstance(at, slice):
             return [self[i] for i in range(*at.indices(len(self)))]
-        return encode_cursor(self._positions[at], self._owner, self._plan, batch=self._more)
+        return encode_cursor(self._positions[at], self._owner, self._scan, batch=self._more)
 
 
 def decode_cursor(cursor: bytes, size: int, owner: bytes) -> tuple[bytes, ...]:
@@ -188,27 +188,27 @@ class Point:
         if query.kind is not None and kind != query.kind:
             raise BadValueError(f"cursor's position is of kind {kind!r}, not the query's {query.kind!r}")
 
-    def bound(self, plan: Plan) -> tuple[tuple[bytes, ...], bool]:
-        """The point as a prefix of ``plan``'s row positions (index values,
+    def bound(self, scan: Scan) -> tuple[tuple[bytes, ...], bool]:
+        """The point as a prefix of ``scan``'s row positions (index values,
         then the key when it has a value for every sort order), and whether
-        it lies after the rows that share that prefix, in the plan's row
+        it lies after the rows that share that prefix, in the scan's row
         order."""
         if self._bound is None:
-            columns = _columns(plan)
+            columns = _columns(scan)
             if len(self.values) > columns:
                 raise BadValueError(
                     f"cursor does not match the query: its position has {len(self.values)} sort value(s), "
                     f"the query sorts by {columns} value(s) before the key"
                 )
-            if len(self.values) == columns and _keyed(plan):
+            if len(self.values) == columns and _keyed(scan):
                 raise BadValueError(
                     "cursor does not match the query: the query sorts by __key__ before a property, and the "
                     "cursor's position has a value for each of its sort orders"
                 )
-            prefix = [descending(v) if plan.orders[at].descending else v for at, v in enumerate(self.values)]
-            after = (self.side in (b">", _GROUP_AFTER)) != _scans_backward(plan)
+            prefix = [descending(v) if scan.orders[at].descending else v for at, v in enumerate(self.values)]
+            after = (self.side in (b">", _GROUP_AFTER)) != _scans_backward(scan)
             if len(self.values) == columns and self.side not in (_GROUP_AFTER, _GROUP_BEFORE):
-                prefix.append(descending(self.key) if _key_descending(plan) else self.key)
+                prefix.append(descending(self.key) if _key_descending(scan) else self.key)
             # Else the point names the rows whose first values are its own
             # and is compared with those values alone: a point after them
             # lies after all of them, one before them before all of them (as
@@ -220,26 +220,26 @@ class Point:
             self._bound = (tuple(prefix), after)
         return self._bound
 
-    def admits_from(self, plan: Plan, position: tuple[bytes, ...]) -> bool:
+    def admits_from(self, scan: Scan, position: tuple[bytes, ...]) -> bool:
         """Whether a row at ``position`` comes after this point (a start cursor)."""
-        prefix, after = self.bound(plan)
-        mine = _row_prefix(plan, position, len(prefix))
+        prefix, after = self.bound(scan)
+        mine = _row_prefix(scan, position, len(prefix))
         return mine > prefix or (mine == prefix and not after)
 
-    def admits_until(self, plan: Plan, position: tuple[bytes, ...]) -> bool:
+    def admits_until(self, scan: Scan, position: tuple[bytes, ...]) -> bool:
         """Whether a row at ``position`` comes before this point (an end cursor)."""
-        prefix, after = self.bound(plan)
-        mine = _row_prefix(plan, position, len(prefix))
+        prefix, after = self.bound(scan)
+        mine = _row_prefix(scan, position, len(prefix))
         return mine < prefix or (mine == prefix and after)
 
 
-def _row_prefix(plan: Plan, position: tuple[bytes, ...], size: int) -> tuple[bytes, ...]:
-    """A row's index values then its key, cut to ``size``, in its plan's
+def _row_prefix(scan: Scan, position: tuple[bytes, ...], size: int) -> tuple[bytes, ...]:
+    """A row's index values then its key, cut to ``size``, in its scan's
     order (a sort order by key among the values as a key value)."""
-    columns = _columns(plan)
+    columns = _columns(scan)
     out = []
     for at in range(min(size, columns)):
-        order = plan.orders[at]
+        order = scan.orders[at]
         out.append(_as_value(position[at], order.descending) if order.name == KEY_PROPERTY else position[at])
     if size > columns:
         out.append(position[columns])

@@ -2,8 +2,8 @@
 
 This module owns what is about running the engine rather than about data:
 serializable transactions that read one snapshot and are checked at commit
-(see ``_storage``), query batches that follow the planner's rows, and the
-stats every RPC records. Connections (a bounded pool, safe across ``fork()``, errors
+(see ``_storage``), query batches that follow their scan's rows (``_scans``),
+and the stats every RPC records. Connections (a bounded pool, safe across ``fork()``, errors
 turned into ``Contention``/``GatewayError`` naming the file) live in
 ``_connections``.
 """
@@ -29,8 +29,8 @@ from gds_counter.gateway.embedded._cursors import BatchCursors, Point, cursor_ow
 from gds_counter.gateway.embedded._encoding import key_bytes, load_entity, load_indexed
 from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, Batch, GroupCommit, for_another
 from gds_counter.gateway.embedded._metadata import metadata_batch
-from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter, sql_is_exact
 from gds_counter.gateway.embedded._projects import Projects, check_home, check_home_mutations, resolved
+from gds_counter.gateway.embedded._scans import Doc, Row, Scan, candidate_sql, compile_filter, sql_is_exact
 from gds_counter.gateway.embedded._storage import (
     Stopped,
     Transaction,
@@ -73,11 +73,11 @@ COMPILED_QUERIES = 256
 @attrs.frozen
 class _Compiled:
     """What a query compiles to, whatever its cursors, limit and offset: its
-    plan, the Python filter check (None when SQL's candidates are exactly the
+    scan, the Python filter check (None when SQL's candidates are exactly the
     matches), the SQL of its first batch, and whose its cursors are
     (``_cursors.cursor_owner``)."""
 
-    plan: Plan
+    scan: Scan
     matches: Callable[[Doc], bool] | None
     sql: str
     params: tuple[Any, ...]
@@ -251,8 +251,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
     def _query_result(self, query: Query, batch: list[Row], last: tuple[bytes, ...] | None, more: bool) -> QueryResult:
         """The batch, its cursor after each row, and its end cursor: after ``last`` (offset included), else the start's."""
         compiled = self._compiled(query)
-        end = query.start_cursor if last is None else encode_cursor(last, compiled.owner, compiled.plan, batch=more)
-        cursors = BatchCursors([r.position for r in batch], compiled.owner, compiled.plan, more)
+        end = query.start_cursor if last is None else encode_cursor(last, compiled.owner, compiled.scan, batch=more)
+        cursors = BatchCursors([r.position for r in batch], compiled.owner, compiled.scan, more)
         return QueryResult(tuple(r.entity for r in batch), end, more, cursors)
 
     def _read_batch(self, query: Query) -> _Batch:
@@ -263,7 +263,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         """One batch of a query: its rows, the position of the last row
         read (offset included) and whether there are more."""
         compiled = self._compiled(query)
-        plan = compiled.plan
+        scan = compiled.scan
         start = self._bound(query, query.start_cursor, compiled)
         end = self._bound(query, query.end_cursor, compiled)
         wanted = BATCH_SIZE if query.limit is None else min(query.limit, BATCH_SIZE)
@@ -275,7 +275,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
             skip = query.offset
             for row in rows:
                 if isinstance(end, Point):
-                    if not end.admits_until(plan, row.position):
+                    if not end.admits_until(scan, row.position):
                         break
                 elif end is not None and row.position > end:
                     break
@@ -296,23 +296,23 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         """A cursor given to ``query``: a position in it, or a point (``_cursors``)."""
         if cursor is None:
             return None
-        found = read_cursor(cursor, compiled.plan.width, compiled.owner)
+        found = read_cursor(cursor, compiled.scan.width, compiled.owner)
         if isinstance(found, Point):
             found.check(query)
-            found.bound(compiled.plan)  # refused now if it cannot be read in this query's order
+            found.bound(compiled.scan)  # refused now if it cannot be read in this query's order
         return found
 
     def explain_query(self, query: Query) -> str:
-        """SQLite's plan for the SQL a query runs, so a workshop (and the
-        index test) can see that a filter reads an index, not the whole kind."""
+        """SQLite's ``EXPLAIN QUERY PLAN`` of the SQL a query runs, so a workshop
+        (and the index test) can see that a filter reads an index, not the whole kind."""
         query = resolved(query, self._own_project())
-        plan = Plan.of(query)
-        sql, params = candidate_sql(query, plan, None)
+        scan = Scan.of(query)
+        sql, params = candidate_sql(query, scan, None)
         with self._db() as conn:
             return "\n".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
 
     def _compiled(self, query: Query) -> _Compiled:
-        """``query`` compiled, once per shape: planning a query (its checks,
+        """``query`` compiled, once per shape: compiling a query (its checks,
         sort orders, encoded filter values and SQL) took longer than reading
         the 20 shards a counter's total needs. The shape is named by its
         ``repr``, not by equality, which would take ``1``, ``1.0`` and
@@ -322,11 +322,11 @@ class EmbeddedGateway(BaseGateway[Transaction]):
                       query.aggregated_rows))
         found = self._compiled_queries.get(shape)
         if found is None:
-            plan = Plan.of(query)
+            scan = Scan.of(query)
             exact = query.filter is None or sql_is_exact(query.filter)
             matches = None if exact or query.filter is None else compile_filter(query.filter)
-            owner = cursor_owner(query.kind, query.namespace, plan.orders, plan.row_properties)
-            found = _Compiled(plan, matches, *candidate_sql(query, plan, None), owner)
+            owner = cursor_owner(query.kind, query.namespace, scan.orders, scan.row_properties)
+            found = _Compiled(scan, matches, *candidate_sql(query, scan, None), owner)
             if len(self._compiled_queries) >= COMPILED_QUERIES:
                 self._compiled_queries.clear()
             self._compiled_queries[shape] = found
@@ -341,10 +341,10 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         filtered queries but makes following every batch of a large kind
         sorted by a property quadratic. A point (another query's cursor)
         is checked on each row: SQL seeks only to a position of this query."""
-        plan, matches, streams, keyed = compiled.plan, compiled.matches, compiled.plan.streams, compiled.plan.key_width is not None
+        scan, matches, streams, keyed = compiled.scan, compiled.matches, compiled.scan.streams, compiled.scan.key_width is not None
         point = start if isinstance(start, Point) else None
         after = None if isinstance(start, Point) else start
-        sql, params = (compiled.sql, compiled.params) if after is None else candidate_sql(query, plan, after)
+        sql, params = (compiled.sql, compiled.params) if after is None else candidate_sql(query, scan, after)
         cursor = conn.execute(sql, params)
         examined = 0
         try:
@@ -356,22 +356,22 @@ class EmbeddedGateway(BaseGateway[Transaction]):
                 if matches is not None and not matches(doc):
                     continue
                 if keyed:
-                    row = plan.key_row(doc)
-                    if point is None or point.admits_from(plan, row.position):
+                    row = scan.key_row(doc)
+                    if point is None or point.admits_from(scan, row.position):
                         yield row
                 elif streams:
-                    yield from (row for row in plan.rows(doc) if point is None or point.admits_from(plan, row.position))
+                    yield from (row for row in scan.rows(doc) if point is None or point.admits_from(scan, row.position))
                 else:
                     docs.append(doc)
             if streams:
                 return
-            rows = sorted((row for doc in docs for row in plan.rows(doc)), key=lambda r: r.position)
+            rows = sorted((row for doc in docs for row in scan.rows(doc)), key=lambda r: r.position)
             if point is not None:
                 # Another query's cursor: DISTINCT starts its groups afresh
                 # at the point, as the Firestore emulator does.
-                rows = [row for row in rows if point.admits_from(plan, row.position)]
-            if plan.distinct_on:
-                rows = plan.first_of_each(rows)
+                rows = [row for row in rows if point.admits_from(scan, row.position)]
+            if scan.distinct_on:
+                rows = scan.first_of_each(rows)
             for row in rows:
                 if after is None or row.position > after:
                     yield row

@@ -22,7 +22,7 @@ mode (the oracle, issue 25):
   own project, named, is written, read, allocated and reserved as an
   ordinary key.
 
-So the query is resolved once, before it is planned: own keys lose their
+So the query is resolved once, before its scan is made: own keys lose their
 project, keys of other projects become ``OtherProjectKey`` (which the
 value encoding places), and ``__key__`` filters on them are refused.
 """

@@ -23,14 +23,14 @@ from failure_points.harness import Scenario, run_scenario
 from failure_points.points import FAULTS, POINTS, points_of
 from failure_points.tracer import Point
 
-__all__ = ["plan", "repro"]
+__all__ = ["repro", "scenarios_for"]
 
 #: A scenario whose point was not reached is tried again this many times
 #: (reaching a waiting point needs callers to overlap, which timing decides).
 TRIES = 3
 
 
-def plan(point: Point, fault: str) -> Iterator[Scenario]:
+def scenarios_for(point: Point, fault: str) -> Iterator[Scenario]:
     """The scenarios that inject ``fault`` at ``point``: every face that
     reaches it; in memory where that reaches it (fastest), on a file for a
     fork (where the connection pool's fork handling matters) and a crash
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"no point named {args.point!r}")
     else:
         points = points_of(args.mechanism)
-    scenarios = [s for p in points for s in plan(p, args.fault)]
+    scenarios = [s for p in points for s in scenarios_for(p, args.fault)]
     if args.point and (args.face or args.backend):
         chosen = [s for s in scenarios if (not args.face or s.face == args.face)]
         scenarios = chosen or [Scenario(points[0], args.fault, args.face or points[0].faces[0], args.backend or "memory")]

@@ -1,5 +1,7 @@
-"""How the embedded engine answers a query: which keys SQL reads as
-candidates, which of them match, and in which order they come back.
+"""How the embedded engine answers a query, as the index scan Datastore
+would run for it: which keys SQL reads as candidates, which of them match,
+and in which order they come back (``Scan``: the index's sort orders and
+the rows an entity gives).
 
 A query never scans its kind when a filter or sort order can use the index
 table (``props``: one row per indexed value, one per list element), as
@@ -336,15 +338,15 @@ def _compound(op: str, parts: list[_Source], rank: int) -> _Source:
     return _Source(sql, tuple(itertools.chain.from_iterable(p.params for p in parts)), rank)
 
 
-def candidate_sql(query: Query, plan: Plan, start: tuple[bytes, ...] | None) -> tuple[str, tuple[Any, ...]]:
+def candidate_sql(query: Query, scan: Scan, start: tuple[bytes, ...] | None) -> tuple[str, tuple[Any, ...]]:
     """SQL for (key_bytes, version, data) of every entity that may match
     ``query``: read through the most selective index, or the kind's (or the
     namespace's) key range when no filter can use one."""
     ns, kind = query.namespace, query.kind
     source = _source(query.filter, ns, kind) if query.filter is not None else None
-    if source is None and plan.first_property is not None:
+    if source is None and scan.first_property is not None:
         # Entities lacking the sorted property are not in its index, so the index is the candidate set.
-        source = _source(PropertyFilter(plan.first_property, ">=", None), ns, kind)
+        source = _source(PropertyFilter(scan.first_property, ">=", None), ns, kind)
     columns = "SELECT e.key_bytes, e.version, e.data"
     if source is not None:
         sql = f"{columns} FROM ({source.sql}) AS c CROSS JOIN entities AS e ON e.key_bytes = c.key_bytes WHERE 1"
@@ -356,8 +358,8 @@ def candidate_sql(query: Query, plan: Plan, start: tuple[bytes, ...] | None) -> 
         if kind is not None:
             sql += " AND e.kind = ?"
             params += (kind,)
-    if plan.streams:
-        is_descending = bool(plan.orders) and plan.orders[0].descending
+    if scan.streams:
+        is_descending = bool(scan.orders) and scan.orders[0].descending
         if start is not None:
             sql += f" AND e.key_bytes {'<' if is_descending else '>'} ?"
             params += (start[-1],)
@@ -369,8 +371,9 @@ def candidate_sql(query: Query, plan: Plan, start: tuple[bytes, ...] | None) -> 
 
 
 @attrs.frozen
-class Plan:
-    """How a query turns a matching entity into ordered result rows.
+class Scan:
+    """The index scan a query amounts to: how it turns a matching entity
+    into ordered result rows.
 
     The sort orders are the query's, then the ones Datastore adds: the
     DISTINCT ON properties, the inequality properties (by name), then the
@@ -389,14 +392,14 @@ class Plan:
     branches: tuple[Branch, ...] | None = None
     #: For whole entities in ascending key order (a counter's total, a
     #: kind's scan): how many times a row's position repeats its key, the
-    #: whole of the position (``key_row``); None for any other plan, whose
-    #: rows ``rows`` makes. Worked out once per plan.
+    #: whole of the position (``key_row``); None for any other scan, whose
+    #: rows ``rows`` makes. Worked out once per scan.
     key_width: int | None = attrs.field(
         init=False, eq=False, default=attrs.Factory(lambda self: self._key_width(), takes_self=True)
     )
 
     @classmethod
-    def of(cls, query: Query) -> Plan:
+    def of(cls, query: Query) -> Scan:
         check_filter(query.filter)
         check_shape(query)
         # keys only is the projection of __key__ alone: other projected names go (as the wire sends it)
@@ -448,7 +451,7 @@ class Plan:
         return len(self.orders) + 1
 
     def key_row(self, doc: Doc) -> Row:
-        """``doc``'s one row under a plan with a ``key_width``, made without
+        """``doc``'s one row under a scan with a ``key_width``, made without
         ``rows``' general machinery (a counter's total reads twenty)."""
         assert self.key_width is not None
         return Row((doc.key_enc,) * self.key_width, doc, RawEntity(doc.entity.key) if self.keys_only else doc.entity)
@@ -539,8 +542,8 @@ _STABLE_VALUES = (str, bytes, int, Key, type(None))
 
 def sql_is_exact(f: Filter | None) -> bool:
     """Whether the keys ``candidate_sql`` reads for ``f`` are exactly the
-    entities ``compile_filter(f)`` matches (the planner's index SQL, read
-    here), so that no candidate needs the Python check: an equality on one property or on ``__key__`` (an index
+    entities ``compile_filter(f)`` matches (the index SQL of ``_source``,
+    read here), so that no candidate needs the Python check: an equality on one property or on ``__key__`` (an index
     lookup of that very encoding), or an AND of such (SQL intersects them),
     with values of a type whose encoding never changed."""
     if isinstance(f, PropertyFilter):

@@ -37,11 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, command_line, environment, script_parser, write_json  # noqa: E402
 
 ITEMS = ("tea", "coffee", "cocoa")
+#: The deployed image's recipe, which lives with the example.
+DOCKERFILE = REPO / "examples" / "like_app" / "Dockerfile"
 
 
 def deployed_command(port: int, workers: int) -> list[str]:
     """The Dockerfile's uvicorn command, on a local port."""
-    text = (REPO / "Dockerfile").read_text()
+    text = DOCKERFILE.read_text()
     match = re.search(r'exec (uvicorn [^"]+)"', text)
     if match is None:
         raise SystemExit("the Dockerfile's CMD has no 'exec uvicorn ...'")

@@ -123,7 +123,7 @@ def test_the_link_checker_reads_links_and_headings():
     whose slugs are GitHub's."""
     assert len(links(README.read_text(encoding="utf-8"))) >= 10
     assert slug("The kind prefix (`KIND_PFX`)") == "the-kind-prefix-kind_pfx"
-    assert slug("4. Cut-over plan") == "4-cut-over-plan"
+    assert slug("4. The cut-over") == "4-the-cut-over"
     assert slug("Mechanisms: what each buys, and what it means when it fails") == (
         "mechanisms-what-each-buys-and-what-it-means-when-it-fails")
     assert anchors("# A\n## A\n```\n# not a heading\n```\n") == {"a", "a-1"}

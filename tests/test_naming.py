@@ -18,6 +18,8 @@ import re
 from pathlib import Path
 from typing import Iterator
 
+from gds_counter.cli import COMMANDS
+
 ROOT = Path(__file__).resolve().parent.parent
 #: The code whose names are checked: the product, its tests and benchmarks.
 CODE = ("gds_counter", "tests", "benchmarks", "examples")
@@ -99,6 +101,8 @@ def misnamed(source: str) -> list[tuple[str, int]]:
 
 
 def test_no_module_but_the_generator_plans_is_named_for_a_plan():
+    """A module named for a plan is ``gateway/plan.py`` or its test: the
+    engine's scans live in ``_scans``, shard sizing in ``_sizing``."""
     named = [str(p.relative_to(ROOT)) for p in _files(CODE, (".py",)) if "plan" in p.name.lower()]
     assert sorted(named) == sorted(GENERATOR_MODULES)
 
@@ -114,6 +118,8 @@ def test_every_name_with_plan_in_it_is_a_generator_plan():
 
 
 def test_the_name_check_tells_a_plan_from_another_idea():
+    """The check can fail: it passes what an annotation or ``GENERATOR_NAMES``
+    says is a plan, and names the rest."""
     source = '''
 from gds_counter.gateway import plan
 
@@ -149,7 +155,5 @@ def test_no_text_speaks_of_query_plans_planners_or_shard_plans():
 
 def test_the_command_sizes_shards_under_one_name():
     """``gds-counter size`` is the command; ``plan`` is no alias of it."""
-    from gds_counter.cli import COMMANDS
-
     assert "size" in COMMANDS
     assert not [name for name in COMMANDS if "plan" in name]

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sqlite3
 import threading
 import time
@@ -128,7 +127,7 @@ class ConnectionPool:
         self._opening = 0  # connections being opened now, outside the lock
         self._waiting = 0  # threads waiting in _acquire
         self._reclaimed = 0  # connections ``_reclaim_lost`` took back, not yet logged
-        self._pid = os.getpid()
+        self._pid = forks.here()
         self._closed = False
         self._forking = False
         self._fork_trouble: str | None = None  # why a child of the fork in progress must not write
@@ -180,7 +179,7 @@ class ConnectionPool:
         reserved = opened = False
         try:
             with self._lock:
-                if owner is None and self._idle and self._pid == os.getpid() and not (
+                if owner is None and self._idle and forks.owned_here(self._pid) and not (
                     self._forking or self._closed or self._refused
                 ):
                     # No call between taking it and lending it: an interrupt (a
@@ -244,7 +243,7 @@ class ConnectionPool:
                 self._lent.pop(conn, None)
                 if owner is not None:
                     self._held.pop(conn, None)
-                if opened and (self._closed or self._pid != os.getpid()):
+                if opened and (self._closed or not forks.owned_here(self._pid)):
                     self._count -= 1
                     close_connection(conn)
                 elif conn not in self._idle:  # (interrupted before it was taken out of the idle list)
@@ -302,7 +301,7 @@ class ConnectionPool:
             # Out of ``_lent`` only once it is somewhere else: an interrupt
             # on the way leaves it lent to no one, to be taken back again.
             if conn not in self._held:  # (else its transaction still holds it)
-                if conn.pid == os.getpid() and not self._closed and (self._rolled_back(conn) or self.path is None):
+                if forks.owned_here(conn.pid) and not self._closed and (self._rolled_back(conn) or self.path is None):
                     if conn not in self._idle:  # (a memory database lives in its connection: never dropped)
                         self._idle.append(conn)
                 elif conn.dropped is None:
@@ -320,7 +319,7 @@ class ConnectionPool:
         for conn, owner in list(self._held.items()):
             if owner() is None and conn not in self._lent:
                 del self._held[conn]
-                if conn.pid == os.getpid() and not self._closed and self._rolled_back(conn):
+                if forks.owned_here(conn.pid) and not self._closed and self._rolled_back(conn):
                     self._idle.append(conn)
                 else:
                     self._drop(conn, "its transaction was forgotten")
@@ -354,8 +353,8 @@ class ConnectionPool:
         """After a fork that ran no Python at-fork hooks (a fork made in C;
         ``os.fork`` always runs them), refuse the file if connections to it
         were open: they are the parent's (called under the lock)."""
-        pid = os.getpid()
-        if pid != self._pid:
+        if not forks.owned_here(self._pid):
+            pid = forks.here()
             if self.path is None:
                 for conn in self._idle:
                     conn.pid = pid  # the child's own copy of the memory
@@ -381,7 +380,7 @@ class ConnectionPool:
         longer counted, or abandoned (a parent's), once however often it
         runs; only then out of ``_lent``."""
         if conn not in self._idle and conn not in self._retired:
-            if conn.pid != os.getpid():
+            if not forks.owned_here(conn.pid):
                 ABANDONED.append(conn)  # a parent's connection: never closed here
                 self._retired.add(conn)
             elif self._closed or (conn.in_transaction and not self._rolled_back(conn) and self.path is not None):
@@ -487,11 +486,11 @@ class ConnectionPool:
         self._opening = self._waiting = self._reclaimed = 0
         self._forking = False
         self._fork_trouble = None
-        if self._closed or os.getpid() == self._pid:
+        if self._closed or forks.owned_here(self._pid):
             return
         ABANDONED.extend(lent)  # the parent's, in use at the fork: never closed here
         ABANDONED.extend(c for c in held if c not in lent)
-        self._pid = os.getpid()
+        self._pid = forks.here()
         if self.path is None:
             for conn in self._idle:
                 conn.pid = self._pid  # the child's own copy of the memory

@@ -14,8 +14,11 @@ The engine is split by idea, each module explaining its own part:
 * ``_storage``: the SQLite tables, and the writes of one commit (masks,
   transforms, index rows, versions, id allocation).
 * ``_connections``: the connection pool: opening a file without writing to
-  it, lending connections to calls, no connection across ``fork()``, the
-  file checked before each commit, SQLite errors as ours, naming the path.
+  it, lending connections to calls and holding them for transactions,
+  SQLite errors as ours, naming the path.
+* ``_connection_life``: the pool's base: how a connection ends (rolled
+  back, dropped, closed), the file checked before each commit, and no
+  connection across ``fork()``.
 * ``_engine``: ``EmbeddedGateway`` itself: transactions, query batches,
   commits.
 * ``_files``: opening a file, and its identity (``file_id``: the shared

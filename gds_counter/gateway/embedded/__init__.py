@@ -19,8 +19,9 @@ The engine is split by idea, each module explaining its own part:
 * ``_connection_life``: the pool's base: how a connection ends (rolled
   back, dropped, closed), the file checked before each commit, and no
   connection across ``fork()``.
-* ``_engine``: ``EmbeddedGateway`` itself: transactions, query batches,
-  commits.
+* ``_engine``: ``EmbeddedGateway`` itself: transactions, commits.
+* ``_query_batches``: a query's batches: each query shape compiled once,
+  and one batch's rows read in the query's order between its cursors.
 * ``_files``: opening a file, and its identity (``file_id``: the shared
   cache names a SQLite file by it, whatever path reaches it).
 """

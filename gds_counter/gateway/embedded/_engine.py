@@ -2,9 +2,10 @@
 
 This module owns what is about running the engine rather than about data:
 serializable transactions that read one snapshot and are checked at commit
-(see ``_storage``), query batches that follow the planner's rows, and the
-stats every RPC records. Connections (a bounded pool, safe across ``fork()``, errors
-turned into ``Contention``/``GatewayError`` naming the file) live in
+(see ``_storage``), commits, and the stats every RPC records. A query's
+batches (each shape compiled once, rows read in the query's order) are
+``_query_batches``'s; connections (a bounded pool, safe across ``fork()``,
+errors turned into ``Contention``/``GatewayError`` naming the file) live in
 ``_connections``.
 """
 
@@ -16,21 +17,18 @@ import os
 import sqlite3
 import time
 import weakref
-from typing import Any, Callable, Generator, Hashable, Iterator
-
-import attrs
+from typing import Any, Iterator
 
 from gds_counter._process import deadlines
 from gds_counter.errors import AlreadyExists, BadValueError, CommitUnknown, Contention, GDSError, NotFound
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
-from gds_counter.gateway.embedded._cursors import BatchCursors, Point, cursor_owner, encode_cursor, read_cursor
-from gds_counter.gateway.embedded._encoding import key_bytes, load_entity, load_indexed
+from gds_counter.gateway.embedded._encoding import key_bytes, load_entity
 from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, Batch, GroupCommit, for_another
 from gds_counter.gateway.embedded._metadata import metadata_batch
-from gds_counter.gateway.embedded._planner import Doc, Plan, Row, candidate_sql, compile_filter, sql_is_exact
 from gds_counter.gateway.embedded._projects import Projects, check_home, check_home_mutations, resolved
+from gds_counter.gateway.embedded._query_batches import BATCH_SIZE, BatchRead, QueryBatches, answer, explain
 from gds_counter.gateway.embedded._storage import (
     Stopped,
     Transaction,
@@ -59,29 +57,6 @@ log = logging.getLogger("gds_counter.gateway.embedded")
 #: computes them from the query's rows).
 CAPABILITIES = Capabilities(applies_transforms=True, indexes_transformed=False, not_equal_in_or=True, aggregation=True)
 
-#: Results per batch: small enough that callers must follow cursors (as with
-#: Datastore), large enough that following them is cheap.
-BATCH_SIZE = 300
-
-#: One batch: its rows, the position of the last row read, and whether there are more.
-_Batch = tuple[list[Row], tuple[bytes, ...] | None, bool]
-
-#: Compiled query shapes a gateway keeps (see ``_compiled``).
-COMPILED_QUERIES = 256
-
-
-@attrs.frozen
-class _Compiled:
-    """What a query compiles to, whatever its cursors, limit and offset: its
-    plan, the Python filter check (None when SQL's candidates are exactly the
-    matches), the SQL of its first batch, and whose its cursors are
-    (``_cursors.cursor_owner``)."""
-
-    plan: Plan
-    matches: Callable[[Doc], bool] | None
-    sql: str
-    params: tuple[Any, ...]
-    owner: bytes
 
 __all__ = ["BATCH_SIZE", "BUSY_TIMEOUT_S", "CAPABILITIES", "EmbeddedGateway"]
 
@@ -128,7 +103,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         # commit, and need a copy of it before the next commit changes it.
         self._pinned: weakref.WeakValueDictionary[bytes, Transaction] = weakref.WeakValueDictionary()
         self._memory_seq = 0  # in memory: the last commit's number, known without asking (one connection)
-        self._compiled_queries: dict[str, _Compiled] = {}
+        self._queries = QueryBatches(self.stats)
         self._group = GroupCommit()
 
     # -- connections -------------------------------------------------------
@@ -236,148 +211,28 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         if txn is None:
             batch, last, more = self._read_batch(query)
             self._record("run_query", reads=len(batch))
-            return self._query_result(query, batch, last, more)
+            return self._queries.result(query, batch, last, more)
         with self._snapshot(txn) as conn:
-            batch, last, more = self._batch(conn, query)
+            batch, last, more = self._queries.batch(conn, query)
         for row in batch:
             key = row.doc.entity.key
             assert key is not None  # a stored entity always has its key
             txn.saw(row.doc.key_enc, row.doc.version, key)
         if not txn.read_only:  # checked again at commit: a phantom changes the answer
-            txn.queries.append((query, _answer(batch, last, more)))
+            txn.queries.append((query, answer(batch, last, more)))
         self._record("run_query", reads=len(batch))
-        return self._query_result(query, batch, last, more)
+        return self._queries.result(query, batch, last, more)
 
-    def _query_result(self, query: Query, batch: list[Row], last: tuple[bytes, ...] | None, more: bool) -> QueryResult:
-        """The batch, its cursor after each row, and its end cursor: after ``last`` (offset included), else the start's."""
-        compiled = self._compiled(query)
-        end = query.start_cursor if last is None else encode_cursor(last, compiled.owner, compiled.plan, batch=more)
-        cursors = BatchCursors([r.position for r in batch], compiled.owner, compiled.plan, more)
-        return QueryResult(tuple(r.entity for r in batch), end, more, cursors)
-
-    def _read_batch(self, query: Query) -> _Batch:
+    def _read_batch(self, query: Query) -> BatchRead:
         with self._db() as conn:
-            return self._batch(conn, query)
-
-    def _batch(self, conn: sqlite3.Connection, query: Query) -> _Batch:
-        """One batch of a query: its rows, the position of the last row
-        read (offset included) and whether there are more."""
-        compiled = self._compiled(query)
-        plan = compiled.plan
-        start = self._bound(query, query.start_cursor, compiled)
-        end = self._bound(query, query.end_cursor, compiled)
-        wanted = BATCH_SIZE if query.limit is None else min(query.limit, BATCH_SIZE)
-        batch: list[Row] = []
-        last = None
-        more = False
-        rows = self._rows(conn, query, compiled, start)
-        try:
-            skip = query.offset
-            for row in rows:
-                if isinstance(end, Point):
-                    if not end.admits_until(plan, row.position):
-                        break
-                elif end is not None and row.position > end:
-                    break
-                if len(batch) == wanted:
-                    more = query.limit is None or query.limit > wanted
-                    break
-                last = row.position
-                if skip:
-                    skip -= 1
-                else:
-                    batch.append(row)
-        finally:
-            rows.close()
-        return batch, last, more
-
-    @staticmethod
-    def _bound(query: Query, cursor: bytes | None, compiled: _Compiled) -> tuple[bytes, ...] | Point | None:
-        """A cursor given to ``query``: a position in it, or a point (``_cursors``)."""
-        if cursor is None:
-            return None
-        found = read_cursor(cursor, compiled.plan.width, compiled.owner)
-        if isinstance(found, Point):
-            found.check(query)
-            found.bound(compiled.plan)  # refused now if it cannot be read in this query's order
-        return found
+            return self._queries.batch(conn, query)
 
     def explain_query(self, query: Query) -> str:
         """SQLite's plan for the SQL a query runs, so a workshop (and the
         index test) can see that a filter reads an index, not the whole kind."""
         query = resolved(query, self._own_project())
-        plan = Plan.of(query)
-        sql, params = candidate_sql(query, plan, None)
         with self._db() as conn:
-            return "\n".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
-
-    def _compiled(self, query: Query) -> _Compiled:
-        """``query`` compiled, once per shape: planning a query (its checks,
-        sort orders, encoded filter values and SQL) took longer than reading
-        the 20 shards a counter's total needs. The shape is named by its
-        ``repr``, not by equality, which would take ``1``, ``1.0`` and
-        ``True`` (or ``0.0`` and ``-0.0``) for one value though each has
-        its own encoding. The cache is emptied when full."""
-        shape = repr((query.kind, query.namespace, query.filter, query.order, query.projection, query.distinct_on, query.keys_only,
-                      query.aggregated_rows))
-        found = self._compiled_queries.get(shape)
-        if found is None:
-            plan = Plan.of(query)
-            exact = query.filter is None or sql_is_exact(query.filter)
-            matches = None if exact or query.filter is None else compile_filter(query.filter)
-            owner = cursor_owner(query.kind, query.namespace, plan.orders, plan.row_properties)
-            found = _Compiled(plan, matches, *candidate_sql(query, plan, None), owner)
-            if len(self._compiled_queries) >= COMPILED_QUERIES:
-                self._compiled_queries.clear()
-            self._compiled_queries[shape] = found
-        return found
-
-    def _rows(
-        self, conn: sqlite3.Connection, query: Query, compiled: _Compiled, start: tuple[bytes, ...] | Point | None,
-    ) -> Generator[Row, None, None]:
-        """Result rows after ``start`` in sort order. Key-ordered queries
-        stream from SQLite and stop at the batch; other orders sort all the
-        (index-narrowed) candidates for every batch, which is fine for
-        filtered queries but makes following every batch of a large kind
-        sorted by a property quadratic. A point (another query's cursor)
-        is checked on each row: SQL seeks only to a position of this query."""
-        plan, matches, streams, keyed = compiled.plan, compiled.matches, compiled.plan.streams, compiled.plan.key_width is not None
-        point = start if isinstance(start, Point) else None
-        after = None if isinstance(start, Point) else start
-        sql, params = (compiled.sql, compiled.params) if after is None else candidate_sql(query, plan, after)
-        cursor = conn.execute(sql, params)
-        examined = 0
-        try:
-            docs = []
-            for kb, version, data in cursor:
-                examined += 1
-                entity, index = load_indexed(data)
-                doc = Doc(kb, version, entity, index)
-                if matches is not None and not matches(doc):
-                    continue
-                if keyed:
-                    row = plan.key_row(doc)
-                    if point is None or point.admits_from(plan, row.position):
-                        yield row
-                elif streams:
-                    yield from (row for row in plan.rows(doc) if point is None or point.admits_from(plan, row.position))
-                else:
-                    docs.append(doc)
-            if streams:
-                return
-            rows = sorted((row for doc in docs for row in plan.rows(doc)), key=lambda r: r.position)
-            if point is not None:
-                # Another query's cursor: DISTINCT starts its groups afresh
-                # at the point, as the Firestore emulator does.
-                rows = [row for row in rows if point.admits_from(plan, row.position)]
-            if plan.distinct_on:
-                rows = plan.first_of_each(rows)
-            for row in rows:
-                if after is None or row.position > after:
-                    yield row
-        finally:
-            cursor.close()
-            self.stats.bump("rows_examined", examined)
+            return explain(conn, query)
 
     # -- writes --------------------------------------------------------------
 
@@ -581,8 +436,8 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         if (self._memory_seq if self.path is None else commit_seq(conn)) == txn.seq:
             return
         check_unchanged(conn, txn)
-        for query, answer in txn.queries:
-            if _answer(*self._batch(conn, query)) != answer:
+        for query, answered in txn.queries:
+            if answer(*self._queries.batch(conn, query)) != answered:
                 raise Contention(f"the results of a query on {query.kind!r} changed since this transaction ran it", attempts=1)
 
     def _check_write_rate(self, conn: sqlite3.Connection, key: Key, now: float) -> None:
@@ -593,7 +448,3 @@ class EmbeddedGateway(BaseGateway[Transaction]):
             self.stats.bump("write_rate_aborts")
             raise Contention(f"{key} was written {now - row[0]:.3f}s ago; the model allows one write per {self._min_write_gap:.3f}s")
 
-
-def _answer(batch: list[Row], last: tuple[bytes, ...] | None, more: bool) -> Hashable:
-    """What a query batch told its transaction, to compare at commit."""
-    return tuple((row.doc.key_enc, row.doc.version, row.position) for row in batch), last, more

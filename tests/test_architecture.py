@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gds_counter",
             "gds_counter.__main__",
             "gds_counter.cli",
+            "gds_counter.cli.*",
             "gds_counter._demo",
             "gds_counter._load",
             "gds_counter.emulators",

@@ -35,7 +35,7 @@ CONSTANT_TABLES = {
     ("gateway/datastore/_codec.py", "_OPS"), ("gateway/datastore/_codec.py", "_OPS_BACK"), ("gateway/embedded/_planner.py", "RANGE_OPS"),
     ("gateway/embedded/_metadata.py", "_REPRESENTATIONS"),
     ("gateway/embedded/_planner.py", "_SQL_OPS"), ("gds/_gql_lexer.py", "_STRING_ESCAPES"),
-    ("gds/_gql_parser.py", "_MIRRORED"), ("server/_status.py", "HTTP_STATUS"), ("gds/_gql_printer.py", "_PRINTED_OPS"), ("gds/schema.py", "_WRITERS"),
+    ("gds/_gql_conditions.py", "_MIRRORED"), ("server/_status.py", "HTTP_STATUS"), ("gds/_gql_printer.py", "_PRINTED_OPS"), ("gds/schema.py", "_WRITERS"),
 }
 
 _MUTABLE_LITERALS = (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)

@@ -19,7 +19,10 @@ The engine is split by idea, each module explaining its own part:
 * ``_connection_life``: the pool's base: how a connection ends (rolled
   back, dropped, closed), the file checked before each commit, and no
   connection across ``fork()``.
-* ``_engine``: ``EmbeddedGateway`` itself: transactions, commits.
+* ``_engine``: ``EmbeddedGateway`` itself: transactions, and how a commit
+  is written (alone, or in the group commit).
+* ``_commit_writes``: what a commit writes inside the write transaction
+  (the base of ``EmbeddedGateway``).
 * ``_query_batches``: a query's batches: each query shape compiled once,
   and one batch's rows read in the query's order between its cursors.
 * ``_files``: opening a file, and its identity (``file_id``: the shared

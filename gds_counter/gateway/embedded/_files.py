@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 from gds_counter._process import forks
-from gds_counter._process.forks import Owner
 from gds_counter.errors import Contention, GatewayError, GDSError
 from gds_counter.gateway.embedded._storage import create_schema, is_busy, schema_ready
 
@@ -32,7 +31,7 @@ class Connection(sqlite3.Connection):
     """A SQLite connection that knows which process opened it, how long it
     waits for another process's lock (seconds) and its ``-wal`` file."""
 
-    pid: Owner
+    pid: forks.Owner
     busy_timeout: float
     wal: FileId | None
     #: Why this connection was taken from the transaction that held it

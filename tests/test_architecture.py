@@ -30,6 +30,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "gds_counter",
             "gds_counter.__main__",
             "gds_counter.cli",
+            "gds_counter.cli.*",
             "gds_counter._demo",
             "gds_counter._load",
             "gds_counter.emulators",
@@ -230,3 +231,40 @@ def test_the_public_face_stays_small():
         and (PACKAGE.parent / (name.replace(".", "/") + ".py")).exists()
     )
     assert len(public) <= MAX_PUBLIC_MODULES, f"{len(public)} public modules: {public}"
+
+
+#: The one module that asks which process this is (``forks.here`` and
+#: ``forks.owned_here``): every fork check goes through it.
+FORK_CHECKS = "_process/forks.py"
+
+
+def _process_id_asked(source: str) -> list[int]:
+    """The lines of ``source`` that ask for the process id (``os.getpid``,
+    called or not, or ``getpid`` imported from ``os``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr == "getpid":
+            found.append(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and node.module == "os" and any(a.name == "getpid" for a in node.names):
+            found.append(node.lineno)
+    return found
+
+
+def test_every_fork_check_goes_through_forks_owned_here():
+    """A child forked while another thread held a lock or a connection must
+    not use it: every object that could holds ``forks.here()`` and asks
+    ``forks.owned_here``. One check, so a reader finds every fork-sensitive
+    object by one name, and no module asks ``os.getpid()`` its own way."""
+    asking = {
+        str(path.relative_to(PACKAGE)): lines
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not _matches(_module_name(path), OUTSIDE_THE_LAYERS)
+        and (lines := _process_id_asked(path.read_text()))
+    }
+    assert set(asking) == {FORK_CHECKS}, f"ask forks.owned_here instead: {asking}"
+
+
+def test_the_fork_check_rule_finds_a_process_id():
+    assert _process_id_asked("import os\nif pid != os.getpid():\n    pass\n") == [2]
+    assert _process_id_asked("from os import getpid\n") == [1]
+    assert _process_id_asked("from gds_counter._process import forks\nforks.owned_here(pid)\n") == []

@@ -30,12 +30,12 @@ OTHER_STATE = {
 
 #: Module-level tables that are never changed after import (names, rules).
 CONSTANT_TABLES = {
-    ("cli.py", "COMMANDS"), ("counter/strategy.py", "STRATEGIES"), ("gateway/__init__.py", "_PARAMS"),
+    ("cli/_context.py", "COMMANDS"), ("counter/strategy.py", "STRATEGIES"), ("gateway/__init__.py", "_PARAMS"),
     ("gateway/base.py", "_PLANS"), ("counter/redis_cache.py", "_OPTIONS"), ("counter/redis_cache.py", "_RANGES"),
     ("gateway/datastore/_codec.py", "_OPS"), ("gateway/datastore/_codec.py", "_OPS_BACK"), ("gateway/embedded/_scans.py", "RANGE_OPS"),
     ("gateway/embedded/_metadata.py", "_REPRESENTATIONS"),
     ("gateway/embedded/_scans.py", "_SQL_OPS"), ("gds/_gql_lexer.py", "_STRING_ESCAPES"),
-    ("gds/_gql_parser.py", "_MIRRORED"), ("server/_status.py", "HTTP_STATUS"), ("gds/_gql_printer.py", "_PRINTED_OPS"), ("gds/schema.py", "_WRITERS"),
+    ("gds/_gql_conditions.py", "_MIRRORED"), ("server/_status.py", "HTTP_STATUS"), ("gds/_gql_printer.py", "_PRINTED_OPS"), ("gds/schema.py", "_WRITERS"),
 }
 
 _MUTABLE_LITERALS = (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)

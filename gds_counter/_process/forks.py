@@ -16,6 +16,14 @@ its hooks, each optional:
 Registration is weak: an object that is gone needs nothing. The registry's
 lock is held from just before the fork to just after it, so no object is
 added or dropped half way through.
+
+Between forks, an object that must not be used across one (a pool's
+connection, a lock that guards a queue) records ``here()`` when it is made
+and asks ``owned_here(recorded)`` before it trusts its state: the one check
+of "was this made by the process I am in". In a forked child the answer is
+False, so the object starts afresh (or refuses) instead of using what a
+parent's thread held. No other module asks the process id
+(``tests/test_architecture.py`` checks it).
 """
 
 from __future__ import annotations
@@ -23,15 +31,31 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import Any
+from typing import Any, NewType
 
-__all__ = ["forget", "register"]
+__all__ = ["Owner", "forget", "here", "owned_here", "register"]
+
+#: The process an object was made in (or adopted by, after a fork): what
+#: ``here()`` returned then. A process id, typed so that one is only ever
+#: recorded through ``here()``.
+Owner = NewType("Owner", int)
 
 _LOCK = threading.Lock()
 #: Every object with fork hooks (``register``), weakly.
 _MEMBERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
 #: The objects of the fork in progress, held so none is collected half way.
 _FORKING: list[Any] = []
+
+
+def here() -> Owner:
+    """This process, to record in an object that must not cross a fork."""
+    return Owner(os.getpid())
+
+
+def owned_here(owner: Owner) -> bool:
+    """Whether ``owner`` (``here()`` when it was recorded) is the process
+    asking now: False in a child forked since."""
+    return owner == os.getpid()
 
 
 def register(member: Any) -> None:

@@ -24,10 +24,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import concurrent.futures.thread  # now, not on first use: a fork then would find its import lock held
-import os
 import threading
 from typing import Any, Callable, TypeVar
 
+from gds_counter._process import forks
 from gds_counter.errors import GatewayError
 
 __all__ = ["ForkSafePool"]
@@ -62,7 +62,7 @@ class ForkSafePool:
 
     def _start_afresh(self) -> None:
         """This process's own state: nothing inherited is used again."""
-        self._pid = os.getpid()
+        self._pid = forks.here()
         self._lock = threading.Lock()
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._closed = False
@@ -79,7 +79,7 @@ class ForkSafePool:
         """``function()`` in a worker; its result or error. Cancelled before
         a worker took it, it never runs; after, it runs to its end (a thread
         cannot be stopped) and the caller is told ``CancelledError``."""
-        if self._pid != os.getpid():  # forked: never the parent's lock or executor
+        if not forks.owned_here(self._pid):  # forked: never the parent's lock or executor
             self._after_fork()
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[R] = loop.create_future()
@@ -97,7 +97,7 @@ class ForkSafePool:
         try:
             return await waiter
         except asyncio.CancelledError:
-            if os.getpid() == pid:  # never touch the parent's futures in a child
+            if forks.owned_here(pid):  # never touch the parent's futures in a child
                 work.cancel()
             raise
 
@@ -106,7 +106,7 @@ class ForkSafePool:
         for that if ``wait``); later calls raise ``GatewayError``. An
         executor inherited from another process is left alone (its threads
         are not here)."""
-        if self._pid != os.getpid():
+        if not forks.owned_here(self._pid):
             self._after_fork()
         with self._lock:
             executor = self._executor

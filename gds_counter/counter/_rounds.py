@@ -25,13 +25,12 @@ and the locking (a real lock; one event loop needs none) differ.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 import weakref
 from typing import Any, Callable, Generic, Hashable, Iterator, TypeVar, Union
 
-from gds_counter._process import deadlines
+from gds_counter._process import deadlines, forks
 from gds_counter._process.interrupts import surely
 from gds_counter.errors import Contention
 
@@ -301,12 +300,12 @@ class ThreadLines(Generic[R]):
         self._reset()
 
     def _reset(self) -> None:
-        self._pid = os.getpid()
+        self._pid = forks.here()
         self._lock = threading.Lock()
         self._lines: Lines[R] = Lines(Gate, self._running)
 
     def get(self) -> tuple[Lines[R], threading.Lock]:
-        if self._pid != os.getpid():
+        if not forks.owned_here(self._pid):
             self._reset()
         return self._lines, self._lock
 
@@ -372,14 +371,14 @@ class LoopLines(Generic[R]):
         self._reset()
 
     def _reset(self) -> None:
-        self._pid = os.getpid()
+        self._pid = forks.here()
         self._per_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Lines[R]]" = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     def get(self) -> Lines[R]:
         """The running loop's lines (its tasks need no lock around them)."""
         loop = asyncio.get_running_loop()
-        if self._pid != os.getpid():
+        if not forks.owned_here(self._pid):
             self._reset()
         with self._lock:
             lines = self._per_loop.get(loop)

@@ -76,7 +76,6 @@ from __future__ import annotations
 import collections
 import logging
 import math
-import os
 import random
 import socket
 import threading
@@ -373,7 +372,7 @@ class AffinityShards:
         counters = self._known
         state = counters.get(counter)
         if state is None:
-            number = self.instance if self.instance is not None else os.getpid()
+            number = self.instance if self.instance is not None else forks.here()
             state = counters[counter] = _CounterShards(counter, number, self.dice)
             if len(counters) > MAX_COUNTERS:
                 # Forget the least recently used counters nobody is writing.

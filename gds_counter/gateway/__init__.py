@@ -266,7 +266,7 @@ def shared_gateway_key(url: str | None) -> tuple[Any, ...]:
     process id, so that a forked child never shares its parent's connection,
     and the settings that choose the storage."""
     return (
-        os.getpid(),
+        forks.here(),
         url or os.environ.get("GDS_URL"),
         os.environ.get("DATASTORE_EMULATOR_HOST"),
         os.environ.get("DATASTORE_PROJECT_ID"),

@@ -20,8 +20,9 @@ import attrs
 
 from gds_counter.gateway.keys import RESERVED_NAME
 from gds_counter.gateway.query import KEY_PROPERTY, MAX_AGGREGATIONS, Aggregation, AggregationQuery, Query
+from gds_counter.gds._gql_conditions import RESERVED
 from gds_counter.gds._gql_lexer import END, INT, PARAM, WORD, Token
-from gds_counter.gds._gql_parser import AGGREGATES, RESERVED, Parser, Parts
+from gds_counter.gds._gql_parser import AGGREGATES, Parser, Parts
 
 __all__ = ["AGGREGATION_RESERVED", "AggregationParser", "AggregationParts"]
 

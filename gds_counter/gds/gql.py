@@ -10,7 +10,8 @@ send the original text (``Query.gql``) to the server.
 
 This module is the public face; the work is done by ``_gql_lexer`` (text to
 tokens), ``_gql_values`` (bound values and BLOB/DATETIME literals to the
-gateway's types), ``_gql_parser`` (tokens to query parts),
+gateway's types), ``_gql_parser`` (tokens to query parts: the statement),
+``_gql_conditions`` (its WHERE clause and the values conditions compare with),
 ``_gql_aggregation`` (the aggregations around a query) and ``_gql_printer``
 (``Query`` and ``AggregationQuery`` back to text).
 
@@ -72,7 +73,7 @@ Decisions where the reference leaves room, or where we differ from it:
   Property names may be dotted (``a.b``, a sub-property of an embedded
   entity); kinds may not, unless quoted. Keywords are case-insensitive; the
   words that could be mistaken for names where a name is expected are
-  reserved and must be quoted to be used as names (``_gql_parser.RESERVED``). The
+  reserved and must be quoted to be used as names (``_gql_conditions.RESERVED``). The
   function words (KEY, ARRAY, BLOB, DATETIME, FIRST, ON, ...) only act as
   keywords before ``(``, so a property called ``key`` needs no quotes.
 * Bindings: ``@name`` and ``@1`` (1-based). ``bindings`` may be a

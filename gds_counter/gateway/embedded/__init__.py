@@ -15,10 +15,17 @@ The engine is split by idea, each module explaining its own part:
 * ``_storage``: the SQLite tables, and the writes of one commit (masks,
   transforms, index rows, versions, id allocation).
 * ``_connections``: the connection pool: opening a file without writing to
-  it, lending connections to calls, no connection across ``fork()``, the
-  file checked before each commit, SQLite errors as ours, naming the path.
-* ``_engine``: ``EmbeddedGateway`` itself: transactions, query batches,
-  commits.
+  it, lending connections to calls and holding them for transactions,
+  SQLite errors as ours, naming the path.
+* ``_connection_life``: the pool's base: how a connection ends (rolled
+  back, dropped, closed), the file checked before each commit, and no
+  connection across ``fork()``.
+* ``_engine``: ``EmbeddedGateway`` itself: transactions, and how a commit
+  is written (alone, or in the group commit).
+* ``_commit_writes``: what a commit writes inside the write transaction
+  (the base of ``EmbeddedGateway``).
+* ``_query_batches``: a query's batches: each query shape compiled once,
+  and one batch's rows read in the query's order between its cursors.
 * ``_files``: opening a file, and its identity (``file_id``: the shared
   cache names a SQLite file by it, whatever path reaches it).
 """

@@ -1,5 +1,6 @@
-"""The embedded engine's connections: how each is opened, lent to a call and
-ended, and how SQLite's failures become gds_counter errors naming the file.
+"""The embedded engine's connection pool: how a connection is opened and lent
+to a call or held for a transaction, and how SQLite's failures become
+gds_counter errors naming the file.
 
 Each rule comes from a failure seen in practice (see the README's
 Reliability section):
@@ -10,18 +11,6 @@ Reliability section):
   connection and gives it back, so a thousand short-lived threads use no
   more connections (two file descriptors each) than ever run at once, and
   never more than ``POOL_SIZE``: a call that finds them all lent waits.
-* **No connection crosses a fork.** SQLite keeps its POSIX lock bookkeeping
-  in process memory. A child inherits that bookkeeping but not the locks, so
-  its connections, old or new, hold no lock the parent can see: a parent
-  that then closes its gateway (or exits) believes it is the last user,
-  checkpoints and deletes the ``-wal`` file while the child still commits
-  into it. So, through ``_process.forks``, every pool waits for the
-  calls in progress and closes its connections in the parent just before
-  ``fork()`` (never in the child, where closing one could release the
-  parent's locks); parent and child each open new ones on first use. A child
-  forked while a call was in progress, or by a fork that ran no Python hooks
-  while connections were open, is refused with ``GatewayError`` rather than
-  allowed to write, and the connections it inherited are never closed.
 * **Open by reading first.** The schema is created only when it is missing
   (in one transaction) and WAL switched on only when it is not on already,
   so a read-only file, or a reader that arrives while a writer holds the
@@ -34,17 +23,14 @@ Reliability section):
   RESERVED_FOR_CALLS`` do at once; beyond that one waits ``HOLD_WAIT_S``,
   then ends the oldest one's snapshot (a dropped one's first). A fork closes
   them with the idle ones. Either way that transaction raises ``Contention``.
-* **A commit checks its file.** Before ``COMMIT`` the path must still name
-  the file the gateway opened, and the ``-wal`` file must still be the one
-  the connection writes into; otherwise the commit is rolled back and
-  raised, instead of being acknowledged into a file no one will read.
+* **A connection's life past its opening** (rolled back, dropped, checked
+  before a commit, closed, and never carried across a fork) is
+  ``_connection_life``'s, the base of ``ConnectionPool``: this module lends.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import sqlite3
 import threading
 import time
@@ -53,23 +39,18 @@ from types import TracebackType
 
 from gds_counter._process import deadlines, forks
 from gds_counter._process.interrupts import locked, own_again, release_if_held, surely
-from gds_counter.errors import Contention, GatewayError
+from gds_counter.errors import Contention
+from gds_counter.gateway.embedded._connection_life import BUSY_TIMEOUT_S, ConnectionLife
 from gds_counter.gateway.embedded._files import (
     ABANDONED,
     Connection,
     FileId,
     close_connection,
-    file_gone,
-    file_id,
     open_connection,
     translate,
 )
 
 log = logging.getLogger("gds_counter.gateway.embedded")
-
-#: How long a writer waits for another process's write lock before giving up
-#: with Contention. Commits are short, so a long wait means real overload.
-BUSY_TIMEOUT_S = 30.0
 
 #: Connections one file gateway keeps at most (each holds two descriptors).
 POOL_SIZE = 32
@@ -92,11 +73,8 @@ LEND_WAIT_S = 2 * BUSY_TIMEOUT_S + 15
 #: the garbage collector takes such a lease.
 RECLAIM_SLICE_S = 0.5
 
-#: How long ``fork()`` waits for calls in progress to finish (each is bounded
-#: by the busy timeout) before it gives the child a gateway that refuses work.
-FORK_DRAIN_S = 2 * BUSY_TIMEOUT_S + 5
 
-class ConnectionPool:
+class ConnectionPool(ConnectionLife):
     """The connections of one embedded gateway; see the module docstring.
 
     ``path`` None is an in-memory database, which lives in its one
@@ -128,7 +106,7 @@ class ConnectionPool:
         self._opening = 0  # connections being opened now, outside the lock
         self._waiting = 0  # threads waiting in _acquire
         self._reclaimed = 0  # connections ``_reclaim_lost`` took back, not yet logged
-        self._pid = os.getpid()
+        self._pid = forks.here()
         self._closed = False
         self._forking = False
         self._fork_trouble: str | None = None  # why a child of the fork in progress must not write
@@ -180,7 +158,7 @@ class ConnectionPool:
         reserved = opened = False
         try:
             with self._lock:
-                if owner is None and self._idle and self._pid == os.getpid() and not (
+                if owner is None and self._idle and forks.owned_here(self._pid) and not (
                     self._forking or self._closed or self._refused
                 ):
                     # No call between taking it and lending it: an interrupt (a
@@ -244,7 +222,7 @@ class ConnectionPool:
                 self._lent.pop(conn, None)
                 if owner is not None:
                     self._held.pop(conn, None)
-                if opened and (self._closed or self._pid != os.getpid()):
+                if opened and (self._closed or not forks.owned_here(self._pid)):
                     self._count -= 1
                     close_connection(conn)
                 elif conn not in self._idle:  # (interrupted before it was taken out of the idle list)
@@ -302,7 +280,7 @@ class ConnectionPool:
             # Out of ``_lent`` only once it is somewhere else: an interrupt
             # on the way leaves it lent to no one, to be taken back again.
             if conn not in self._held:  # (else its transaction still holds it)
-                if conn.pid == os.getpid() and not self._closed and (self._rolled_back(conn) or self.path is None):
+                if forks.owned_here(conn.pid) and not self._closed and (self._rolled_back(conn) or self.path is None):
                     if conn not in self._idle:  # (a memory database lives in its connection: never dropped)
                         self._idle.append(conn)
                 elif conn.dropped is None:
@@ -320,7 +298,7 @@ class ConnectionPool:
         for conn, owner in list(self._held.items()):
             if owner() is None and conn not in self._lent:
                 del self._held[conn]
-                if conn.pid == os.getpid() and not self._closed and self._rolled_back(conn):
+                if forks.owned_here(conn.pid) and not self._closed and self._rolled_back(conn):
                     self._idle.append(conn)
                 else:
                     self._drop(conn, "its transaction was forgotten")
@@ -336,39 +314,6 @@ class ConnectionPool:
                 return True
         return False
 
-    def _drop(self, conn: Connection, why: str) -> None:
-        conn.dropped = why
-        self._count -= 1
-        close_connection(conn)
-        self._cond.notify_all()
-
-    def _check_usable(self) -> None:
-        """Raise when this process may not use the pool (called under the lock)."""
-        if self._closed:
-            raise GatewayError(f"the embedded gateway on {self.where} is closed")
-        self._notice_hookless_fork()
-        if self._refused:
-            raise GatewayError(self._refused)
-
-    def _notice_hookless_fork(self) -> None:
-        """After a fork that ran no Python at-fork hooks (a fork made in C;
-        ``os.fork`` always runs them), refuse the file if connections to it
-        were open: they are the parent's (called under the lock)."""
-        pid = os.getpid()
-        if pid != self._pid:
-            if self.path is None:
-                for conn in self._idle:
-                    conn.pid = pid  # the child's own copy of the memory
-            elif self._count:
-                self._refused = (
-                    f"this process (pid {pid}) inherited open connections to {self.path} from process "
-                    f"{self._pid} through a fork that ran no Python at-fork hooks; SQLite cannot be used "
-                    "safely on both sides of such a fork: open the database in a process started without it"
-                )
-                ABANDONED.extend(self._idle)
-                self._idle.clear()
-            self._pid = pid
-
     def _release(self, conn: Connection) -> None:
         """Give ``conn`` back: one try, which ``_surely_release`` repeats
         when an interrupt cuts it short (``locked`` takes the lock even if
@@ -381,7 +326,7 @@ class ConnectionPool:
         longer counted, or abandoned (a parent's), once however often it
         runs; only then out of ``_lent``."""
         if conn not in self._idle and conn not in self._retired:
-            if conn.pid != os.getpid():
+            if not forks.owned_here(conn.pid):
                 ABANDONED.append(conn)  # a parent's connection: never closed here
                 self._retired.add(conn)
             elif self._closed or (conn.in_transaction and not self._rolled_back(conn) and self.path is not None):
@@ -394,116 +339,6 @@ class ConnectionPool:
         self._lent.pop(conn, None)
         if self._waiting:
             self._cond.notify_all()
-
-    @staticmethod
-    def _rolled_back(conn: Connection) -> bool:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-        return not conn.in_transaction
-
-    # -- checks --------------------------------------------------------------
-
-    def check_file(self, conn: Connection) -> None:
-        """Raise GatewayError unless a commit on ``conn`` would land in the
-        file the path names; called inside the write transaction, just
-        before ``COMMIT``."""
-        if self.path is None:
-            return
-        found = file_id(self.path)
-        if found != self._file:
-            raise GatewayError(file_gone(self.path, found, "this commit was not written, as no one could ever read it"))
-        if conn.wal is not None and file_id(self.path + "-wal") != conn.wal:
-            raise GatewayError(
-                f"{self.path}-wal, the write-ahead log this connection commits into, was deleted or replaced by "
-                "another connection (was the database opened across a fork?); this commit was not written"
-            )
-
-    # -- ending --------------------------------------------------------------
-
-    def close(self) -> None:
-        """Close the idle connections (and those that open transactions hold
-        between calls) now, and the lent ones when their calls end."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            for conn in self._idle:
-                close_connection(conn)
-            self._count -= len(self._idle)
-            self._idle.clear()
-            for conn in [c for c in self._held if c not in self._lent]:
-                del self._held[conn]
-                self._drop(conn, f"the embedded gateway on {self.where} was closed")
-            self._cond.notify_all()
-        forks.forget(self)
-
-    # -- fork ----------------------------------------------------------------
-
-    def _before_fork(self) -> None:
-        """In the parent, just before fork(): wait for calls in progress,
-        close every connection, and keep the lock until the fork is done."""
-        self._lock.acquire()
-        self._fork_trouble = None
-        if self._closed:
-            return
-        self._notice_hookless_fork()
-        self._reclaim_lost()
-        if threading.get_ident() in (thread for thread, _ in self._lent.values()):
-            self._fork_trouble = "the process forked in the middle of a call on it"
-        else:
-            self._forking = True
-            deadline = time.monotonic() + FORK_DRAIN_S
-            self._waiting += 1  # so that each call that ends wakes this thread
-            try:
-                while (self._lent or self._opening) and (left := deadline - time.monotonic()) > 0:
-                    self._cond.wait(left)
-            finally:
-                self._waiting -= 1
-            if self._lent or self._opening:
-                self._fork_trouble = f"the process forked while another thread had been in a call on it for {FORK_DRAIN_S:.0f} s"
-        if self.path is not None:
-            for conn in self._idle:
-                close_connection(conn)
-            self._count -= len(self._idle)
-            self._idle.clear()
-            for conn in [c for c in self._held if c not in self._lent]:
-                del self._held[conn]
-                self._drop(conn, "the process forked while this transaction was open, which ends its snapshot; retry it")
-
-    def _after_fork_in_parent(self) -> None:
-        self._forking = False
-        self._fork_trouble = None
-        self._cond.notify_all()
-        self._lock.release()
-
-    def _after_fork_in_child(self) -> None:
-        trouble, lent = self._fork_trouble, list(self._lent)
-        # The parent's other threads do not exist here: a fresh lock, nothing lent.
-        self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
-        self.write_lock = threading.RLock()
-        self._lent = {}
-        held, self._held = list(self._held), {}  # (none, unless a call was in progress at the fork)
-        self._opening = self._waiting = self._reclaimed = 0
-        self._forking = False
-        self._fork_trouble = None
-        if self._closed or os.getpid() == self._pid:
-            return
-        ABANDONED.extend(lent)  # the parent's, in use at the fork: never closed here
-        ABANDONED.extend(c for c in held if c not in lent)
-        self._pid = os.getpid()
-        if self.path is None:
-            for conn in self._idle:
-                conn.pid = self._pid  # the child's own copy of the memory
-        else:
-            self._count = 0  # the idle ones were closed before the fork
-            ABANDONED.extend(self._idle)  # (none, unless the file was refused already)
-            self._idle.clear()
-        if trouble is not None:
-            self._refused = (
-                f"{self.where} cannot be used in this process (pid {self._pid}): {trouble}, so its SQLite "
-                "state was copied mid-call; open the database in a process started without such a fork"
-            )
 
 
 class HeldLease:

@@ -2,9 +2,12 @@
 
 This module owns what is about running the engine rather than about data:
 serializable transactions that read one snapshot and are checked at commit
-(see ``_storage``), query batches that follow their scan's rows (``_scans``),
-and the stats every RPC records. Connections (a bounded pool, safe across ``fork()``, errors
-turned into ``Contention``/``GatewayError`` naming the file) live in
+(see ``_storage``), how a commit is written (alone under the process's
+write lock, or in the group commit; what it writes is ``_commit_writes``'s),
+and the stats every RPC records. A query's
+batches (each shape compiled once, rows read in the query's order) are
+``_query_batches``'s; connections (a bounded pool, safe across ``fork()``,
+errors turned into ``Contention``/``GatewayError`` naming the file) live in
 ``_connections``.
 """
 
@@ -14,38 +17,29 @@ import contextlib
 import logging
 import os
 import sqlite3
-import time
 import weakref
-from typing import Any, Callable, Generator, Hashable, Iterator
-
-import attrs
+from typing import Any, Iterator
 
 from gds_counter._process import deadlines
-from gds_counter.errors import AlreadyExists, BadValueError, CommitUnknown, Contention, GDSError, NotFound
+from gds_counter.errors import BadValueError, Contention
 from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
-from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, Connection, ConnectionPool, HeldLease, Lease
-from gds_counter.gateway.embedded._cursors import BatchCursors, Point, cursor_owner, encode_cursor, read_cursor
-from gds_counter.gateway.embedded._encoding import key_bytes, load_entity, load_indexed
-from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, Batch, GroupCommit, for_another
+from gds_counter.gateway.embedded._commit_writes import CommitWrites
+from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, ConnectionPool, HeldLease, Lease
+from gds_counter.gateway.embedded._encoding import key_bytes, load_entity
+from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, GroupCommit, for_another
 from gds_counter.gateway.embedded._metadata import metadata_batch
 from gds_counter.gateway.embedded._projects import Projects, check_home, check_home_mutations, resolved
-from gds_counter.gateway.embedded._scans import Doc, Row, Scan, candidate_sql, compile_filter, sql_is_exact
+from gds_counter.gateway.embedded._query_batches import BATCH_SIZE, BatchRead, QueryBatches, answer, explain
 from gds_counter.gateway.embedded._storage import (
-    Stopped,
     Transaction,
     allocate,
-    check_exists,
-    check_unchanged,
     commit_seq,
     reserve,
-    stored_texts,
-    upsert,
-    upserted_keys,
     write_transaction,
 )
 from gds_counter.gateway.keys import METADATA_KINDS, Key
-from gds_counter.gateway.mutations import Delete, Mutation, Upsert
+from gds_counter.gateway.mutations import Mutation, Upsert
 from gds_counter.gateway.query import Query, QueryResult, without_repeats
 from gds_counter.gateway.values import RawEntity
 
@@ -59,34 +53,11 @@ log = logging.getLogger("gds_counter.gateway.embedded")
 #: computes them from the query's rows).
 CAPABILITIES = Capabilities(applies_transforms=True, indexes_transformed=False, not_equal_in_or=True, aggregation=True)
 
-#: Results per batch: small enough that callers must follow cursors (as with
-#: Datastore), large enough that following them is cheap.
-BATCH_SIZE = 300
-
-#: One batch: its rows, the position of the last row read, and whether there are more.
-_Batch = tuple[list[Row], tuple[bytes, ...] | None, bool]
-
-#: Compiled query shapes a gateway keeps (see ``_compiled``).
-COMPILED_QUERIES = 256
-
-
-@attrs.frozen
-class _Compiled:
-    """What a query compiles to, whatever its cursors, limit and offset: its
-    scan, the Python filter check (None when SQL's candidates are exactly the
-    matches), the SQL of its first batch, and whose its cursors are
-    (``_cursors.cursor_owner``)."""
-
-    scan: Scan
-    matches: Callable[[Doc], bool] | None
-    sql: str
-    params: tuple[Any, ...]
-    owner: bytes
 
 __all__ = ["BATCH_SIZE", "BUSY_TIMEOUT_S", "CAPABILITIES", "EmbeddedGateway"]
 
 
-class EmbeddedGateway(BaseGateway[Transaction]):
+class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
     """Cloud Datastore semantics on SQLite; see the package docstring.
 
     ``path`` None keeps the data in memory for the life of the gateway (one
@@ -128,7 +99,7 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         # commit, and need a copy of it before the next commit changes it.
         self._pinned: weakref.WeakValueDictionary[bytes, Transaction] = weakref.WeakValueDictionary()
         self._memory_seq = 0  # in memory: the last commit's number, known without asking (one connection)
-        self._compiled_queries: dict[str, _Compiled] = {}
+        self._queries = QueryBatches(self.stats)
         self._group = GroupCommit()
 
     # -- connections -------------------------------------------------------
@@ -236,148 +207,28 @@ class EmbeddedGateway(BaseGateway[Transaction]):
         if txn is None:
             batch, last, more = self._read_batch(query)
             self._record("run_query", reads=len(batch))
-            return self._query_result(query, batch, last, more)
+            return self._queries.result(query, batch, last, more)
         with self._snapshot(txn) as conn:
-            batch, last, more = self._batch(conn, query)
+            batch, last, more = self._queries.batch(conn, query)
         for row in batch:
             key = row.doc.entity.key
             assert key is not None  # a stored entity always has its key
             txn.saw(row.doc.key_enc, row.doc.version, key)
         if not txn.read_only:  # checked again at commit: a phantom changes the answer
-            txn.queries.append((query, _answer(batch, last, more)))
+            txn.queries.append((query, answer(batch, last, more)))
         self._record("run_query", reads=len(batch))
-        return self._query_result(query, batch, last, more)
+        return self._queries.result(query, batch, last, more)
 
-    def _query_result(self, query: Query, batch: list[Row], last: tuple[bytes, ...] | None, more: bool) -> QueryResult:
-        """The batch, its cursor after each row, and its end cursor: after ``last`` (offset included), else the start's."""
-        compiled = self._compiled(query)
-        end = query.start_cursor if last is None else encode_cursor(last, compiled.owner, compiled.scan, batch=more)
-        cursors = BatchCursors([r.position for r in batch], compiled.owner, compiled.scan, more)
-        return QueryResult(tuple(r.entity for r in batch), end, more, cursors)
-
-    def _read_batch(self, query: Query) -> _Batch:
+    def _read_batch(self, query: Query) -> BatchRead:
         with self._db() as conn:
-            return self._batch(conn, query)
-
-    def _batch(self, conn: sqlite3.Connection, query: Query) -> _Batch:
-        """One batch of a query: its rows, the position of the last row
-        read (offset included) and whether there are more."""
-        compiled = self._compiled(query)
-        scan = compiled.scan
-        start = self._bound(query, query.start_cursor, compiled)
-        end = self._bound(query, query.end_cursor, compiled)
-        wanted = BATCH_SIZE if query.limit is None else min(query.limit, BATCH_SIZE)
-        batch: list[Row] = []
-        last = None
-        more = False
-        rows = self._rows(conn, query, compiled, start)
-        try:
-            skip = query.offset
-            for row in rows:
-                if isinstance(end, Point):
-                    if not end.admits_until(scan, row.position):
-                        break
-                elif end is not None and row.position > end:
-                    break
-                if len(batch) == wanted:
-                    more = query.limit is None or query.limit > wanted
-                    break
-                last = row.position
-                if skip:
-                    skip -= 1
-                else:
-                    batch.append(row)
-        finally:
-            rows.close()
-        return batch, last, more
-
-    @staticmethod
-    def _bound(query: Query, cursor: bytes | None, compiled: _Compiled) -> tuple[bytes, ...] | Point | None:
-        """A cursor given to ``query``: a position in it, or a point (``_cursors``)."""
-        if cursor is None:
-            return None
-        found = read_cursor(cursor, compiled.scan.width, compiled.owner)
-        if isinstance(found, Point):
-            found.check(query)
-            found.bound(compiled.scan)  # refused now if it cannot be read in this query's order
-        return found
+            return self._queries.batch(conn, query)
 
     def explain_query(self, query: Query) -> str:
-        """SQLite's ``EXPLAIN QUERY PLAN`` of the SQL a query runs, so a workshop
-        (and the index test) can see that a filter reads an index, not the whole kind."""
+        """SQLite's plan for the SQL a query runs, so a workshop (and the
+        index test) can see that a filter reads an index, not the whole kind."""
         query = resolved(query, self._own_project())
-        scan = Scan.of(query)
-        sql, params = candidate_sql(query, scan, None)
         with self._db() as conn:
-            return "\n".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
-
-    def _compiled(self, query: Query) -> _Compiled:
-        """``query`` compiled, once per shape: compiling a query (its checks,
-        sort orders, encoded filter values and SQL) took longer than reading
-        the 20 shards a counter's total needs. The shape is named by its
-        ``repr``, not by equality, which would take ``1``, ``1.0`` and
-        ``True`` (or ``0.0`` and ``-0.0``) for one value though each has
-        its own encoding. The cache is emptied when full."""
-        shape = repr((query.kind, query.namespace, query.filter, query.order, query.projection, query.distinct_on, query.keys_only,
-                      query.aggregated_rows))
-        found = self._compiled_queries.get(shape)
-        if found is None:
-            scan = Scan.of(query)
-            exact = query.filter is None or sql_is_exact(query.filter)
-            matches = None if exact or query.filter is None else compile_filter(query.filter)
-            owner = cursor_owner(query.kind, query.namespace, scan.orders, scan.row_properties)
-            found = _Compiled(scan, matches, *candidate_sql(query, scan, None), owner)
-            if len(self._compiled_queries) >= COMPILED_QUERIES:
-                self._compiled_queries.clear()
-            self._compiled_queries[shape] = found
-        return found
-
-    def _rows(
-        self, conn: sqlite3.Connection, query: Query, compiled: _Compiled, start: tuple[bytes, ...] | Point | None,
-    ) -> Generator[Row, None, None]:
-        """Result rows after ``start`` in sort order. Key-ordered queries
-        stream from SQLite and stop at the batch; other orders sort all the
-        (index-narrowed) candidates for every batch, which is fine for
-        filtered queries but makes following every batch of a large kind
-        sorted by a property quadratic. A point (another query's cursor)
-        is checked on each row: SQL seeks only to a position of this query."""
-        scan, matches, streams, keyed = compiled.scan, compiled.matches, compiled.scan.streams, compiled.scan.key_width is not None
-        point = start if isinstance(start, Point) else None
-        after = None if isinstance(start, Point) else start
-        sql, params = (compiled.sql, compiled.params) if after is None else candidate_sql(query, scan, after)
-        cursor = conn.execute(sql, params)
-        examined = 0
-        try:
-            docs = []
-            for kb, version, data in cursor:
-                examined += 1
-                entity, index = load_indexed(data)
-                doc = Doc(kb, version, entity, index)
-                if matches is not None and not matches(doc):
-                    continue
-                if keyed:
-                    row = scan.key_row(doc)
-                    if point is None or point.admits_from(scan, row.position):
-                        yield row
-                elif streams:
-                    yield from (row for row in scan.rows(doc) if point is None or point.admits_from(scan, row.position))
-                else:
-                    docs.append(doc)
-            if streams:
-                return
-            rows = sorted((row for doc in docs for row in scan.rows(doc)), key=lambda r: r.position)
-            if point is not None:
-                # Another query's cursor: DISTINCT starts its groups afresh
-                # at the point, as the Firestore emulator does.
-                rows = [row for row in rows if point.admits_from(scan, row.position)]
-            if scan.distinct_on:
-                rows = scan.first_of_each(rows)
-            for row in rows:
-                if after is None or row.position > after:
-                    yield row
-        finally:
-            cursor.close()
-            self.stats.bump("rows_examined", examined)
+            return explain(conn, query)
 
     # -- writes --------------------------------------------------------------
 
@@ -433,167 +284,3 @@ class EmbeddedGateway(BaseGateway[Transaction]):
             # Other processes still meet there.
             with self._pool.write_lock:
                 return self._write(conn, mutations, txn)
-
-    def _write(
-        self, conn: Connection, mutations: list[Mutation], txn: Transaction | None
-    ) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
-        """One write transaction: validate ``txn``'s reads, apply the
-        mutations, commit (or roll back on any error)."""
-        with write_transaction(conn, conn.busy_timeout):
-            results, stopped = self._write_within(conn, mutations, txn)
-        if stopped is not None:
-            raise stopped
-        return results
-
-    def _write_within(
-        self, conn: Connection, mutations: list[Mutation], txn: Transaction | None, batch: Batch | None = None
-    ) -> tuple[list[tuple[Key | None, tuple[Any, ...] | None]], GDSError | None]:
-        """``_write`` in the write transaction already begun on ``conn``: the
-        results, and the error of a commit without a transaction that
-        stopped part way (``Stopped``), raised once the part is committed."""
-        stopped: GDSError | None = None
-        try:
-            seq, results = self._mutate(conn, mutations, txn)
-        except Stopped as stop:
-            seq, results, stopped = stop.seq, [], stop.error
-        self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
-        self._commit_now(conn, batch)
-        if self.path is None:
-            self._memory_seq = seq
-        return results, stopped
-
-    def _commit_now(self, conn: Connection, batch: Batch | None) -> None:
-        """``COMMIT``, with the truth about a failure: while SQLite keeps the
-        transaction open, nothing was written (it is rolled back and the
-        error raised as it is); once the transaction has ended without
-        ``COMMIT`` returning, the data may be durable (an I/O error after
-        the log was written, say), so ``CommitUnknown``, never an error that
-        a retry would answer by counting it again. ``batch`` (the group
-        commit's) records the same for the other callers."""
-        if batch is not None:
-            batch.sent = True
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            if conn.in_transaction:
-                if batch is not None:
-                    batch.sent = False
-                raise
-            raise CommitUnknown(
-                f"COMMIT on {self._pool.where} failed after it began ({exc}); the commit may or may not be stored"
-            ) from exc
-        except BaseException:
-            if batch is not None and conn.in_transaction:
-                batch.sent = False  # interrupted before COMMIT ran: rolled back, nothing written
-            raise
-        if batch is not None:
-            batch.durable = True
-
-    def _write_group(self, take: Batch) -> None:
-        """Several callers' commits in one write transaction (``_group_commit``):
-        each in a savepoint, rolled back alone if it raises; results are
-        handed out only once the transaction committed. The batch is taken
-        (``take()``) once the file's write lock is held, so the commits that
-        queued while another process held it join (4 processes x 4 threads:
-        2 commits per transaction, each waiting 2 ms for the lock, was)."""
-        with self._db() as conn, write_transaction(conn, conn.busy_timeout):
-            batch = take()
-            if len(batch) == 1:
-                batch[0].results, batch[0].error = self._write_within(conn, batch[0].mutations, None, take)
-                return
-            stored = stored_texts(conn, upserted_keys(batch))
-            # One commit number each, taken at once (a failed one leaves a gap).
-            last = conn.execute("UPDATE meta SET value = value + ? WHERE name = 'commit_seq' RETURNING value", (len(batch),)).fetchall()[0][0]
-            for seq, request in enumerate(batch, start=last - len(batch) + 1):
-                # One mutation checks everything before it writes: nothing to undo.
-                undo = len(request.mutations) > 1
-                if undo:
-                    conn.execute("SAVEPOINT one_commit")
-                    before = dict(stored)
-                try:
-                    # Handed out only once COMMIT returned (GroupCommit).
-                    request.results = self._mutate(conn, request.mutations, None, seq, stored)[1]
-                except Stopped as stop:
-                    request.error = stop.error  # the mutations before it stay written
-                except sqlite3.Error:
-                    raise  # the file, not this commit: the whole transaction fails
-                except Exception as exc:
-                    if undo:
-                        conn.execute("ROLLBACK TO one_commit")
-                        stored = before
-                    request.error = exc
-                if undo:
-                    conn.execute("RELEASE one_commit")
-            self._pool.check_file(conn)  # never acknowledge a commit into a deleted file
-            self._commit_now(conn, take)
-        self.stats.bump("grouped_commits", len(batch))
-        self.stats.bump("group_transactions")
-
-    def _mutate(
-        self,
-        conn: Connection,
-        mutations: list[Mutation],
-        txn: Transaction | None,
-        seq: int | None = None,
-        stored: dict[bytes, str | None] | None = None,
-    ) -> tuple[int, list[tuple[Key | None, tuple[Any, ...] | None]]]:
-        """Inside a write transaction: validate ``txn``'s reads, take a commit
-        number (unless given one) and apply the mutations; the number and the
-        results. A single mutation raises before it writes anything.
-        ``stored``: what the rows of some keys hold, read ahead and kept up
-        to date (``stored_texts``)."""
-        if txn is not None and txn.seq is not None:
-            self._validate(conn, txn)
-        if seq is None:
-                seq = conn.execute("UPDATE meta SET value = value + 1 WHERE name = 'commit_seq' RETURNING value").fetchall()[0][0]
-        partial = [m for m in mutations if isinstance(m, Upsert) and m.entity.key is not None and m.entity.key.is_partial]
-        new_ids = iter(allocate(conn, len(partial)))
-        results: list[tuple[Key | None, tuple[Any, ...] | None]] = []
-        now = time.time()
-        for mutation in mutations:
-            if isinstance(mutation, Delete):
-                self._check_write_rate(conn, mutation.key, now)
-                kb = key_bytes(mutation.key)
-                conn.execute("DELETE FROM entities WHERE key_bytes = ?", (kb,))
-                conn.execute("DELETE FROM props WHERE key_bytes = ?", (kb,))
-                if stored is not None:
-                    stored[kb] = None
-                results.append((mutation.key, None))
-            else:
-                key = mutation.entity.key
-                assert key is not None  # checked by BaseGateway.commit
-                key = key.completed(next(new_ids)) if key.is_partial else key
-                written = len(results) if txn is None else 0  # (a transaction writes all or nothing)
-                try:
-                    check_exists(conn, mutation, key, stored, written)
-                except (AlreadyExists, NotFound) as exc:
-                    if not written:
-                        raise
-                    raise Stopped(exc, seq) from None
-                self._check_write_rate(conn, key, now)
-                results.append(upsert(conn, mutation, key, seq, now, stored))
-        return seq, results
-
-    def _validate(self, conn: sqlite3.Connection, txn: Transaction) -> None:
-        """Under the write lock: Contention unless what ``txn`` read in its
-        snapshot is what it would read now (nothing committed since, or
-        every entity and every query's answer unchanged)."""
-        if (self._memory_seq if self.path is None else commit_seq(conn)) == txn.seq:
-            return
-        check_unchanged(conn, txn)
-        for query, answer in txn.queries:
-            if _answer(*self._batch(conn, query)) != answer:
-                raise Contention(f"the results of a query on {query.kind!r} changed since this transaction ran it", attempts=1)
-
-    def _check_write_rate(self, conn: sqlite3.Connection, key: Key, now: float) -> None:
-        if not self._min_write_gap:
-            return
-        row = conn.execute("SELECT written_at FROM entities WHERE key_bytes = ?", (key_bytes(key),)).fetchone()
-        if row is not None and now - row[0] < self._min_write_gap:
-            self.stats.bump("write_rate_aborts")
-            raise Contention(f"{key} was written {now - row[0]:.3f}s ago; the model allows one write per {self._min_write_gap:.3f}s")
-
-
-def _answer(batch: list[Row], last: tuple[bytes, ...] | None, more: bool) -> Hashable:
-    """What a query batch told its transaction, to compare at commit."""
-    return tuple((row.doc.key_enc, row.doc.version, row.position) for row in batch), last, more

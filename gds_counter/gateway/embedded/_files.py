@@ -13,6 +13,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from gds_counter._process import forks
 from gds_counter.errors import Contention, GatewayError, GDSError
 from gds_counter.gateway.embedded._storage import create_schema, is_busy, schema_ready
 
@@ -30,7 +31,7 @@ class Connection(sqlite3.Connection):
     """A SQLite connection that knows which process opened it, how long it
     waits for another process's lock (seconds) and its ``-wal`` file."""
 
-    pid: int
+    pid: forks.Owner
     busy_timeout: float
     wal: FileId | None
     #: Why this connection was taken from the transaction that held it
@@ -58,7 +59,7 @@ def open_connection(
     except sqlite3.Error as exc:
         raise _open_error(exc, path, known) from exc
     assert isinstance(conn, Connection)
-    conn.pid, conn.wal, conn.dropped, conn.busy_timeout = os.getpid(), None, None, busy_timeout
+    conn.pid, conn.wal, conn.dropped, conn.busy_timeout = forks.here(), None, None, busy_timeout
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         wal = False
@@ -166,7 +167,7 @@ def why_unopenable(path: str, known: FileId | None) -> str:
 def close_connection(conn: Connection) -> None:
     """Close a connection this process opened; keep (never close) one it
     inherited, since closing it could release the parent's locks."""
-    if conn.pid != os.getpid():
+    if not forks.owned_here(conn.pid):
         ABANDONED.append(conn)
         return
     try:

@@ -40,10 +40,10 @@ databases (no fsync to share) commit alone.
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any, Callable
 
+from gds_counter._process import forks
 from gds_counter._process.interrupts import release_if_held, surely
 from gds_counter.errors import CommitUnknown, Contention, GDSError, Unavailable
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S
@@ -127,7 +127,7 @@ class GroupCommit:
         self._reset()
 
     def _reset(self) -> None:
-        self._pid = os.getpid()
+        self._pid = forks.here()
         self._lock = threading.RLock()  # an RLock knows its owner: release_if_held
         self._queue: list[Request] = []
         self._writing = False
@@ -151,7 +151,7 @@ class GroupCommit:
         ahead of it (then ``Contention`` if its commit was not taken,
         ``CommitUnknown`` if it was). Returns this one's results or raises
         its error."""
-        if self._pid != os.getpid():
+        if not forks.owned_here(self._pid):
             self._reset()
         request = Request(mutations)
         try:

@@ -17,7 +17,7 @@ __all__ = ["FAULTS", "MECHANISMS", "POINTS", "points_of"]
 CW = "gds_counter.counter._combined"
 RD = "gds_counter.counter._rounds"
 GC = "gds_counter.gateway.embedded._group_commit"
-EN = "gds_counter.gateway.embedded._engine"
+WR = "gds_counter.gateway.embedded._commit_writes"
 SR = "gds_counter.counter._shared_reads"
 CA = "gds_counter.counter.cache"
 AF = "gds_counter.counter.shard_choice"
@@ -77,9 +77,9 @@ POINTS: tuple[Point, ...] = (
           "the writer writes every queued commit in one transaction", BOTH, FILE, crowd=8),
     Point("group_commit.hands_over", GC, "GroupCommit._write", r"line:self\._queue\[0\]\.woken\.release\(\)|self\._finish\(request, batch",
           "the writer hands the writing to the next queued commit", ('threads',), FILE, crowd=8),
-    Point("group_commit.committed", EN, "EmbeddedGateway._write_group", r"line:self\.stats\.bump\(\"grouped_commits\"",
+    Point("group_commit.committed", WR, "CommitWrites._write_group", r"line:self\.stats\.bump\(\"grouped_commits\"",
           "the group's COMMIT returned; no caller is answered yet", ('threads',), FILE, crowd=8),
-    Point("group_commit.committed_alone", EN, "EmbeddedGateway._write_within", r"line:if self\.path is None:",
+    Point("group_commit.committed_alone", WR, "CommitWrites._write_within", r"line:if self\.path is None:",
           "a commit written alone returned from COMMIT; its caller is not answered yet"),
     # -- shared reads -------------------------------------------------------------------
     Point("shared_reads.follower_waits", SR, "SharedReads.run", r"line:^\s+mine\.done\.wait\(\)|ThreadLines\.await_end\(mine, lines, lock, seat\)",

@@ -284,8 +284,8 @@ class CounterCore:
             if not runtime.share_reads:
                 return (yield from read())
             key = ("total", self.layout, self._identity())
-            total: int = yield SharedRead(
-                runtime.shared, runtime.async_shared, key, read, lambda: self._gateway.stats.bump("shared_reads")
+            total: int = yield from plan.ask(
+                SharedRead(runtime.shared, runtime.async_shared, key, read, lambda: self._gateway.stats.bump("shared_reads"))
             )
             return total
 

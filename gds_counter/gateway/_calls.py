@@ -14,9 +14,8 @@ looked up at run time.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar, Protocol, Sequence
-
-import attrs
 
 from gds_counter.gateway._contract import AsyncGateway, Gateway
 from gds_counter.gateway._effects import Ask, Plan, R, ask
@@ -97,7 +96,7 @@ class GatewayCall(Ask[R]):
         return None
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Lookup(GatewayCall[list[RawEntity | None]]):
     method: ClassVar[str] = "lookup"
     keys: list[Key]
@@ -113,7 +112,7 @@ class Lookup(GatewayCall[list[RawEntity | None]]):
         return owner._plan_lookup(self.keys, self.transaction)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class RunQuery(GatewayCall[QueryResult]):
     method: ClassVar[str] = "run_query"
     query: Query
@@ -129,7 +128,7 @@ class RunQuery(GatewayCall[QueryResult]):
         return owner._plan_run_query(self.query, self.transaction)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class RunAggregation(GatewayCall[AggregationResult]):
     method: ClassVar[str] = "run_aggregation"
     aggregation: AggregationQuery
@@ -145,7 +144,7 @@ class RunAggregation(GatewayCall[AggregationResult]):
         return owner._plan_run_aggregation(self.aggregation, self.transaction)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class BeginTransaction(GatewayCall[bytes]):
     method: ClassVar[str] = "begin_transaction"
     read_only: bool = False
@@ -160,7 +159,7 @@ class BeginTransaction(GatewayCall[bytes]):
         return owner._plan_begin(self.read_only)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Commit(GatewayCall[CommitResult]):
     method: ClassVar[str] = "commit"
     mutations: list[Mutation]
@@ -176,7 +175,7 @@ class Commit(GatewayCall[CommitResult]):
         return owner._plan_commit(self.mutations, self.transaction)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Rollback(GatewayCall[None]):
     method: ClassVar[str] = "rollback"
     transaction: bytes
@@ -191,7 +190,7 @@ class Rollback(GatewayCall[None]):
         return owner._plan_rollback(self.transaction)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class AllocateIds(GatewayCall[list[Key]]):
     method: ClassVar[str] = "allocate_ids"
     keys: list[Key]
@@ -206,7 +205,7 @@ class AllocateIds(GatewayCall[list[Key]]):
         return owner._plan_allocate_ids(self.keys)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class ReserveIds(GatewayCall[None]):
     method: ClassVar[str] = "reserve_ids"
     keys: list[Key]
@@ -221,7 +220,7 @@ class ReserveIds(GatewayCall[None]):
         return owner._plan_reserve_ids(self.keys)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class GetCapabilities(GatewayCall[Capabilities]):
     """The ``capabilities`` property; an async gateway answers it with
     ``learn_capabilities()``. No rule plan: the gateway learns them once."""

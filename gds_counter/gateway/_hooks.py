@@ -18,9 +18,9 @@ taking any ``TransactionState`` (``_is_blocking``, ``_is_async``).
 from __future__ import annotations
 
 import abc
+import dataclasses
 from typing import Generic, TypeVar
 
-import attrs
 from typing_extensions import TypeIs
 
 from gds_counter.gateway._contract import TransactionState
@@ -148,7 +148,7 @@ class Hook(Ask[R]):
         raise NotImplementedError
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class LookupHook(Hook[list[RawEntity | None]]):
     keys: list[Key]
     txn: TransactionState | None
@@ -160,7 +160,7 @@ class LookupHook(Hook[list[RawEntity | None]]):
         return await hooks._lookup(self.keys, self.txn)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class RunQueryHook(Hook[QueryResult]):
     query: Query
     txn: TransactionState | None
@@ -172,7 +172,7 @@ class RunQueryHook(Hook[QueryResult]):
         return await hooks._run_query(self.query, self.txn)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class RunAggregationHook(Hook[AggregationResult]):
     aggregation: AggregationQuery
     txn: TransactionState | None
@@ -184,7 +184,7 @@ class RunAggregationHook(Hook[AggregationResult]):
         return await hooks._run_aggregation(self.aggregation, self.txn)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class BeginHook(Hook[TransactionState]):
     read_only: bool
 
@@ -195,7 +195,7 @@ class BeginHook(Hook[TransactionState]):
         return await hooks._begin(self.read_only)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class CommitHook(Hook[Written]):
     mutations: list[Mutation]
     txn: TransactionState | None
@@ -207,7 +207,7 @@ class CommitHook(Hook[Written]):
         return await hooks._commit(self.mutations, self.txn)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class RollbackHook(Hook[None]):
     txn: TransactionState
 
@@ -218,7 +218,7 @@ class RollbackHook(Hook[None]):
         await hooks._rollback(self.txn)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class AllocateIdsHook(Hook[list[Key]]):
     keys: list[Key]
 
@@ -229,7 +229,7 @@ class AllocateIdsHook(Hook[list[Key]]):
         return await hooks._allocate_ids(self.keys)
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class ReserveIdsHook(Hook[None]):
     keys: list[Key]
 

@@ -178,7 +178,7 @@ class GatewayRules:
         for key in keys:
             require_complete(key, "lookup")
         txn = self._transaction(transaction)
-        unique = list(dict.fromkeys(keys))
+        unique = list(dict.fromkeys(keys, True))
         found: dict[Key, RawEntity | None] = {}
         for start in range(0, len(unique), MAX_KEYS_PER_LOOKUP):
             batch = unique[start : start + MAX_KEYS_PER_LOOKUP]

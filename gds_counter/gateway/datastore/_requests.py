@@ -14,13 +14,13 @@ same retry and error policy (``_retry``). Protobufs come from ``_codec``.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import functools
 import logging
 import os
 import time
 from typing import Any
 
-import attrs
 from google.api_core import exceptions as gexc
 from google.cloud.datastore_v1.types import datastore as _ds
 from google.cloud.datastore_v1.types import query as _qry
@@ -70,7 +70,7 @@ class AsyncTransport(abc.ABC):
     async def _send(self, call: str, request: Any, *, idempotent_commit: bool = False, policy: str = "") -> Any: ...
 
 
-@attrs.frozen
+@dataclasses.dataclass(frozen=True, slots=True)
 class Send(Hook[Any]):
     """The effect of sending one request (the response is a protobuf
     message, which google-cloud-datastore does not type)."""

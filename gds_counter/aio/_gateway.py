@@ -1,8 +1,10 @@
-"""The async gateway contract, and choosing an async gateway from a URL.
+"""The async gateways, and choosing an async gateway from a URL.
 
 An async gateway offers the ``Gateway`` protocol's calls as coroutines
 (``learn_capabilities()`` for the ``capabilities`` property, which may need
-a probe). Two implement it: ``AsyncDatastoreGateway`` (gRPC asyncio, real
+a probe): the ``AsyncGateway`` protocol, which the gateway layer defines
+beside ``Gateway`` (the async driver performs effects on it) and this face
+exports. Two implement it: ``AsyncDatastoreGateway`` (gRPC asyncio, real
 non-blocking I/O) and ``ThreadedGateway`` (the embedded engine in a bounded
 thread pool: SQLite has no async I/O).
 """

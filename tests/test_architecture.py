@@ -5,6 +5,7 @@ one idea's worth of code, and the product never imports test tooling."""
 from __future__ import annotations
 
 import ast
+import configparser
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -268,3 +269,88 @@ def test_the_fork_check_rule_finds_a_process_id():
     assert _process_id_asked("import os\nif pid != os.getpid():\n    pass\n") == [2]
     assert _process_id_asked("from os import getpid\n") == [1]
     assert _process_id_asked("from gds_counter._process import forks\nforks.owned_here(pid)\n") == []
+
+
+# --- typed effects --------------------------------------------------------------------
+
+#: The modules a value passes through between a counter's plan and a
+#: backend's hook (docs/architecture.md, "Plans").
+EFFECT_PATH = (
+    "gateway/plan.py", "gateway/_effects.py", "gateway/_calls.py", "gateway/_hooks.py", "gateway/_rules.py",
+    "gateway/base.py", "gateway/datastore/_requests.py", "counter/_engine.py", "counter/_totals.py",
+    "counter/strategy.py", "counter/shard_choice.py", "aio/counter.py",
+)
+#: The modules mypy checks with no ``Any`` at all (setup.cfg): there a name
+#: looked up at run time cannot even be typed.
+STRICT_EFFECT_MODULES = ("gateway/plan.py", "gateway/_effects.py", "gateway/_calls.py", "gateway/_hooks.py")
+#: What a name looked up on that path would name: a gateway call, a
+#: backend hook or transport, or what the engine asks of a strategy or of a
+#: shard chooser.
+DISPATCHED_NAMES = frozenset({
+    "lookup", "run_query", "run_aggregation", "begin_transaction", "commit", "rollback", "allocate_ids",
+    "reserve_ids", "capabilities", "learn_capabilities", "_lookup", "_run_query", "_run_aggregation", "_begin",
+    "_commit", "_rollback", "_allocate_ids", "_reserve_ids", "_send", "add", "plan_add", "take", "give_back",
+    "wrote", "seen",
+})
+#: The string-dispatched effect and its tables, before effects were typed.
+RETIRED_NAMES = frozenset({"Op", "OP_NAMES", "_PLANS", "plan_of", "inline", "told", "add_plan"})
+
+
+def _name_dispatch(source: str, *, strict: bool) -> list[str]:
+    """Where ``source`` looks a name up at run time: ``getattr``, ``hasattr``
+    or ``setattr`` of a literal that names a call of the effect path, or
+    (``strict``) of any name not written as a literal; and any definition
+    of a retired name."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"getattr", "hasattr", "setattr"}:
+            name = node.args[1] if len(node.args) > 1 else None
+            literal = name.value if isinstance(name, ast.Constant) and isinstance(name.value, str) else None
+            if literal in DISPATCHED_NAMES or (strict and literal is None):
+                found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in RETIRED_NAMES:
+            found.append(f"line {node.lineno}: defines {node.name}")
+        elif isinstance(node, ast.Assign):
+            found += [f"line {node.lineno}: defines {t.id}" for t in node.targets if isinstance(t, ast.Name) and t.id in RETIRED_NAMES]
+    return found
+
+
+@pytest.mark.parametrize("module", EFFECT_PATH)
+def test_effects_are_typed_calls_not_names_looked_up(module):
+    """From ``add()`` to the backend hook every effect is a typed class that
+    performs itself (``gateway._calls``, ``gateway._hooks``), and the engine
+    calls its strategy and shard chooser by method: no effect names a
+    method for a driver to look up (the retired ``Op("commit")``,
+    ``_PLANS``, ``told(chooser, "wrote")``, ``getattr(strategy,
+    "plan_add")``), where neither readers nor mypy could follow it."""
+    path = PACKAGE / module
+    assert path.exists(), f"{module} is gone: update EFFECT_PATH"
+    assert _name_dispatch(path.read_text(), strict=module in STRICT_EFFECT_MODULES) == []
+
+
+def test_the_name_dispatch_check_finds_each_kind():
+    source = (
+        "class Op: pass\n_PLANS = {}\n"
+        "def perform(gateway, op):\n    return getattr(gateway, op.name)()\n"
+        "def tell(chooser):\n    return getattr(chooser, 'wrote')(1)\n"
+        "def fine(gateway):\n    return getattr(gateway, 'path', None)\n"
+    )
+    assert len(_name_dispatch(source, strict=False)) == 3  # Op, _PLANS, 'wrote'
+    assert len(_name_dispatch(source, strict=True)) == 4  # and op.name
+
+
+def test_mypy_checks_the_effect_path_with_no_any():
+    """CI runs mypy before the tests; setup.cfg must keep the effect modules
+    under ``disallow_any_expr`` (and the other Any bans), so that an
+    effect whose answer is not typed, or a method looked up by name,
+    fails there."""
+    config = configparser.ConfigParser()
+    config.read(PACKAGE.parent / "setup.cfg")
+    wanted = {"gds_counter." + module.removesuffix(".py").replace("/", ".") for module in STRICT_EFFECT_MODULES}
+    strict: set[str] = set()
+    for section in config.sections():
+        if section.startswith("mypy-"):
+            options = config[section]
+            if all(options.getboolean(flag, False) for flag in ("disallow_any_expr", "disallow_any_explicit", "disallow_any_generics")):
+                strict |= {name.strip() for name in section.removeprefix("mypy-").split(",")}
+    assert wanted <= strict, f"not checked strictly: {sorted(wanted - strict)}"

@@ -31,7 +31,7 @@ OTHER_STATE = {
 #: Module-level tables that are never changed after import (names, rules).
 CONSTANT_TABLES = {
     ("cli/_context.py", "COMMANDS"), ("counter/strategy.py", "STRATEGIES"), ("gateway/__init__.py", "_PARAMS"),
-    ("gateway/base.py", "_PLANS"), ("counter/redis_cache.py", "_OPTIONS"), ("counter/redis_cache.py", "_RANGES"),
+    ("counter/redis_cache.py", "_OPTIONS"), ("counter/redis_cache.py", "_RANGES"),
     ("gateway/datastore/_codec.py", "_OPS"), ("gateway/datastore/_codec.py", "_OPS_BACK"), ("gateway/embedded/_scans.py", "RANGE_OPS"),
     ("gateway/embedded/_metadata.py", "_REPRESENTATIONS"),
     ("gateway/embedded/_scans.py", "_SQL_OPS"), ("gds/_gql_lexer.py", "_STRING_ESCAPES"),

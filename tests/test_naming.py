@@ -34,7 +34,12 @@ GENERATOR_MODULES = {"gds_counter/gateway/plan.py", "tests/gateway/test_plan_ste
 #: annotation says so, each with its reason.
 GENERATOR_NAMES = {
     "FaultPlans": "testing/faults.py: the fault-injecting gateway hooks, each a plan",
-    "planned": "a plan handed on to a driver (getattr's result, or a lambda's parameter)",
+    "planned": "a plan handed on to a driver (a lambda's parameter)",
+    "Plan": "gateway/_effects.py: the generator type itself",
+    "RulePlans": "gateway/_calls.py: what a gateway answers with its own rule plans",
+    "PlannedStrategy": "counter/strategy.py: a strategy whose attempt is a plan (plan_add)",
+    "is_planned": "counter/strategy.py: whether a strategy's attempt is a plan",
+    "_planned": "counter/_engine.py: the counter's strategy, as a plan (or None)",
 }
 
 #: Words of the two other ideas. SQLite's own statement, ``EXPLAIN QUERY

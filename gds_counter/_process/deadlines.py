@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import contextvars
 import time
-from typing import Any, Generator, TypeVar
+from typing import Generator, TypeVar
 
 T = TypeVar("T")
+Y = TypeVar("Y")
+S = TypeVar("S")
 
 __all__ = ["bounded", "limit", "remaining", "restore"]
 
@@ -42,7 +44,7 @@ def restore(token: contextvars.Token[float | None]) -> None:
         _AT.set(token.old_value if token.old_value is not token.MISSING else None)
 
 
-def bounded(work: Generator[Any, Any, T], seconds: float | None) -> Generator[Any, Any, T]:
+def bounded(work: Generator[Y, S, T], seconds: float | None) -> Generator[Y, S, T]:
     """The plan ``work``, its storage waits and its waits behind other
     callers ending ``seconds`` from now (None: unbounded). A counter's call
     states its retry policy's deadline this way from its start, so that

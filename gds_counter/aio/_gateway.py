@@ -1,28 +1,25 @@
-"""The async gateway contract, and choosing an async gateway from a URL.
+"""The async gateways, and choosing an async gateway from a URL.
 
 An async gateway offers the ``Gateway`` protocol's calls as coroutines
 (``learn_capabilities()`` for the ``capabilities`` property, which may need
-a probe). Two implement it: ``AsyncDatastoreGateway`` (gRPC asyncio, real
+a probe): the ``AsyncGateway`` protocol, which the gateway layer defines
+beside ``Gateway`` (the async driver performs effects on it) and this face
+exports. Two implement it: ``AsyncDatastoreGateway`` (gRPC asyncio, real
 non-blocking I/O) and ``ThreadedGateway`` (the embedded engine in a bounded
 thread pool: SQLite has no async I/O).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any
 
 from gds_counter.aio._threaded import DEFAULT_WORKERS, ThreadedGateway
 from gds_counter.errors import BadValueError
 from gds_counter.gateway import open_gateway as open_blocking
 from gds_counter.gateway import shared_gateway as shared_blocking
 from gds_counter.gateway import shared_instance
-from gds_counter.gateway.capabilities import Capabilities
+from gds_counter.gateway.base import AsyncGateway
 from gds_counter.gateway.datastore import AsyncDatastoreGateway, DatastoreGateway
-from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import CommitResult, Mutation
-from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
-from gds_counter.gateway.stats import Stats
-from gds_counter.gateway.values import RawEntity
 
 __all__ = [
     "AsyncGateway",
@@ -31,36 +28,6 @@ __all__ = [
     "resolve_gateway",
     "shared_gateway",
 ]
-
-@runtime_checkable
-class AsyncGateway(Protocol):
-    """What an async gateway offers: ``Gateway``'s calls, awaited."""
-
-    stats: Stats
-    namespace: str
-
-    async def learn_capabilities(self) -> Capabilities: ...
-
-    async def lookup(self, keys: Sequence[Key], *, transaction: bytes | None = None) -> list[RawEntity | None]: ...
-
-    async def run_query(self, query: Query, *, transaction: bytes | None = None) -> QueryResult: ...
-
-    async def run_aggregation(
-        self, aggregation: AggregationQuery, *, transaction: bytes | None = None
-    ) -> AggregationResult: ...
-
-    async def begin_transaction(self, *, read_only: bool = False) -> bytes: ...
-
-    async def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult: ...
-
-    async def rollback(self, transaction: bytes) -> None: ...
-
-    async def allocate_ids(self, keys: Sequence[Key]) -> list[Key]: ...
-
-    async def reserve_ids(self, keys: Sequence[Key]) -> None: ...
-
-    async def close(self) -> None: ...
-
 
 _MEMBERS = ("learn_capabilities", "lookup", "run_query", "run_aggregation", "begin_transaction", "commit",
             "rollback", "allocate_ids", "close", "stats", "namespace")

@@ -23,6 +23,7 @@ from gds_counter.counter.layout import NDB_GENERAL, Layout
 from gds_counter.counter.options import CounterChanges, CounterOptions, options_of
 from gds_counter.counter.rollup import TotalAsOf, check_max_age
 from gds_counter.counter.runtime import Runtime
+from gds_counter.counter.strategy import is_planned
 from gds_counter.errors import BadValueError
 from gds_counter.gateway import plan
 
@@ -63,7 +64,7 @@ class ShardedCounter(CounterCore):
         super().__init__(
             name, layout=layout, gateway=resolved, namespace=namespace, num_shards=num_shards, options=chosen,
         )
-        if getattr(self._strategy, "plan_add", None) is None:
+        if not is_planned(self._strategy):
             # Its blocking add() would call the async gateway's coroutines
             # without awaiting them: refuse it before anything is written.
             raise BadValueError(

@@ -17,7 +17,7 @@ from gds_counter.counter.rollup import TotalAsOf
 from gds_counter.counter.runtime import Runtime
 from gds_counter.counter.shard_choice import AffinityShards, RandomShards, ShardChooser
 from gds_counter.counter.sharded import ShardedCounter, get_counts
-from gds_counter.counter.strategy import STRATEGIES, Shard, Strategy, Wrote
+from gds_counter.counter.strategy import STRATEGIES, PlannedStrategy, Shard, Strategy, Wrote
 
 __all__ = [
     # the faces: classes and settings
@@ -39,6 +39,7 @@ __all__ = [
     "Shard",
     "ShardChooser",
     "ShardedCounter",
+    "PlannedStrategy",
     "Strategy",
     "TotalAsOf",
     "Wrote",

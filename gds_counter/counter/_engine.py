@@ -53,8 +53,8 @@ from gds_counter.counter.layout import Layout
 from gds_counter.counter.options import AutoGrow, CounterOptions
 from gds_counter.counter.rollup import TotalAsOf, check_max_age, exact_plan, total_as_of_plan
 from gds_counter.counter.runtime import Runtime
-from gds_counter.counter.shard_choice import Holding, ShardChooser, told
-from gds_counter.counter.strategy import Shard, Wrote, add_plan, get_strategy
+from gds_counter.counter.shard_choice import Holding, ShardChooser, tell_seen, tell_wrote
+from gds_counter.counter.strategy import Shard, Wrote, get_strategy, planned
 from gds_counter.errors import BadValueError, Contention, GDSError, TotalUnavailable, Unavailable
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
@@ -93,6 +93,7 @@ class CounterCore:
         self._follow_config = num_shards is None
         self._min_shards = 1 if num_shards is None else check_num_shards(num_shards)
         self._strategy = get_strategy(strategy)
+        self._planned = planned(self._strategy)
         if auto_grow is None:
             auto_grow = strategy == "auto-grow"
         self._auto_grow: AutoGrow | None = (AutoGrow() if auto_grow is True else auto_grow) or None
@@ -284,8 +285,8 @@ class CounterCore:
             if not runtime.share_reads:
                 return (yield from read())
             key = ("total", self.layout, self._identity())
-            total: int = yield SharedRead(
-                runtime.shared, runtime.async_shared, key, read, lambda: self._gateway.stats.bump("shared_reads")
+            total: int = yield from plan.ask(
+                SharedRead(runtime.shared, runtime.async_shared, key, read, lambda: self._gateway.stats.bump("shared_reads"))
             )
             return total
 
@@ -310,7 +311,7 @@ class CounterCore:
             number = self._number_of(key)
             if number is not None:
                 counts[number] = count
-        told(self._chooser, "seen", self._identity(), counts, every=True)
+        tell_seen(self._chooser, self._identity(), counts, every=True)
         return shards
 
     def _number_of(self, key: Key) -> int | None:
@@ -475,10 +476,10 @@ class CounterCore:
 
         def attempt() -> plan.Plan[None]:
             with Holding(self._chooser, self._identity(), self.layout.shard_numbers(self._num_shards), moved) as number:
-                wrote = yield from add_plan(self._strategy, self._shard(number), amount)
+                wrote = yield from self._planned.plan_add(self._shard(number), amount)
                 # What the shard held tells the chooser whether another
                 # process writes it too (then this process moves elsewhere).
-                if isinstance(wrote, Wrote) and told(self._chooser, "wrote", self._identity(), number, *wrote):
+                if isinstance(wrote, Wrote) and tell_wrote(self._chooser, self._identity(), number, wrote.found, wrote.stored):
                     moved()
 
         grow = self._auto_grow

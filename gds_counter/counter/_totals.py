@@ -9,7 +9,7 @@ from typing import Any, Callable, Hashable, Protocol, Sequence
 
 from gds_counter.counter.cache import TotalCache
 from gds_counter.counter.rollup import Rollable, totals_as_of_plan
-from gds_counter.counter.shard_choice import ShardChooser, told
+from gds_counter.counter.shard_choice import ShardChooser, tell_seen
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
 
@@ -126,6 +126,6 @@ def read_shards_plan(counters: Sequence[Readable]) -> plan.Plan[list[dict[int, i
         for (i, number, _), raw in zip(extra, more):
             results[i][number] = counters[i].layout.count_of(raw)
     for counter, counts in zip(counters, results):  # for this process's next shard choice
-        told(counter._chooser, "seen", counter._identity(), counts, every=False)
+        tell_seen(counter._chooser, counter._identity(), counts, every=False)
     return results
 

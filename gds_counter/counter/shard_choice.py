@@ -81,7 +81,7 @@ import socket
 import threading
 import zlib
 from types import TracebackType
-from typing import Any, Callable, Hashable, Mapping, Protocol, runtime_checkable
+from typing import Callable, Hashable, Mapping, Protocol, runtime_checkable
 
 from gds_counter._process import forks
 from gds_counter.errors import BadValueError, Contention
@@ -182,15 +182,24 @@ class Holding:
             log.warning("shard chooser %r failed to take back %r", self._chooser, number, exc_info=True)
 
 
-def told(chooser: ShardChooser, what: str, *args: Any, **kwargs: Any) -> bool:
-    """``chooser.wrote(...)`` or ``chooser.seen(...)`` (``what``), where an
-    error of the chooser's is logged, not raised: what it is told about
-    has happened already (a commit, a read), and its outcome stands."""
+def tell_wrote(chooser: ShardChooser, counter: Hashable, shard: int, found: int, stored: int) -> bool:
+    """``chooser.wrote(...)``, where an error of the chooser's is logged,
+    not raised: what it is told about has happened already (a commit), and
+    its outcome stands."""
     try:
-        return bool(getattr(chooser, what)(*args, **kwargs))
+        return bool(chooser.wrote(counter, shard, found, stored))
     except Exception:
-        log.warning("shard chooser %r failed in %s()", chooser, what, exc_info=True)
+        log.warning("shard chooser %r failed in wrote()", chooser, exc_info=True)
         return False
+
+
+def tell_seen(chooser: ShardChooser, counter: Hashable, counts: Mapping[int, int], *, every: bool) -> None:
+    """``chooser.seen(...)``, where an error of the chooser's is logged, not
+    raised: what it is told about has happened already (a read)."""
+    try:
+        chooser.seen(counter, counts, every=every)
+    except Exception:
+        log.warning("shard chooser %r failed in seen()", chooser, exc_info=True)
 
 
 class RandomShards:

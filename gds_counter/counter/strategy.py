@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import NamedTuple, Protocol, runtime_checkable
 
 import attrs
+from typing_extensions import TypeIs
 
 from gds_counter._checks import INT64_MAX, INT64_MIN
 from gds_counter.counter.layout import Layout
@@ -39,7 +40,7 @@ from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Increment, Mutation, Upsert
 from gds_counter.gateway.values import RawEntity
 
-__all__ = ["STRATEGIES", "Shard", "Strategy", "Wrote"]
+__all__ = ["STRATEGIES", "PlannedStrategy", "Shard", "Strategy", "Wrote"]
 
 
 @attrs.frozen
@@ -78,11 +79,10 @@ class Wrote(NamedTuple):
 
 @runtime_checkable
 class Strategy(Protocol):
-    """One attempt on one shard. A strategy may also define ``plan_add(shard,
-    amount)``, the attempt as a plan (``gds_counter.gateway.plan``): the
-    built-in ones do, and that is what lets ``gds_counter.aio`` run them on
-    non-blocking I/O; the asyncio face refuses one with only ``add``. A
-    ``plan_add`` may return a ``Wrote`` (what it found and stored)."""
+    """One attempt on one shard. A strategy may also be a
+    ``PlannedStrategy``: the built-in ones are, and that is what lets
+    ``gds_counter.aio`` run them on non-blocking I/O; the asyncio face
+    refuses one with only ``add``."""
 
     name: str
 
@@ -93,19 +93,44 @@ class Strategy(Protocol):
         of them gets what this attempt ends in."""
 
 
-def add_plan(strategy: Strategy, shard: Shard, amount: int) -> plan.Plan[Wrote | None]:
-    """The strategy's attempt as a plan: its own ``plan_add`` when it has
-    one, else its blocking ``add`` as a ``Call`` (which reports nothing)."""
-    planned = getattr(strategy, "plan_add", None)
-    if planned is not None:
-        result: plan.Plan[Wrote | None] = planned(shard, amount)
-        return result
-    return _blocking_add(strategy, shard, amount)
+@runtime_checkable
+class PlannedStrategy(Strategy, Protocol):
+    """A strategy whose attempt is also a plan (``gds_counter.gateway.plan``),
+    which may return a ``Wrote`` (what it found and stored)."""
+
+    def plan_add(self, shard: Shard, amount: int) -> plan.Plan[Wrote | None]:
+        """``add`` as a plan."""
+        ...
 
 
-def _blocking_add(strategy: Strategy, shard: Shard, amount: int) -> plan.Plan[Wrote | None]:
-    yield from plan.call(lambda: strategy.add(shard, amount))
-    return None
+def is_planned(strategy: Strategy) -> TypeIs[PlannedStrategy]:
+    """Whether ``strategy`` is a ``PlannedStrategy``: the built-in ones at
+    once, a user's own by the protocol check (which costs microseconds, so
+    a counter asks once, when it is made)."""
+    return isinstance(strategy, _BUILT_IN) or isinstance(strategy, PlannedStrategy)
+
+
+def planned(strategy: Strategy) -> PlannedStrategy:
+    """The strategy as a ``PlannedStrategy``: itself when it is one, else
+    its blocking ``add`` run as a ``Call`` (which reports nothing)."""
+    if is_planned(strategy):
+        return strategy
+    return _BlockingAdd(strategy)
+
+
+class _BlockingAdd:
+    """A strategy with only a blocking ``add``, its attempt as a plan."""
+
+    def __init__(self, strategy: Strategy) -> None:
+        self.strategy = strategy
+        self.name = strategy.name
+
+    def add(self, shard: Shard, amount: int) -> None:
+        self.strategy.add(shard, amount)
+
+    def plan_add(self, shard: Shard, amount: int) -> plan.Plan[Wrote | None]:
+        yield from plan.call(lambda: self.strategy.add(shard, amount))
+        return None
 
 
 class Transactional:
@@ -189,6 +214,8 @@ class Auto:
         chosen: Transactional | ServerIncrement = INCREMENT if capabilities.applies_transforms else TRANSACTIONAL
         return (yield from chosen.plan_add(shard, amount))
 
+
+_BUILT_IN = (Transactional, ServerIncrement, Auto)
 
 TRANSACTIONAL = Transactional()
 INCREMENT = ServerIncrement()

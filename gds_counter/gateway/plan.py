@@ -1,10 +1,19 @@
 """Plans: the rules of an operation, written once, run blocking or async.
 
 A plan is a generator that says what it needs from storage instead of doing
-the I/O itself: it yields an effect (``Op``: call the gateway; ``Sleep``:
-wait; ``Call``: run a blocking function) and is sent back the result, or has
-the error thrown in at that point, so its own ``try``/``except``/``with``
-blocks work as in straight-line code. Plans compose with ``yield from``.
+the I/O itself: it yields an effect and is sent back the answer, or has the
+error thrown in at that point, so its own ``try``/``except``/``with`` blocks
+work as in straight-line code. Plans compose with ``yield from``.
+
+The effects (``gateway._effects``) are typed: each is an ``Ask[R]`` whose
+answer is an ``R``, asked for with ``ask`` (the one place where what a
+generator is sent becomes an ``R``). The gateway's calls are one class each
+(``gateway._calls``: ``Lookup``, ``Commit``, ...), made by the helpers a
+plan calls, named and typed like the ``Gateway`` protocol's methods:
+``found = yield from lookup(keys, transaction=token)``. Inside a gateway
+the rules ask for its backend's hooks the same way (``gateway._hooks``).
+Besides, ``Sleep`` (a backoff), ``Call`` (a blocking function) and
+``Await`` (a caller's coroutine).
 
 A layer above may add an effect of its own (``Step``): it is handed the
 driver, to run plans of its own however it needs (the counter's combined
@@ -13,13 +22,11 @@ what such a step is for.
 
 That is what lets the blocking API and ``gds_counter.aio`` share every rule
 (validation, mapping, layouts, strategies, retry decisions): ``run`` drives
-a plan against a blocking ``Gateway``; ``gds_counter.aio`` drives the very
-same generator against an async gateway, awaiting each effect. Only the
-drivers differ, and they hold no rules.
-
-The typed helpers (``lookup``, ``commit``, ...) are the gateway calls a plan
-may make, named and typed like the ``Gateway`` protocol's methods:
-``found = yield from lookup(keys, transaction=token)``.
+a plan against a blocking ``Gateway``; ``arun`` drives the very same
+generator against an async gateway, awaiting each effect. Only the drivers
+differ, and they hold no rules: each effect performs itself (``perform``,
+``aperform``), and a gateway's rule plan for a call is the gateway's
+(``GatewayRules.rule_plan``).
 """
 
 from __future__ import annotations
@@ -27,29 +34,43 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Awaitable, Callable, Generator, Sequence, TypeVar, Union, cast
-
-import attrs
+from types import TracebackType
+from typing import Awaitable, Callable, Sequence, TypeVar, cast
 
 from gds_counter.errors import GDSError
-from gds_counter.gateway.capabilities import Capabilities
-from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import CommitResult, Mutation
-from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
+from gds_counter.gateway._calls import (
+    GatewayCall,
+    allocate_ids,
+    begin_transaction,
+    capabilities,
+    commit,
+    lookup,
+    reserve_ids,
+    rollback,
+    run_aggregation,
+    run_query,
+)
+from gds_counter.gateway._contract import AsyncGateway, Gateway
+from gds_counter.gateway._effects import Ask, Await, Call, Effect, Plan, Sleep, Step, ask
+from gds_counter.gateway._hooks import Hook
+from gds_counter.gateway._rules import GatewayRules
+from gds_counter.gateway.mutations import Mutation
+from gds_counter.gateway.query import Query, QueryResult
 from gds_counter.gateway.values import RawEntity
 
 log = logging.getLogger("gds_counter.gateway")
 
 __all__ = [
+    "Ask",
     "Await",
     "Call",
     "Effect",
-    "Op",
     "Plan",
     "Sleep",
     "Step",
     "allocate_ids",
     "arun",
+    "ask",
     "awaiting",
     "begin_transaction",
     "call",
@@ -71,134 +92,17 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: The gateway methods an ``Op`` may name ("capabilities" is the property).
-OP_NAMES = frozenset(
-    {
-        "lookup", "run_query", "run_aggregation", "begin_transaction", "commit", "rollback", "allocate_ids",
-        "reserve_ids", "capabilities",
-    }
-)
-
-
-def _check_op_name(name: str) -> None:
-    if name not in OP_NAMES and not name.startswith("_"):
-        raise ValueError(f"an Op names a gateway method {sorted(OP_NAMES)} or a hook (_name), got {name!r}")
-
-
-@attrs.frozen
-class Op:
-    """Call ``name`` on the gateway the plan runs against: one of its
-    public methods (``OP_NAMES``), or, for a gateway's own plans, one of its
-    hooks (``_lookup``, ...), which are blocking or async with the gateway."""
-
-    name: str = attrs.field(validator=lambda _, __, name: _check_op_name(name))
-    args: tuple[Any, ...] = ()
-    kwargs: tuple[tuple[str, Any], ...] = ()
-
-
-@attrs.frozen
-class Sleep:
-    """Wait ``seconds`` (a backoff): ``time.sleep`` blocking, ``asyncio.sleep`` async."""
-
-    seconds: float
-
-
-@attrs.frozen
-class Call:
-    """Run a blocking function (a user's own strategy, say). The async
-    drivers run it in a worker thread, never on the event loop."""
-
-    function: Callable[[], Any]
-
-
-@attrs.frozen
-class Await:
-    """Await what ``factory()`` returns (a caller's coroutine, such as the
-    work of ``aio.Store.run_in_transaction``): for async drivers only."""
-
-    factory: Callable[[], Awaitable[Any]]
-
-
-class Step:
-    """An effect defined by a layer above: the driver hands it a way to run
-    plans (``drive``, blocking, or ``adrive``, awaited) against the same
-    gateway, and sends the plan whatever it returns. Subclasses override
-    both methods, so that a plan that yields one runs on either face."""
-
-    def run(self, drive: Callable[["Plan[Any]"], Any]) -> Any:
-        raise NotImplementedError
-
-    async def arun(self, adrive: Callable[["Plan[Any]"], Awaitable[Any]]) -> Any:
-        raise NotImplementedError
-
-
-Effect = Union[Op, Sleep, Call, Await, Step]
-Plan = Generator[Effect, Any, T]
-
-
-# --- the calls a plan may make ---------------------------------------------------
-
-
-def _op(name: str, *args: Any, **kwargs: Any) -> Plan[Any]:
-    return (yield Op(name, args, tuple(kwargs.items())))
-
-
-def lookup(keys: Sequence[Key], *, transaction: bytes | None = None) -> Plan[list[RawEntity | None]]:
-    result: list[RawEntity | None] = yield from _op("lookup", list(keys), transaction=transaction)
-    return result
-
-
-def run_query(query: Query, *, transaction: bytes | None = None) -> Plan[QueryResult]:
-    result: QueryResult = yield from _op("run_query", query, transaction=transaction)
-    return result
-
-
-def run_aggregation(aggregation: AggregationQuery, *, transaction: bytes | None = None) -> Plan[AggregationResult]:
-    result: AggregationResult = yield from _op("run_aggregation", aggregation, transaction=transaction)
-    return result
-
-
-def begin_transaction(*, read_only: bool = False) -> Plan[bytes]:
-    result: bytes = yield from _op("begin_transaction", read_only=read_only)
-    return result
-
-
-def commit(mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> Plan[CommitResult]:
-    result: CommitResult = yield from _op("commit", list(mutations), transaction=transaction)
-    return result
-
-
-def rollback(transaction: bytes) -> Plan[None]:
-    yield from _op("rollback", transaction)
-
-
-def allocate_ids(keys: Sequence[Key]) -> Plan[list[Key]]:
-    result: list[Key] = yield from _op("allocate_ids", list(keys))
-    return result
-
-
-def reserve_ids(keys: Sequence[Key]) -> Plan[None]:
-    yield from _op("reserve_ids", list(keys))
-
-
-def capabilities() -> Plan[Capabilities]:
-    """The gateway's capabilities (learned by a probe the first time)."""
-    result: Capabilities = yield from _op("capabilities")
-    return result
-
 
 def sleep(seconds: float) -> Plan[None]:
     yield Sleep(seconds)
 
 
 def call(function: Callable[[], T]) -> Plan[T]:
-    result: T = yield Call(function)
-    return result
+    return ask(Call(function))
 
 
 def awaiting(factory: Callable[[], Awaitable[T]]) -> Plan[T]:
-    result: T = yield Await(factory)
-    return result
+    return ask(Await(factory))
 
 
 def just(value: T) -> Plan[T]:
@@ -258,46 +162,26 @@ def query_all(query: Query, *, transaction: bytes | None = None) -> Plan[list[Ra
     return [entity for batch in batches for entity in batch.entities]
 
 
-# --- the blocking driver ------------------------------------------------------------
-
-
-def perform(gateway: Any, op: Op) -> Any:
-    """Carry out one ``Op`` on a blocking gateway."""
-    if op.name == "capabilities":
-        return gateway.capabilities
-    return getattr(gateway, op.name)(*op.args, **dict(op.kwargs))
-
-
-def inline(gateway: Any, op: Op) -> "Plan[Any] | None":
-    """The gateway's own plan for the public call ``op``, when it has one
-    (``GatewayRules.plan_of``): the drivers run it in the same loop as the
-    plan that yielded ``op``, so that one call is one ``run`` however deep
-    the rules go. Looked up on the gateway's class, so that a wrapper that
-    passes other attributes through (a fault injector) is called, not
-    skipped."""
-    plan_of = getattr(type(gateway), "plan_of", None)
-    if plan_of is None or op.name.startswith("_"):
-        return None
-    inner: Plan[Any] | None = plan_of(gateway, op)
-    return inner
+# --- the drivers -------------------------------------------------------------------
 
 
 class _Frames:
     """The plans one driver runs, the innermost last: the plan it was given
-    and the gateway rule plans running inline for it (``inline``). ``next``
-    resumes the innermost with what its last effect gave (``send``) or
-    raised (``error``) and returns its next effect; a plan that returns or
-    raises hands that to the one below, as ``yield from`` would."""
+    and the gateway rule plans running inline for it (``rule_plan``).
+    ``next`` resumes the innermost with what its last effect gave
+    (``send``) or raised (``error``) and returns its next effect; a plan
+    that returns or raises hands that to the one below, as ``yield from``
+    would."""
 
     __slots__ = ("stack", "send", "error", "result")
 
-    def __init__(self, plan: Plan[Any]) -> None:
-        self.stack: list[Plan[Any]] = [plan]
-        self.send: Any = None
+    def __init__(self, plan: Plan[object]) -> None:
+        self.stack: list[Plan[object]] = [plan]
+        self.send: object = None
         self.error: BaseException | None = None
-        self.result: Any = None
+        self.result: object = None
 
-    def next(self) -> "Effect | None":
+    def next(self) -> Effect | None:
         """The next effect, or None once the outermost plan returned (its
         value in ``result``); an error it did not handle is raised."""
         while True:
@@ -306,9 +190,10 @@ class _Frames:
                 effect: Effect = current.send(self.send) if self.error is None else current.throw(self.error)
             except StopIteration as stop:
                 self.stack.pop()
-                self.send, self.error = stop.value, None
+                value: object = stop.value
+                self.send, self.error = value, None
                 if not self.stack:
-                    self.result = stop.value
+                    self.result = value
                     return None
                 continue
             except BaseException as exc:
@@ -320,10 +205,14 @@ class _Frames:
             self.send, self.error = None, None
             return effect
 
-    def inlined(self, gateway: Any, op: "Op") -> bool:
-        """Whether ``op`` is one of the gateway's rule plans, now pushed to
-        run inline (as if the plan had ``yield from`` it)."""
-        inner = inline(gateway, op)
+    def inlined(self, gateway: object, call: GatewayCall[object]) -> bool:
+        """Whether ``call`` is one of the gateway's rule plans, now pushed
+        to run inline (as if the plan had ``yield from`` it). A wrapper
+        that is not a ``GatewayRules`` (a fault injector) is called, not
+        skipped."""
+        if not isinstance(gateway, GatewayRules):
+            return False
+        inner = gateway.rule_plan(call)
         if inner is None:
             return False
         self.stack.append(inner)
@@ -332,7 +221,7 @@ class _Frames:
     def __enter__(self) -> "_Frames":
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         """An error that leaves the driver with plans still suspended (an
         interrupt that landed in the driver itself, between two effects)
         closes them here, innermost first, so that their ``finally`` and
@@ -349,24 +238,56 @@ class _Frames:
                 log.warning("closing an interrupted plan failed", exc_info=True)
 
 
-def run(plan: Plan[T], gateway: Any, *, wait: Callable[[float], None] = time.sleep) -> T:
+class _Drive:
+    """What a ``Step`` is handed to run plans on the blocking driver's gateway."""
+
+    __slots__ = ("gateway", "wait")
+
+    def __init__(self, gateway: Gateway | None, wait: Callable[[float], None]) -> None:
+        self.gateway, self.wait = gateway, wait
+
+    def __call__(self, plan: Plan[T]) -> T:
+        return run(plan, self.gateway, wait=self.wait)
+
+
+class _ADrive:
+    """What a ``Step`` is handed to run plans on the async driver's gateway."""
+
+    __slots__ = ("gateway",)
+
+    def __init__(self, gateway: AsyncGateway) -> None:
+        self.gateway = gateway
+
+    def __call__(self, plan: Plan[T]) -> Awaitable[T]:
+        return arun(plan, self.gateway)
+
+
+def run(plan: Plan[T], gateway: Gateway | None, *, wait: Callable[[float], None] = time.sleep) -> T:
     """Drive ``plan`` against a blocking ``gateway``: each effect is carried
     out here, its result sent back (or its error thrown in), until the plan
-    returns. A gateway call whose rules are a plan of the gateway's
-    (``inline``) runs here too, as if the plan had ``yield from`` it.
-    ``wait`` carries out ``Sleep`` (tests pass a fake clock's)."""
+    returns (``gateway`` None: a plan that makes no gateway call). A
+    gateway call whose rules are a plan of the gateway's
+    (``GatewayRules.rule_plan``) runs here too, as if the plan had
+    ``yield from`` it; a backend hook (``Hook``), which only such a plan
+    asks for, is performed on the gateway. ``wait`` carries out ``Sleep``
+    (tests pass a fake clock's)."""
+
     with _Frames(plan) as frames:
         while (effect := frames.next()) is not None:
             try:
-                if isinstance(effect, Op):
+                if isinstance(effect, GatewayCall):
                     if not frames.inlined(gateway, effect):
-                        frames.send = perform(gateway, effect)
+                        if gateway is None:
+                            raise TypeError(f"a plan run with no gateway asked for {effect!r}")
+                        frames.send = effect.perform(gateway)
+                elif isinstance(effect, Hook):
+                    frames.send = effect.perform(gateway)
                 elif isinstance(effect, Sleep):
                     wait(effect.seconds)
                 elif isinstance(effect, Call):
                     frames.send = effect.function()
                 elif isinstance(effect, Step):
-                    frames.send = effect.run(lambda planned: run(planned, gateway, wait=wait))
+                    frames.send = effect.run(_Drive(gateway, wait))
                 elif isinstance(effect, Await):
                     raise TypeError("a blocking driver cannot await; use gds_counter.aio for coroutines")
                 else:  # pragma: no cover  (a plan's own bug)
@@ -376,18 +297,7 @@ def run(plan: Plan[T], gateway: Any, *, wait: Callable[[float], None] = time.sle
         return cast(T, frames.result)
 
 
-# --- the async driver ---------------------------------------------------------------
-
-
-async def aperform(gateway: Any, op: Op) -> Any:
-    """Carry out one ``Op`` on an async gateway (``learn_capabilities()``
-    is how an async gateway answers "capabilities")."""
-    if op.name == "capabilities":
-        return await gateway.learn_capabilities()
-    return await getattr(gateway, op.name)(*op.args, **dict(op.kwargs))
-
-
-async def arun(plan: Plan[T], gateway: Any) -> T:
+async def arun(plan: Plan[T], gateway: AsyncGateway) -> T:
     """Drive ``plan`` against the async ``gateway`` until it returns: the
     same plan ``run`` drives, each effect awaited (and the gateway's own
     rule plans run inline, as ``run`` does). A ``Sleep`` is
@@ -396,12 +306,15 @@ async def arun(plan: Plan[T], gateway: Any) -> T:
     worker thread so the event loop never blocks. Errors, cancellation
     included, are thrown into the plan where its effect was yielded, so its
     cleanup (a rollback) still runs."""
+
     with _Frames(plan) as frames:
         while (effect := frames.next()) is not None:
             try:
-                if isinstance(effect, Op):
+                if isinstance(effect, GatewayCall):
                     if not frames.inlined(gateway, effect):
-                        frames.send = await aperform(gateway, effect)
+                        frames.send = await effect.aperform(gateway)
+                elif isinstance(effect, Hook):
+                    frames.send = await effect.aperform(gateway)
                 elif isinstance(effect, Sleep):
                     await asyncio.sleep(effect.seconds)
                 elif isinstance(effect, Call):
@@ -409,7 +322,7 @@ async def arun(plan: Plan[T], gateway: Any) -> T:
                 elif isinstance(effect, Await):
                     frames.send = await effect.factory()
                 elif isinstance(effect, Step):
-                    frames.send = await effect.arun(lambda planned: arun(planned, gateway))
+                    frames.send = await effect.arun(_ADrive(gateway))
                 else:  # pragma: no cover  (a plan's own bug)
                     raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
             except BaseException as exc:  # thrown into the plan, which may handle it

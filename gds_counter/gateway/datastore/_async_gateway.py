@@ -27,9 +27,10 @@ from google.api_core import exceptions as gexc
 from google.api_core.retry import AsyncRetry
 
 from gds_counter.gateway import plan
+from gds_counter.gateway._hooks import AsyncHooks
 from gds_counter.gateway.base import TransactionState
 from gds_counter.gateway.capabilities import Capabilities
-from gds_counter.gateway.datastore._requests import DatastoreRequests, final_error, retry_logger
+from gds_counter.gateway.datastore._requests import AsyncTransport, DatastoreRequests, final_error, retry_logger
 from gds_counter.gateway.datastore._retry import DEFAULT_ASYNC_RETRY
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import CommitResult, Mutation
@@ -41,7 +42,7 @@ __all__ = ["AsyncDatastoreGateway"]
 log = logging.getLogger("gds_counter.gateway.datastore")
 
 
-class AsyncDatastoreGateway(DatastoreRequests):
+class AsyncDatastoreGateway(DatastoreRequests, AsyncHooks[TransactionState], AsyncTransport):
     """``DatastoreGateway``'s calls as coroutines, on gRPC asyncio.
 
     Arguments as for ``DatastoreGateway``; ``max_in_flight``: counter
@@ -153,9 +154,7 @@ class AsyncDatastoreGateway(DatastoreRequests):
 
     # --- the public calls: GatewayRules' plans, awaited ---------------------------------
 
-    @classmethod
-    def _face(cls) -> type | None:
-        return AsyncDatastoreGateway
+    _runs_rules = True
 
     async def lookup(self, keys: Sequence[Key], *, transaction: bytes | None = None) -> list[RawEntity | None]:
         return await plan.arun(self._plan_lookup(keys, transaction), self)

@@ -21,7 +21,7 @@ from google.api_core.retry import Retry
 
 from gds_counter.gateway import plan
 from gds_counter.gateway.base import BaseGateway, TransactionState
-from gds_counter.gateway.datastore._requests import DatastoreRequests, final_error, retry_logger
+from gds_counter.gateway.datastore._requests import DatastoreRequests, Transport, final_error, retry_logger
 from gds_counter.gateway.datastore._retry import DEFAULT_RETRY
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Mutation
@@ -33,7 +33,7 @@ from gds_counter.gateway.values import RawEntity
 log = logging.getLogger("gds_counter.gateway.datastore")
 
 
-class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState]):
+class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState], Transport):
     """Gateway over Cloud Datastore / Firestore in Datastore mode.
 
     ``emulator_host`` (or ``DATASTORE_EMULATOR_HOST`` when it is None) points

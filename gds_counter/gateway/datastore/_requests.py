@@ -1,7 +1,8 @@
 """The Datastore gateway's requests, written once for the blocking and the
 async transport: each hook is a plan (``gateway.plan``) that builds the
-``datastore_v1`` request, yields it as ``Op("_send", call, request)``, and
-reads the response, including the protocol's follow-ups a caller must never
+``datastore_v1`` request, asks for it to be sent (``Send``, an effect
+performed by the gateway's transport: ``Transport`` blocking,
+``AsyncTransport`` awaited), and reads the response, including the protocol's follow-ups a caller must never
 see (deferred lookup keys asked for again; an offset the server skipped
 only partly skipped to the end before a batch is returned).
 
@@ -12,6 +13,8 @@ same retry and error policy (``_retry``). Protobufs come from ``_codec``.
 
 from __future__ import annotations
 
+import abc
+import dataclasses
 import functools
 import logging
 import os
@@ -25,6 +28,8 @@ from google.cloud.datastore_v1.types import query as _qry
 from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError, Unavailable
 from gds_counter.gateway import plan
 from gds_counter.gateway._aggregation import billed_reads
+from gds_counter.gateway._effects import ask
+from gds_counter.gateway._hooks import Hook
 from gds_counter.gateway.base import GatewayRules, TransactionState
 from gds_counter.gateway.datastore._codec import Codec
 from gds_counter.gateway.datastore._retry import error_message, should_retry, translate_error
@@ -33,7 +38,7 @@ from gds_counter.gateway.mutations import Delete, Insert, Mutation, Upsert
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
 from gds_counter.gateway.values import RawEntity
 
-__all__ = ["DatastoreRequests", "final_error", "retry_logger", "strip_scheme"]
+__all__ = ["AsyncTransport", "DatastoreRequests", "Send", "Transport", "final_error", "retry_logger", "strip_scheme"]
 
 log = logging.getLogger("gds_counter.gateway.datastore")
 
@@ -48,10 +53,48 @@ def strip_scheme(host: str) -> str:
     return host.rstrip("/")
 
 
+class Transport(abc.ABC):
+    """What sends a request, blocking (``DatastoreGateway``)."""
+
+    @abc.abstractmethod
+    def _send(self, call: str, request: Any, *, idempotent_commit: bool = False, policy: str = "") -> Any:
+        """Send ``request`` as the RPC ``call`` (the client method of that
+        name) under the retry policy's row for ``policy or call``; the
+        response."""
+
+
+class AsyncTransport(abc.ABC):
+    """``Transport``, awaited (``AsyncDatastoreGateway``)."""
+
+    @abc.abstractmethod
+    async def _send(self, call: str, request: Any, *, idempotent_commit: bool = False, policy: str = "") -> Any: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Send(Hook[Any]):
+    """The effect of sending one request (the response is a protobuf
+    message, which google-cloud-datastore does not type)."""
+
+    rpc: str
+    request: Any
+    idempotent_commit: bool = False
+    policy: str = ""
+
+    def perform(self, backend: object) -> Any:
+        if not isinstance(backend, Transport):
+            raise TypeError(f"{self.rpc}: {backend!r} has no blocking Datastore transport")
+        return backend._send(self.rpc, self.request, idempotent_commit=self.idempotent_commit, policy=self.policy)
+
+    async def aperform(self, backend: object) -> Any:
+        if not isinstance(backend, AsyncTransport):
+            raise TypeError(f"{self.rpc}: {backend!r} has no async Datastore transport")
+        return await backend._send(self.rpc, self.request, idempotent_commit=self.idempotent_commit, policy=self.policy)
+
+
 def _send(call: str, request: Any, *, idempotent_commit: bool = False, policy: str = "") -> plan.Plan[Any]:
-    """Send ``request`` as the RPC ``call`` (the client method of that name)
-    under the retry policy's row for ``policy or call``."""
-    return (yield plan.Op("_send", (call, request), (("idempotent_commit", idempotent_commit), ("policy", policy))))
+    """Send ``request`` as the RPC ``call`` under the retry policy's row
+    for ``policy or call``."""
+    return ask(Send(call, request, idempotent_commit, policy))
 
 
 def retry_logger(gateway: "DatastoreRequests", call: str) -> Any:
@@ -76,7 +119,7 @@ def final_error(exc: BaseException, failures: list[BaseException], *, call: str,
     return error
 
 
-class DatastoreRequests(GatewayRules[TransactionState]):
+class DatastoreRequests(GatewayRules):
     """The hooks of both Datastore gateways, as plans over ``_send``."""
 
     project: str

@@ -37,6 +37,6 @@ What is not promised:
 * Threads killed outright (``os._exit``, SIGKILL) are a crash: the storage's
   own durability holds; nothing in this process is left to wait on.
 
-The cost is written down in docs/architecture.md ("Process machinery"), with
-the tests that hold each promise.
+The cost, and the tests that hold each promise, are written down in
+docs/architecture.md ("Process machinery: interrupts, forks, deadlines").
 """

@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sizes import size
 
 from failure_points.accounting import Summary
 from failure_points.points import FAULTS, MECHANISMS, points_of
 from failure_points.runner import sample
-from sizes import size
 
 pytestmark = [
     pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork() and SIGKILL (POSIX)"),

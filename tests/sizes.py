@@ -14,15 +14,19 @@ parametrize lists and hypothesis settings when it is imported.
   number, never drops a test of its own.
 
 An environment override (``GDS_SOAK_SECONDS=1800``, ``GDS_MODEL_EXAMPLES``,
-...) wins over both sizes: ``sized(name, quick, full)``.
+...) wins over both sizes: ``sized(name, quick, full)``. A parametrized test
+runs some of its cases in the quick run and all in the full run:
+``params(values, quick)``.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Callable, TypeVar
+from typing import Any, Callable, Collection, Iterable, TypeVar
 
-__all__ = ["FULL", "full", "size", "sized"]
+import pytest
+
+__all__ = ["FULL", "full", "params", "size", "sized"]
 
 #: True in the full run (``pytest --full``); set once by ``tests/conftest.py``.
 FULL = False
@@ -51,3 +55,16 @@ def sized(name: str, quick: T, full: T, kind: Callable[[str], T] | None = None) 
     if not value:
         return chosen
     return (kind or type(chosen))(value)
+
+
+def params(values: Iterable[Any], quick: Collection[Any], *, several: bool = False) -> list[Any]:
+    """``values`` for ``pytest.mark.parametrize``: those in ``quick`` run in
+    both runs, the others only in the full run (marked ``full``). With
+    ``several``, each value is a tuple of several arguments' values."""
+    values = list(values)
+    missing = [value for value in quick if value not in values]
+    if missing:
+        raise ValueError(f"quick cases {missing} are not among the values")
+    return [value if value in quick else
+            pytest.param(*(value if several else (value,)), marks=pytest.mark.full)
+            for value in values]

@@ -66,6 +66,7 @@ def test_contention_goals_on_sqlite(tmp_path):
 
 
 @pytest.mark.emulator
+@pytest.mark.full  # the quick run: the SQLite series above
 def test_contention_every_series_on_the_emulator(tmp_path):
     _run("contention.py", "--duration", "0.3", "--repeats", "1", "--warmup", "0", "--writers", "2",
          "--processes", "2", "--no-compare", "--out", str(tmp_path))
@@ -173,6 +174,7 @@ def test_serve_benchmark_on_the_server_alone(tmp_path, monkeypatch):
 
 
 @pytest.mark.emulator
+@pytest.mark.full  # the quick run: the server alone above
 def test_serve_benchmark_against_the_firestore_emulator(tmp_path, monkeypatch):
     monkeypatch.delenv("PHP_GDS_SRC", raising=False)
     _, record = _serve_record(tmp_path, "serve,firestore")

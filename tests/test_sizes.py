@@ -63,3 +63,14 @@ def test_an_environment_override_wins_over_both_sizes(monkeypatch):
     assert sizes.sized("GDS_TEST_SIZE", 10.0, 120.0) == 1800.0
     monkeypatch.setenv("GDS_TEST_SIZE", "")
     assert sizes.sized("GDS_TEST_SIZE", 10, 120) == 10
+
+
+def test_params_mark_every_case_but_the_quick_ones_full():
+    cases = sizes.params(["memory", "sqlite", "firestore"], quick=["sqlite"])
+    assert cases[1] == "sqlite"
+    assert [(c.values, [m.name for m in c.marks]) for c in (cases[0], cases[2])] == [
+        (("memory",), ["full"]), (("firestore",), ["full"])]
+    several = sizes.params([("a", 1), ("b", 2)], quick=[("a", 1)], several=True)
+    assert several[0] == ("a", 1) and several[1].values == ("b", 2)
+    with pytest.raises(ValueError, match="not among"):
+        sizes.params(["memory"], quick=["sqlite"])

@@ -16,7 +16,7 @@ import traceback
 import uuid
 
 import pytest
-from sizes import size
+from sizes import params, size
 
 from gds_counter.counter import CounterShardDS
 from gds_counter.gds import RetryPolicy
@@ -90,7 +90,8 @@ EMULATOR_CASES = [(e, s) for e in ("datastore", "firestore") for s in STRATEGIES
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("emulator, strategy", EMULATOR_CASES)
+@pytest.mark.parametrize("emulator, strategy", params(EMULATOR_CASES, quick=[("datastore", "transactional"), ("firestore", "auto")],
+                                                     several=True))
 def test_emulators(emulator, strategy, request):
     reader = request.getfixturevalue(f"{emulator}_gateway")
     emu = request.getfixturevalue(f"{emulator}_emulator")

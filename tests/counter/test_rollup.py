@@ -178,6 +178,7 @@ def test_processes_share_the_rollup_on_a_sqlite_file(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.full  # the SQLite file's twin above runs in the quick run
 def test_processes_share_the_rollup_on_the_firestore_emulator(firestore_emulator, firestore_gateway):
     url = f"datastore://{firestore_emulator.project}?namespace={firestore_gateway.namespace}"
     _in_processes(url, firestore_emulator.env, firestore_gateway)

@@ -23,7 +23,7 @@ from failure_points.harness import Scenario, run_scenario
 from failure_points.points import FAULTS, POINTS, points_of
 from failure_points.tracer import Point
 
-__all__ = ["plan", "repro", "sample"]
+__all__ = ["plan", "repro"]
 
 #: A scenario whose point was not reached is tried again this many times
 #: (reaching a waiting point needs callers to overlap, which timing decides).
@@ -48,15 +48,6 @@ def plan(point: Point, fault: str) -> Iterator[Scenario]:
         return
     for face in faces:
         yield Scenario(point, fault, face, backend, workers=point.crowd)
-
-
-def sample(points: list[Point], most: int) -> list[Point]:
-    """At most ``most`` of ``points``, spread evenly, each from the middle of its share (the
-    quick run's share of a mechanism; the full run takes them all)."""
-    if most <= 0 or most >= len(points):
-        return points
-    step = len(points) / most
-    return [points[int((i + 0.5) * step)] for i in range(most)]
 
 
 def repro(scenario: Scenario) -> str:
@@ -88,14 +79,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--face", choices=("threads", "aio"))
     parser.add_argument("--backend", choices=("memory", "sqlite"))
     parser.add_argument("--out")
-    parser.add_argument("--sample", type=int, default=0, help="at most this many of the mechanism's points (0: all)")
     args = parser.parse_args(argv)
     if args.point:
         points = [p for p in POINTS if p.name == args.point]
         if not points:
             parser.error(f"no point named {args.point!r}")
     else:
-        points = sample(points_of(args.mechanism), args.sample)
+        points = points_of(args.mechanism)
     scenarios = [s for p in points for s in plan(p, args.fault)]
     if args.point and (args.face or args.backend):
         chosen = [s for s in scenarios if (not args.face or s.face == args.face)]

@@ -8,7 +8,9 @@ below are this project's, so they live here and apply to this tree alone:
   gateway name "datastore" or "firestore", is marked ``emulator``, so that
   ``pytest -m "not emulator"`` runs without the emulators;
 * under ``CI=true`` an emulator test that was skipped FAILS: a green CI run
-  (``.ci/run``) must mean the emulator tests really ran.
+  (``.ci/run``) must mean the emulator tests really ran;
+* ``pytest`` is the quick run and ``pytest --full`` the full one
+  (``tests/sizes.py``): the quick run deselects the tests marked ``full``.
 """
 
 from __future__ import annotations
@@ -25,11 +27,32 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--full", action="store_true", default=False,
+                     help="the full run: every test at its full size (tests/sizes.py); .ci/run runs it")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Size the run before any test module is imported. (Only ever set, never
+    reset: a pytester run inside this one must not shrink it.)"""
+    if config.getoption("full", default=False):
+        import sizes
+
+        sizes.FULL = True
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that uses an emulator, so ``-m "not emulator"`` works."""
+    """Mark every test that uses an emulator, so ``-m "not emulator"`` works;
+    in the quick run, deselect the tests marked ``full``."""
     for item in items:
         if uses_emulator(item):
             item.add_marker(pytest.mark.emulator)
+    if config.getoption("full", default=False):
+        return
+    slow = [item for item in items if item.get_closest_marker("full") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("full") is None]
 
 
 @pytest.hookimpl(wrapper=True)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from sizes import params
 
 TIMEOUT = 3.0
 #: Time main() may take past --timeout: the last attempt's own floor, closing
@@ -107,7 +108,7 @@ def check(port: int, argv: tuple[str, ...], tmp_path: Path, errors: tuple[str, .
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("argv", COMMANDS, ids=[c[0] for c in COMMANDS])
+@pytest.mark.parametrize("argv", params(COMMANDS, quick=COMMANDS[:1]), ids=[c[0] for c in COMMANDS])
 def test_a_refused_connection_fails_the_command_by_its_timeout(closed_port, argv, tmp_path):
     """Refused connections are retried (nothing was sent, so even a commit
     may be), by the gateway and by the counter: all within one deadline.
@@ -116,7 +117,7 @@ def test_a_refused_connection_fails_the_command_by_its_timeout(closed_port, argv
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("argv", COMMANDS, ids=[c[0] for c in COMMANDS])
+@pytest.mark.parametrize("argv", params(COMMANDS, quick=COMMANDS[:1]), ids=[c[0] for c in COMMANDS])
 def test_a_server_that_never_answers_fails_the_command_by_its_timeout(silent_port, argv, tmp_path):
     """Every call waits until the deadline; the command makes no second
     call after it. A commit that timed out may have arrived, so it is

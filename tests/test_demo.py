@@ -46,6 +46,7 @@ def test_demo_quick_in_process(tmp_path):
     assert f"Plot saved to {plot.resolve()}" in text
 
 
+@pytest.mark.full  # the quick run: the same demo in process, above
 def test_demo_quick_as_a_command(tmp_path):
     env = dict(os.environ)
     for name in ("GDS_URL", "DATASTORE_EMULATOR_HOST"):

@@ -5,6 +5,8 @@
   (GitHub's slugs).
 * README.md is a front door: at most 300 lines.
 * Every module of this package that docs/architecture.md names exists.
+* The README gives two test commands, the quick loop and the full run, and
+  ``.ci/run`` runs the full one verbatim.
 
 Each checker is also run on made-up input that it must reject, so a
 checker that silently checks nothing fails here too.
@@ -308,3 +310,27 @@ def test_the_readme_lists_every_document_and_every_package():
     layout = text.split("## Layout", 1)[1].split("## ", 1)[0]
     packages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
     assert packages and not [p for p in packages if f"gds_counter/{p}/" not in layout], packages
+
+
+# --- (d) the README's test commands are the ones CI runs --------------------------------
+
+
+def readme_test_commands(text: str) -> list[str]:
+    """The commands of the README's Testing section's shell block, comments cut."""
+    section = re.search(r"^## Testing\n(.*?)(?=^## )", text, re.S | re.M)
+    assert section, "README.md has no Testing section"
+    block = re.search(r"^```sh\n(.*?)^```", section.group(1), re.S | re.M)
+    assert block, "README.md's Testing section has no sh block"
+    return [line.split("#", 1)[0].strip() for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_ci_runs_the_readmes_full_test_command_verbatim():
+    """Two test commands: the quick loop is the default ``pytest`` (no
+    option), the full run installs, lints, type-checks and runs
+    ``pytest --full`` (tests/sizes.py). CI must run the full one, exactly as
+    the README gives it, or a green CI would not mean the full run passed."""
+    quick, full = readme_test_commands(README.read_text(encoding="utf-8"))
+    assert quick == "pytest"
+    assert full.endswith("&& pytest --full") and full.startswith("pip install -e")
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()]
+    assert full in ci, f".ci/run does not run the README's full test command {full!r}"

@@ -11,7 +11,7 @@ Shape (an emulator round trip per data set would be too slow per example):
   timestamps, geopoints, keys with ancestors, lists (mixed types, empty),
   unindexed values and missing properties; entity keys mix ids and names,
   roots and children.
-* ``GDS_DIFFERENTIAL_QUERIES`` (default 1,000) random valid queries drawn by
+* ``GDS_DIFFERENTIAL_QUERIES`` (1,000 in the full run, 100 in the quick run) random valid queries drawn by
   hypothesis with a fixed seed (``derandomize``): filters (every operator,
   AND/OR nests, HAS_ANCESTOR, __key__), several inequality properties, sort
   orders, projections, DISTINCT, DISTINCT ON (with ``*`` too), keys only,
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
 import random
 import re
 import uuid
@@ -49,6 +48,7 @@ import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sizes import sized
 
 from gds_counter.errors import BadValueError, GatewayError, GQLError
 from gds_counter.gateway import open_gateway
@@ -62,7 +62,7 @@ UTC = dt.timezone.utc
 KIND = "D"
 DATA_SETS = 5
 ENTITIES = 30
-QUERIES = int(os.environ.get("GDS_DIFFERENTIAL_QUERIES", "1000"))
+QUERIES = sized("GDS_DIFFERENTIAL_QUERIES", 100, 1000)
 
 #: Indexed properties that queries name; "u" is stored unindexed, "m" is
 #: missing from most entities, "l" holds lists.
@@ -589,7 +589,7 @@ def test_an_equality_outside_an_inequality_on_the_same_property_matches_nothing(
     differences: list[str] = []
     seen = {"cases": 0, "hits": 0}
 
-    @settings(max_examples=int(os.environ.get("GDS_DIFFERENTIAL_SAME_PROPERTY", "150")), derandomize=True,
+    @settings(max_examples=sized("GDS_DIFFERENTIAL_SAME_PROPERTY", 20, 150), derandomize=True,
               deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(same_property_filters())
     def check(flt: Any) -> None:
@@ -782,7 +782,7 @@ def test_a_distinct_cursor_continues_any_kind_or_namespace(firestore_emulator: A
 
 
 #: How many (issuing query, other query) pairs the cursor differential draws.
-CURSOR_PAIRS = int(os.environ.get("GDS_DIFFERENTIAL_CURSOR_PAIRS", "300"))
+CURSOR_PAIRS = sized("GDS_DIFFERENTIAL_CURSOR_PAIRS", 30, 300)
 
 
 @st.composite

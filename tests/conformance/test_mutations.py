@@ -15,13 +15,13 @@ followed by the embedded engine:
 
 from __future__ import annotations
 
-import os
 import uuid
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sizes import sized
 
 from gds_counter import AlreadyExists, BadKeyError, GDSError, NotFound
 from gds_counter.gateway import open_gateway
@@ -121,7 +121,7 @@ def test_the_embedded_allocator_never_hands_out_a_reserved_id(url, tmp_path):
 # --- generated: the emulator decides ---------------------------------------------------
 
 NAMES = ("a", "b", "c")
-CASES = int(os.environ.get("GDS_DIFFERENTIAL_MUTATION_SCRIPTS", "150"))
+CASES = sized("GDS_DIFFERENTIAL_MUTATION_SCRIPTS", 20, 150)
 
 
 @st.composite

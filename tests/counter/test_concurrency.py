@@ -1,5 +1,6 @@
 """8 threads in each of 3 processes, 100 increments each: exactly 2,400,
-for every strategy, on the embedded file and on both emulators.
+for every strategy, on the embedded file and on both emulators (the quick
+run: 10 increments each, exactly 240; ``tests/sizes.py``).
 
 Processes are started with ``spawn`` (no inherited connections) and get the
 storage as a URL plus, for the emulators, the emulator's host in their
@@ -15,11 +16,12 @@ import traceback
 import uuid
 
 import pytest
+from sizes import params, size
 
 from gds_counter.counter import CounterShardDS
 from gds_counter.gds import RetryPolicy
 
-PROCESSES, THREADS, PER_THREAD = 3, 8, 100
+PROCESSES, THREADS, PER_THREAD = 3, 8, size(10, 100)
 EXPECTED = PROCESSES * THREADS * PER_THREAD
 #: 24 writers on 20 shards do collide; a counter in production under this
 #: load would be given this patience (or auto-grow).
@@ -88,7 +90,8 @@ EMULATOR_CASES = [(e, s) for e in ("datastore", "firestore") for s in STRATEGIES
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("emulator, strategy", EMULATOR_CASES)
+@pytest.mark.parametrize("emulator, strategy", params(EMULATOR_CASES, quick=[("datastore", "transactional"), ("firestore", "auto")],
+                                                     several=True))
 def test_emulators(emulator, strategy, request):
     reader = request.getfixturevalue(f"{emulator}_gateway")
     emu = request.getfixturevalue(f"{emulator}_emulator")

@@ -13,6 +13,7 @@ import time
 import uuid
 
 import pytest
+from sizes import size
 
 from gds_counter.counter import CounterShardDS
 from gds_counter.errors import BadValueError, CommitUnknown
@@ -161,7 +162,7 @@ def test_readers_never_see_a_total_that_misses_a_returned_add_or_counts_an_unbeg
     ctx = multiprocessing.get_context("spawn")
     started, acked, failures = ctx.Value("q", 0), ctx.Value("q", 0), ctx.Value("q", 0)
     target = uuid.uuid4().hex[:8]
-    workers = [ctx.Process(target=_hammer, args=(url, redis_server.url, target, 4.0, started, acked, failures))
+    workers = [ctx.Process(target=_hammer, args=(url, redis_server.url, target, size(1.5, 4.0), started, acked, failures))
                for _ in range(2)]
     for worker in workers:
         worker.start()

@@ -13,13 +13,14 @@ import threading
 import time
 
 import pytest
+from sizes import size
 
 from gds_counter.counter import CounterShardDS, get_counts
 from gds_counter.gateway import open_gateway
 
 #: Seconds of forking while four threads use the cache (a child hung in
 #: about one of every few dozen forks before the fix).
-FORKING_S = 6.0
+FORKING_S = size(2.0, 6.0)
 
 
 #: A process of its own: the total of "Counter Test" 1 on the storage ``argv[1]``

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sizes import size
 
 from gds_counter.errors import BadKeyError, GQLError
 from gds_counter.gateway.keys import Key
@@ -679,14 +680,14 @@ def queries(draw: st.DrawFn) -> Query:
     )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=size(40, 200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(queries())
 def test_to_gql_round_trips(query: Query) -> None:
     text, bindings = to_gql(query)
     assert parse(text, bindings, namespace=query.namespace) == query
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=size(40, 200), deadline=None)
 @given(st.text(max_size=80))
 def test_arbitrary_text_raises_only_gql_error(text: str) -> None:
     try:
@@ -705,7 +706,7 @@ TOKENS = [
 ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=size(60, 300), deadline=None)
 @given(
     st.lists(st.sampled_from(TOKENS), max_size=25),
     st.sampled_from([None, {"a": 1}, {"a": [1, 2], "c": Cursor(b"c")}, [1], [Cursor(b"c"), 5], {1: ANCESTOR}]),

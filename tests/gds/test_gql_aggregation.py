@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sizes import size
 from test_gql import filters, names, queries  # the ordinary grammar's strategies
 
 from gds_counter.errors import BadValueError, GQLError
@@ -272,14 +273,14 @@ aggregation_queries = st.builds(
 ).filter(valid)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=size(40, 200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(aggregation_queries)
 def test_to_gql_round_trips(query: AggregationQuery) -> None:
     text, bindings = to_gql(query)
     assert parse_aggregation(text, bindings, namespace=query.query.namespace) == query
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=size(20, 100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(single, min_size=1, max_size=5).filter(distinct_aliases), st.none() | filters)
 def test_the_select_form_parses_like_the_aggregate_form(items: list[Aggregation], where: Any) -> None:
     """``SELECT <aggregations> FROM K WHERE ...`` is ``AGGREGATE <aggregations>
@@ -298,7 +299,7 @@ TOKENS = [
 ]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=size(60, 300), deadline=None)
 @given(st.lists(st.sampled_from(TOKENS), max_size=25), st.sampled_from([None, {"n": 1}, [1]]))
 def test_token_soup_raises_only_gql_error(tokens: list[str], bindings: Any) -> None:
     for parser in (parse_aggregation, parse):

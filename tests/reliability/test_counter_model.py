@@ -19,7 +19,8 @@ a rollup: true at some moment within ``max_age``; a cache: true within its
 ``ttl`` plus the writes it sees), and every error's class must say what
 the errors table says ("was the increment stored").
 
-CI runs a short search per gateway. The long run, on demand::
+CI runs a short search per gateway (the quick run a shorter one:
+``tests/sizes.py``). The long run, on demand::
 
     GDS_MODEL_SECONDS=1200 pytest tests/reliability/test_counter_model.py -s
 
@@ -44,6 +45,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 from model_bounds import CounterModel
 from model_world import Defect, Interrupter, World, call, in_thread, outcome_of, reset_outcome
+from sizes import sized
 
 from gds_counter import CounterShardDS, GeneralCounter, RetryPolicy, get_counts
 from gds_counter.testing.faults import ABORTED, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE, FaultyGateway
@@ -436,8 +438,8 @@ def test_every_counter_operation_together_keeps_the_models_bounds(gateway_name, 
     if gateway_name == "serve":
         pytest.importorskip("grpc")
     first_seed = int(os.environ.get("GDS_MODEL_SEED") or random.SystemRandom().randrange(2**32))
-    examples = int(os.environ.get("GDS_MODEL_EXAMPLES", "6"))
-    steps = int(os.environ.get("GDS_MODEL_STEPS", "25"))
+    examples = sized("GDS_MODEL_EXAMPLES", 2, 6)
+    steps = sized("GDS_MODEL_STEPS", 15, 25)
     seconds = float(os.environ.get("GDS_MODEL_SECONDS", "0"))
 
     world = World(gateway_name, tmp_path, redis_server, request)

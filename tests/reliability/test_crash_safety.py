@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from sizes import size
 
 from gds_counter.counter import CounterShardDS
 from gds_counter.gateway.embedded import EmbeddedGateway
@@ -28,7 +29,7 @@ from gds_counter.gds import Store
 
 WRITER = Path(__file__).with_name("crash_writer.py")
 STRATEGIES = ["transactional", "increment", "auto", "auto-grow"]
-KILLS = 20
+KILLS = size(5, 20)
 
 pytestmark = pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL (POSIX)")
 

@@ -26,6 +26,7 @@ import uuid
 from collections import Counter
 
 import pytest
+from sizes import size
 
 from gds_counter._load import start_load
 from gds_counter.counter import CounterShardDS
@@ -81,7 +82,7 @@ def test_the_gateway_recovers_after_the_server_restarts(tmp_path, tally):
         with pytest.raises(Unavailable):
             gateway.lookup([Key.of("Probe", "x", namespace=gateway.namespace)])
         assert time.monotonic() - started < TIMEOUT + 1.0
-        time.sleep(3.0)
+        time.sleep(size(1.0, 3.0))  # down a while, the writer failing
         ok_while_down = writer.ok
 
         emulator = start_datastore_emulator(data_dir, host)  # same port, same data
@@ -90,7 +91,7 @@ def test_the_gateway_recovers_after_the_server_restarts(tmp_path, tally):
             time.sleep(0.1)
         recovered_after = time.monotonic() - back_at
         assert writer.ok > ok_while_down, f"no recovery within 20 s: {writer.result().first_errors}"
-        time.sleep(1.5)
+        time.sleep(size(0.5, 1.5))  # and up a while
 
         writer.stop()
         assert writer.join(ADD_BOUND + 5), "the writer hung"

@@ -37,6 +37,7 @@ from typing import Any
 import attrs
 import pytest
 from google.api_core.retry import AsyncRetry, Retry
+from sizes import params
 
 from gds_counter import aio
 from gds_counter._load import run_load
@@ -274,7 +275,7 @@ def test_bad_fault_configuration_is_refused(memory):
 # --- every strategy, on the embedded gateway -----------------------------------------
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", params([1, 2], quick=[1]))
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_safe_faults_are_retried_and_every_increment_counts(memory, face, strategy, seed, tally):
     """ABORTED and UNAVAILABLE both mean "nothing was applied": the counter
@@ -297,7 +298,7 @@ def test_safe_faults_are_retried_and_every_increment_counts(memory, face, strate
     assert open_transactions(memory) == 0
 
 
-@pytest.mark.parametrize("seed", [11, 12, 13])
+@pytest.mark.parametrize("seed", params([11, 12, 13], quick=[11]))
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_ambiguous_commits_are_reported_never_double_counted(memory, face, strategy, seed, tally):
     """All four faults on every call. Each increment is reported as counted,

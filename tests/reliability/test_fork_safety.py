@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 from fork_parent import child
+from sizes import size
 
 from gds_counter.counter import CounterShardDS
 from gds_counter.errors import GDSError
@@ -59,7 +60,7 @@ def nothing_of_the_test_run_is_finalized_in_a_child():
 
 PARENT = Path(__file__).with_name("fork_parent.py")
 CHILDREN = 6
-ADDS = 150
+ADDS = size(40, 150)
 #: A child still running after this long is stuck (it never is after the fix).
 HANG_S = 240.0
 #: Many quick attempts: six processes on 20 shards conflict now and then.

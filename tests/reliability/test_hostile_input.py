@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sizes import size
 
 from gds_counter.counter import CounterShardDS
 from gds_counter.errors import BadKeyError, BadValueError, GQLError
@@ -187,7 +188,7 @@ def test_every_schema_type_round_trips_through_the_store(tmp_path, tally):
     store = Store(_schema(), gw)
     tried = 0
 
-    @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=size(30, 150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(store_values, names)
     def check(data: dict[str, Any], name: str) -> None:
         nonlocal tried
@@ -271,7 +272,7 @@ hostile_bindings = st.one_of(
 def test_gql_with_hostile_bindings_raises_only_gql_error(tally):
     tried = 0
 
-    @settings(max_examples=400, deadline=None)
+    @settings(max_examples=size(80, 400), deadline=None)
     @given(hostile_gql_text, hostile_bindings)
     def check(text: str, bindings: Any) -> None:
         nonlocal tried

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sizes import size
 
 from gds_counter import CounterShardDS, GeneralCounter, Store, aio
 from gds_counter.errors import BadValueError, GDSError, GQLError
@@ -213,7 +214,7 @@ def test_the_strategy_draws_text_that_cannot_be_encoded():
     check()
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=size(80, 400), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(entry=st.sampled_from(sorted(ENTRY_POINTS)), bad=bad_text)
 def test_a_lone_surrogate_is_refused_at_every_entry_point(memory_face, entry, bad):
     _check_refused(memory_face, entry, bad)

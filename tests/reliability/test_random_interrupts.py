@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sizes import params
 
 SCRIPT = Path(__file__).with_name("interrupted_counter.py")
 
@@ -40,7 +41,7 @@ def counted_at_most_once(script: Path, args: list[str], faults: str, label: str,
 
 
 @pytest.mark.parametrize("where", ["memory", "file"])
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", params([1, 2], quick=[1]))
 def test_random_interrupts_hang_nothing_and_count_each_call_at_most_once(tmp_path, where, seed, tally):
     url = "memory://" if where == "memory" else f"sqlite:///{tmp_path / 'interrupted.db'}"
     counted_at_most_once(SCRIPT, [url, "1500", "2", "0.0015", str(seed)], "interrupts",

@@ -55,6 +55,7 @@ conn.execute("COMMIT")
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="POSIX signals")
+@pytest.mark.full  # the quick run: the stopped-then-killed holder below
 def test_a_stalled_then_killed_lock_holder_double_counts_nothing_and_hangs_no_writer(tmp_path):
     path = str(tmp_path / "stalled.sqlite3")
     EmbeddedGateway(path).close()

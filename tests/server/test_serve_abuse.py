@@ -10,6 +10,7 @@ import time
 from typing import Iterator
 
 import pytest
+from sizes import params
 
 from gds_counter.errors import TransactionLost
 from gds_counter.gateway.datastore import DatastoreGateway
@@ -260,12 +261,12 @@ def test_stalled_connections_cost_no_cpu(tmp_path):
     assert used < 0.5, f"the server used {used:.2f} s of CPU in 3 s with 100 stalled connections"
 
 
-@pytest.mark.parametrize("first", [
+@pytest.mark.parametrize("first", params([
     b"P",                                            # not even a method yet
     b"POST /v1/projects/p:lookup HTTP/1.1\r\nHost",  # half a request
     _H2_PREFACE,                                     # a gRPC client's preface, and no SETTINGS after it
     _H2_PREFACE[:10],                                # half the preface
-])
+], quick=[_H2_PREFACE]))
 def test_stalled_connections_close_at_the_limit_and_free_their_threads(first):
     """docs/serve.md: a connection silent for ``connection_idle`` seconds
     (30 by default) is closed, whichever protocol it began, so that slow or

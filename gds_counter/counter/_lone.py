@@ -115,7 +115,7 @@ class Combine(plan.Step):
         key = self.key
         try:
             with lock:  # registered, and known to be, in one line: an interrupt sees both or neither
-                alone = key not in lines.lines and lines.alone.setdefault(key, self) is self
+                alone = key not in lines.lines and key not in lines.crowded and lines.alone.setdefault(key, self) is self
             if alone:
                 drive(self.write(self.amount, 1))
                 with lock:
@@ -130,7 +130,7 @@ class Combine(plan.Step):
 
     async def arun(self, adrive: Callable[["plan.Plan[Any]"], Awaitable[Any]]) -> None:
         lines, key = _loop_lines(self.tasks.lines), self.key
-        if key in lines.lines or key in lines.alone:
+        if key in lines.lines or key in lines.alone or key in lines.crowded:
             write = self.write
             await self.tasks.run(key, self.amount, lambda total, callers: adrive(write(total, callers)))
             return
@@ -164,7 +164,7 @@ class SharedRead(plan.Step):
         key = self.key
         try:
             with lock:  # registered, and known to be, in one line: an interrupt sees both or neither
-                alone = key not in lines.lines and lines.alone.setdefault(key, self) is self
+                alone = key not in lines.lines and key not in lines.crowded and lines.alone.setdefault(key, self) is self
             if alone:
                 result = drive(self.read())
                 with lock:
@@ -182,7 +182,7 @@ class SharedRead(plan.Step):
 
     async def arun(self, adrive: Callable[["plan.Plan[Any]"], Awaitable[Any]]) -> Any:
         lines, key = _loop_lines(self.tasks.lines), self.key
-        if key in lines.lines or key in lines.alone:
+        if key in lines.lines or key in lines.alone or key in lines.crowded:
             read = self.read
             result, shared = await self.tasks.run(key, lambda: adrive(read()))
             if shared:

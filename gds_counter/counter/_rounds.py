@@ -21,7 +21,14 @@ A caller with nothing of its key in flight never comes here: it goes
 straight through (``counter._lone``), registered in its lines' ``alone``
 while its work runs. A caller that arrives meanwhile opens the key's line
 here, which counts that lone call as one of its running rounds until the
-lone call reports its end (``Lines.alone_ended``).
+lone call reports its end (``Lines.alone_ended``). Once a round has served
+more than its leader, the key is ``crowded``: its callers keep coming here
+(where a leader lets the callers that are ready join it first) until a
+round serves its leader alone. Without that, callers released together (by
+one write, one read) split in two: the first went straight through alone,
+the others formed the next round behind it (16 threads incrementing one
+counter on a SQLite file: four times the reads per increment, and half the
+increments a second).
 
 The rounds' bookkeeping is the same for threads and for the tasks of one
 event loop; only the waiting (a ``Gate`` or an ``asyncio.Event``)
@@ -103,6 +110,10 @@ Event = Union[Gate, asyncio.Event]
 
 #: The most times a round's leader lets ready callers join before it starts.
 SETTLE_WAITS = 4
+
+#: A key stays crowded (its callers come to the rounds) until this many of
+#: its rounds in a row served their leader alone.
+CROWDED_ROUNDS = 8
 
 #: A thread waits for a round in slices of this many seconds, so that an
 #: exception sent to it (``PyThreadState_SetAsyncExc``, which is only raised
@@ -196,6 +207,10 @@ class Lines(Generic[R]):
         #: Per key, the token of the lone call running straight through
         #: (``counter._lone``); a line opened meanwhile counts it (``Line.alone``).
         self.alone: dict[Hashable, object] = {}
+        #: Keys a recent round of which served more than its leader, and for
+        #: how many rounds more: their callers come to the rounds, not
+        #: straight through (see the module docstring).
+        self.crowded: dict[Hashable, int] = {}
 
     def join(self, seat: Seat) -> Round[R]:
         """Seat the caller in its key's open round, or open one that it
@@ -255,7 +270,20 @@ class Lines(Generic[R]):
             mine.result, mine.failed, mine.error, mine.ended, line.running = (
                 result, failed, error, True, line.running - 1
             )
+            self._crowd(seat.key, mine.waiting)
         self._wake(seat)
+
+    def _crowd(self, key: Hashable, joined: int) -> None:
+        """A round of ``key`` that ``joined`` callers joined ended: the key
+        is crowded for ``CROWDED_ROUNDS`` rounds more, or one round less."""
+        if joined:
+            self.crowded[key] = CROWDED_ROUNDS
+        else:
+            left = self.crowded.get(key, 0) - 1
+            if left > 0:
+                self.crowded[key] = left
+            else:
+                self.crowded.pop(key, None)
 
     def leave(self, seat: Seat, error: BaseException) -> None:
         """The caller leaves on ``error`` (an interrupt, a cancellation, its

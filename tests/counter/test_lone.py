@@ -219,6 +219,37 @@ def test_a_thread_interrupted_at_any_line_of_the_hand_over_hangs_nobody_and_nobo
     assert not failures, "\n".join(failures)
 
 
+def test_a_counter_whose_round_served_several_callers_stays_in_the_rounds_for_a_while():
+    """Callers released together (by one write, one read) arrive one after
+    another: had the first gone straight through, the rest would have
+    formed a round behind it, two writes (or reads) where the rounds'
+    leader, letting the ready ones join first, makes one. So once a round
+    served more than its leader, the counter's callers go into the rounds
+    until ``CROWDED_ROUNDS`` rounds in a row served their leader alone;
+    then straight through again."""
+    combined, store = CombinedWrites(in_flight=1), Store()
+    first = threading.Thread(target=adder(combined, store, 1))
+    first.start()
+    wait_until(lambda: store.runs == 1, "the lone write began")
+    later = [threading.Thread(target=adder(combined, store, 1)) for _ in range(2)]
+    for thread in later:
+        thread.start()
+    wait_until(lambda: (line := combined.lines.get()[0].lines.get("counter")) is not None
+               and line.next is not None and line.next.waiting >= 1, "both wait for the next write")
+    store.gate.set()
+    for thread in [first, *later]:
+        thread.join(BOUND)
+    assert store.calls == [(1, 1), (2, 2)]
+    lines = combined.lines.get()[0]
+    assert lines.crowded == {"counter": _rounds.CROWDED_ROUNDS}
+    rounds_seen = []
+    for _ in range(_rounds.CROWDED_ROUNDS + 2):
+        rounds_seen.append("counter" in lines.crowded)
+        adder(combined, store, 1)()
+    assert rounds_seen == [True] * _rounds.CROWDED_ROUNDS + [False, False]
+    assert store.total == 3 + _rounds.CROWDED_ROUNDS + 2 and empty(lines) and lines.crowded == {}
+
+
 def test_a_lone_write_that_failed_leaves_nothing_registered():
     combined = CombinedWrites()
 

@@ -10,8 +10,11 @@ lock, and for a read a pause to let others join). Here it registers itself
 as its key's *lone call* (``Lines.alone``: one look and one store under the
 lines' lock), runs its own work at once, and takes its registration back:
 it runs no code of the rounds. A caller that finds its key busy (a lone
-call, or rounds) goes into the rounds as before. ``Combine`` and
-``SharedRead`` are the steps a counter's plan yields to ask for this.
+call, or rounds) goes into the rounds as before, and so does one whose key
+is still ``crowded`` (a recent round of it served several callers: see
+``counter._rounds``), so that callers released together are not split into
+a lone call and a round behind it. ``Combine`` and ``SharedRead`` are the
+steps a counter's plan yields to ask for this.
 
 What a caller that arrives during a lone call finds: the line it opens
 counts the lone call as one of its running rounds (``Lines.join``), so

@@ -32,7 +32,7 @@ FILE = ("sqlite",)
 
 POINTS: tuple[Point, ...] = (
     # -- the door: a lone call goes straight through, a second one goes into the rounds --
-    Point("lone.registers", LO, "Combine.run", r"line:alone = key not in lines\.lines and lines\.alone\.setdefault",
+    Point("lone.registers", LO, "Combine.run", r"line:alone = key not in lines\.lines and .*lines\.alone\.setdefault",
           "a write looks at its counter's lines: registers as its lone call, or finds it busy"),
     Point("lone.writes", LO, "Combine.run", r"line:^\s+drive\(self\.write\(self\.amount, 1\)\)",
           "the lone caller writes its own amount straight through"),

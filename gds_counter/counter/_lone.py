@@ -99,7 +99,7 @@ def _take_back_locked(lines: Lines[Any], lock: threading.Lock, key: Hashable, to
 class Combine(plan.Step):
     """A plan's request to commit ``amount`` by running ``write(total,
     callers)``: straight through, ``write(amount, 1)``, when no other write
-    of ``key`` is in flight; else with the amounts of the callers of the
+    of ``key`` is in flight (and ``key`` is not crowded); else with the amounts of the callers of the
     same ``key`` that arrive while a write of that key runs, in ``threads``
     (blocking driver) or ``tasks`` (async driver), every one of them getting
     that one write's outcome. For writes that add, where one commit of the
@@ -149,7 +149,7 @@ class Combine(plan.Step):
 class SharedRead(plan.Step):
     """A plan's request for ``read()``'s answer (an immutable value: a
     counter's total): straight through when no other read of ``key`` is in
-    flight, else shared with the callers asking for the same ``key`` at the
+    flight (and ``key`` is not crowded), else shared with the callers asking for the same ``key`` at the
     same time in ``threads`` (blocking driver) or ``tasks`` (async driver).
     ``shared()`` is called for each answer that was another caller's read
     (a counter counts it as ``shared_reads``)."""

@@ -23,8 +23,8 @@ while its work runs. A caller that arrives meanwhile opens the key's line
 here, which counts that lone call as one of its running rounds until the
 lone call reports its end (``Lines.alone_ended``). Once a round has served
 more than its leader, the key is ``crowded``: its callers keep coming here
-(where a leader lets the callers that are ready join it first) until a
-round serves its leader alone. Without that, callers released together (by
+(where a leader lets the callers that are ready join it first) until
+``CROWDED_ROUNDS`` rounds in a row served their leader alone. Without that, callers released together (by
 one write, one read) split in two: the first went straight through alone,
 the others formed the next round behind it (16 threads incrementing one
 counter on a SQLite file: four times the reads per increment, and half the

@@ -9,7 +9,10 @@ and when a running one ends, one of them (the leader) commits the sum of
 their amounts in a single attempt, and every one of them gets that
 attempt's outcome. Before it starts, a leader lets the callers that are
 ready to run join (``rounds.settling``): the threads one write released
-come back together. Alone (one thread), a caller writes at once.
+come back together. Alone (one thread), a caller writes at once. A counter's
+caller only comes here when another write of its counter is in flight: with
+none, it writes straight through (``counter._lone``), and that write is one
+of the ``IN_FLIGHT`` while it runs.
 
 Why that keeps "counted exactly once or raised": the amounts go into one
 atomic commit, so each caller's amount was applied exactly when the commit
@@ -33,21 +36,20 @@ so a read after its call returns sees its amount, as if it had written
 alone. (``gds_counter.counter._rounds`` keeps the rounds, as for shared
 reads.) ``CombinedWrites`` is for threads, ``AsyncCombinedWrites`` for the
 tasks of one event loop; a gateway's ``counter.runtime.Runtime`` holds one
-of each. A counter's plan asks for one by yielding ``Combine``.
+of each. A counter's plan asks for one by yielding ``counter._lone.Combine``.
 """
 
 from __future__ import annotations
 
 import copy
 import threading
-from typing import Any, Awaitable, Callable, Hashable
+from typing import Awaitable, Callable, Hashable
 
 from gds_counter._checks import INT64_MAX, INT64_MIN
 from gds_counter.counter._rounds import LoopLines, Round, Seat, ThreadLines, yield_thread
 from gds_counter.errors import CommitUnknown, GDSError
-from gds_counter.gateway import plan
 
-__all__ = ["IN_FLIGHT", "AsyncCombinedWrites", "Combine", "CombinedWrites"]
+__all__ = ["IN_FLIGHT", "AsyncCombinedWrites", "CombinedWrites"]
 
 #: ``write(amount, callers)``: commit ``amount`` (the sum of ``callers``'
 #: amounts) once, or raise.
@@ -78,7 +80,9 @@ def _joiners_error(error: BaseException) -> BaseException:
 #: has two to group, and a lock wait of one does not hold up the other
 #: (measured, 4 processes x 4 threads on one SQLite file: 3,181 increments
 #: a second with one in flight, 4,540 with two; the Firestore emulator
-#: gained too). More in flight would mean fewer amounts per write.
+#: gained too). More in flight would mean fewer amounts per write. A write
+#: that went straight through (``counter._lone``) is one of them: a line
+#: opened while it runs counts it as running.
 IN_FLIGHT = 2
 
 
@@ -96,7 +100,7 @@ class CombinedWrites:
         self, in_flight: int = IN_FLIGHT, *, others: Callable[[], bool] = _other_threads,
         pause: Callable[[], None] = yield_thread,
     ) -> None:
-        self._lines: ThreadLines[None] = ThreadLines(in_flight)
+        self.lines: ThreadLines[None] = ThreadLines(in_flight)
         self._others, self._pause = others, pause
 
     def run(self, key: Hashable, amount: int, write: Write) -> None:
@@ -108,7 +112,7 @@ class CombinedWrites:
         the caller is seated, so an interrupt at any point (before the round
         starts, during the write, after it returned) leaves the line
         consistent and its other callers answered truthfully."""
-        lines, lock = self._lines.get()
+        lines, lock = self.lines.get()
         seat = Seat(key, amount)
         try:
             with lock:
@@ -145,10 +149,10 @@ class AsyncCombinedWrites:
     callers' outcome is unknown (``CommitUnknown``)."""
 
     def __init__(self, in_flight: int = IN_FLIGHT) -> None:
-        self._lines: LoopLines[None] = LoopLines(in_flight)
+        self.lines: LoopLines[None] = LoopLines(in_flight)
 
     async def run(self, key: Hashable, amount: int, write: AsyncWrite) -> None:
-        lines = self._lines.get()
+        lines = self.lines.get()
         seat = Seat(key, amount)
         try:
             mine = lines.join(seat)  # no await in between: the loop's one thread decides
@@ -185,28 +189,3 @@ def _joined(mine: Round[None], alone: Callable[[], None]) -> None:
     if mine.error is not None:
         raise _joiners_error(mine.error) from mine.error
     return None
-
-
-class Combine(plan.Step):
-    """A plan's request to commit ``amount`` by running ``write(total,
-    callers)`` for it and the amounts of the callers of the same ``key``
-    that arrive while a write of that key runs, in ``threads`` (blocking
-    driver) or ``tasks`` (async driver): every one of them gets that one
-    write's outcome. For writes that add, where one commit of the sum is
-    the same as a commit of each amount."""
-
-    __slots__ = ("threads", "tasks", "key", "amount", "write")
-
-    def __init__(
-        self, threads: CombinedWrites, tasks: "AsyncCombinedWrites", key: Hashable, amount: int,
-        write: Callable[[int, int], "plan.Plan[None]"],
-    ) -> None:
-        self.threads, self.tasks, self.key, self.amount, self.write = threads, tasks, key, amount, write
-
-    def run(self, drive: Callable[["plan.Plan[Any]"], Any]) -> None:
-        write = self.write
-        self.threads.run(self.key, self.amount, lambda total, callers: drive(write(total, callers)))
-
-    async def arun(self, adrive: Callable[["plan.Plan[Any]"], Awaitable[Any]]) -> None:
-        write = self.write
-        await self.tasks.run(self.key, self.amount, lambda total, callers: adrive(write(total, callers)))

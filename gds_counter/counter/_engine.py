@@ -15,7 +15,8 @@ What this engine adds to the articles it ports:
   retried: a blind retry could count twice.
 * **Overlapping writes are combined** (``counter._combined``), and so are
   the reads of the new total (``counter._shared_reads``): sixteen threads
-  pay for a few commits and reads, and each still gets its own outcome.
+  pay for a few commits and reads, and each still gets its own outcome. A
+  call that overlaps nothing goes straight through (``counter._lone``).
 * **Reads are one RPC per batch.** For a layout that stores its target (the
   PHP article's), ``get_count()`` is the article's query by ``target``, as
   PHP's ``getCount()`` is, so it sees every shard any writer wrote; for the
@@ -44,9 +45,8 @@ import attrs
 from gds_counter._checks import INT64_MAX, check_int
 from gds_counter._process import deadlines
 from gds_counter.counter._arguments import check_name, check_num_shards
-from gds_counter.counter._combined import Combine
+from gds_counter.counter._lone import Combine, SharedRead
 from gds_counter.counter._reset import reset_plan
-from gds_counter.counter._shared_reads import SharedRead
 from gds_counter.counter._totals import counts_plan, read_shards_plan, through_cache
 from gds_counter.counter.cache import TotalCache
 from gds_counter.counter.layout import Layout

@@ -17,6 +17,19 @@ starts the work with whoever joined by then, and answers them all
 after it arrived, which is what keeps a shared read strongly consistent and
 a combined write's callers' amounts each in exactly one commit.
 
+A caller with nothing of its key in flight never comes here: it goes
+straight through (``counter._lone``), registered in its lines' ``alone``
+while its work runs. A caller that arrives meanwhile opens the key's line
+here, which counts that lone call as one of its running rounds until the
+lone call reports its end (``Lines.alone_ended``). Once a round has served
+more than its leader, the key is ``crowded``: its callers keep coming here
+(where a leader lets the callers that are ready join it first) until
+``CROWDED_ROUNDS`` rounds in a row served their leader alone. Without that, callers released together (by
+one write, one read) split in two: the first went straight through alone,
+the others formed the next round behind it (16 threads incrementing one
+counter on a SQLite file: four times the reads per increment, and half the
+increments a second).
+
 The rounds' bookkeeping is the same for threads and for the tasks of one
 event loop; only the waiting (a ``Gate`` or an ``asyncio.Event``)
 and the locking (a real lock; one event loop needs none) differ.
@@ -97,6 +110,10 @@ Event = Union[Gate, asyncio.Event]
 #: The most times a round's leader lets ready callers join before it starts.
 SETTLE_WAITS = 4
 
+#: A key stays crowded (its callers come to the rounds) until this many of
+#: its rounds in a row served their leader alone.
+CROWDED_ROUNDS = 8
+
 #: A thread waits for a round in slices of this many seconds, so that an
 #: exception sent to it (``PyThreadState_SetAsyncExc``, which is only raised
 #: while the thread runs Python code) reaches it while it waits.
@@ -165,12 +182,15 @@ class Round(Generic[R]):
 
 class Line(Generic[R]):
     """One key's rounds: whether one runs, and the round still open to
-    callers (its work has not begun)."""
+    callers (its work has not begun). ``alone``: the key's lone call
+    (``counter._lone``) ran when the line was opened, and is counted in
+    ``running`` until it reports its end."""
 
-    __slots__ = ("running", "next")
+    __slots__ = ("running", "next", "alone")
 
-    def __init__(self) -> None:
-        self.running = 0  # rounds whose work has begun and not ended
+    def __init__(self, alone: bool = False) -> None:
+        self.running = 1 if alone else 0  # rounds whose work has begun and not ended
+        self.alone = alone
         self.next: Round[R] | None = None
 
 
@@ -183,6 +203,13 @@ class Lines(Generic[R]):
         #: How many rounds of one key may run at once.
         self.limit = running
         self.lines: dict[Hashable, Line[R]] = {}
+        #: Per key, the token of the lone call running straight through
+        #: (``counter._lone``); a line opened meanwhile counts it (``Line.alone``).
+        self.alone: dict[Hashable, object] = {}
+        #: Keys a recent round of which served more than its leader, and for
+        #: how many rounds more: their callers come to the rounds, not
+        #: straight through (see the module docstring).
+        self.crowded: dict[Hashable, int] = {}
 
     def join(self, seat: Seat) -> Round[R]:
         """Seat the caller in its key's open round, or open one that it
@@ -191,8 +218,9 @@ class Lines(Generic[R]):
         round in the statement that puts it in the line: no moment has one
         without the other."""
         line = self.lines.get(seat.key)
-        if line is None:
-            line = self.lines[seat.key] = Line()  # an idle line left here alone is harmless
+        if line is None:  # (an idle line left here is harmless)
+            # A lone call of this key running now is one of its running rounds.
+            line = self.lines[seat.key] = Line(seat.key in self.alone)
         seat.line = line
         mine = line.next
         if mine is None:
@@ -241,7 +269,20 @@ class Lines(Generic[R]):
             mine.result, mine.failed, mine.error, mine.ended, line.running = (
                 result, failed, error, True, line.running - 1
             )
+            self._crowd(seat.key, mine.waiting)
         self._wake(seat)
+
+    def _crowd(self, key: Hashable, joined: int) -> None:
+        """A round of ``key`` that ``joined`` callers joined ended: the key
+        is crowded for ``CROWDED_ROUNDS`` rounds more, or one round less."""
+        if joined:
+            self.crowded[key] = CROWDED_ROUNDS
+        else:
+            left = self.crowded.get(key, 0) - 1
+            if left > 0:
+                self.crowded[key] = left
+            else:
+                self.crowded.pop(key, None)
 
     def leave(self, seat: Seat, error: BaseException) -> None:
         """The caller leaves on ``error`` (an interrupt, a cancellation, its
@@ -275,39 +316,55 @@ class Lines(Generic[R]):
         else:
             self.finish(seat, None, error=error)
 
+    def alone_ended(self, line: Line[R], key: Hashable) -> None:
+        """The lone call of ``key`` that ``line`` counts as running ended
+        (``counter._lone``, which calls this only when a line was opened
+        meanwhile): the round behind it may start, or the line is dropped.
+        Safe to call again."""
+        if line.alone:
+            line.alone, line.running = False, line.running - 1
+        self._next(line, key)
+
     def _wake(self, seat: Seat) -> None:
         """After a round ended: the round behind it may start, a line with
         nothing in it is dropped, the round's callers are answered. Each
         step may be repeated (``leave`` does, after an interruption)."""
         line, mine = seat.line, seat.round
         assert line is not None and mine is not None
+        self._next(line, seat.key)
+        mine.done.set()
+
+    def _next(self, line: Line[R], key: Hashable) -> None:
+        """After a round (or a lone call) of ``line`` ended: the round
+        behind it may start; a line with nothing in it is dropped."""
         behind = line.next
         if behind is not None:
             if line.running < self.limit:
                 behind.turn.set()
-        elif not line.running and self.lines.get(seat.key) is line:
-            del self.lines[seat.key]
-        mine.done.set()
+        elif not line.running and self.lines.get(key) is line:
+            del self.lines[key]
 
 
 class ThreadLines(Generic[R]):
     """The lines of a process's threads, and the lock around them. Safe
     across ``fork()``: a child starts with none (the threads running the
-    parent's rounds are not there)."""
+    parent's rounds are not there). ``pid``, ``lines`` and ``lock`` are
+    what ``get`` gives, readable without a call (``counter._lone`` reads
+    them so that a lone call runs no code of this module)."""
 
     def __init__(self, running: int = 1) -> None:
         self._running = running
         self._reset()
 
     def _reset(self) -> None:
-        self._pid = forks.here()
-        self._lock = threading.Lock()
-        self._lines: Lines[R] = Lines(Gate, self._running)
+        self.pid = forks.here()
+        self.lock = threading.Lock()
+        self.lines: Lines[R] = Lines(Gate, self._running)
 
     def get(self) -> tuple[Lines[R], threading.Lock]:
-        if not forks.owned_here(self._pid):
+        if not forks.owned_here(self.pid):
             self._reset()
-        return self._lines, self._lock
+        return self.lines, self.lock
 
     @staticmethod
     def lead(
@@ -364,26 +421,28 @@ class ThreadLines(Generic[R]):
 class LoopLines(Generic[R]):
     """The lines of the tasks of each running event loop (an async gateway
     may serve several loops, one after the other or in several threads).
-    Safe across ``fork()``: a child starts with none, and a free lock."""
+    Safe across ``fork()``: a child starts with none, and a free lock.
+    ``pid`` and ``per_loop`` are readable without a call, as
+    ``ThreadLines``'s are."""
 
     def __init__(self, running: int = 1) -> None:
         self._running = running
         self._reset()
 
     def _reset(self) -> None:
-        self._pid = forks.here()
-        self._per_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Lines[R]]" = weakref.WeakKeyDictionary()
+        self.pid = forks.here()
+        self.per_loop: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Lines[R]]" = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
     def get(self) -> Lines[R]:
         """The running loop's lines (its tasks need no lock around them)."""
         loop = asyncio.get_running_loop()
-        if not forks.owned_here(self._pid):
+        if not forks.owned_here(self.pid):
             self._reset()
         with self._lock:
-            lines = self._per_loop.get(loop)
+            lines = self.per_loop.get(loop)
             if lines is None:
-                lines = self._per_loop[loop] = Lines(asyncio.Event, self._running)
+                lines = self.per_loop[loop] = Lines(asyncio.Event, self._running)
             return lines
 
     @staticmethod

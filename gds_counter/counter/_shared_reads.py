@@ -18,24 +18,27 @@ the query itself at that moment. A read that fails answers only its own
 caller; the callers that joined it read for themselves.
 
 Alone, a caller reads at once: sharing only changes anything when reads of
-one total overlap. This is the one layer that shares reads; the gateways
-do not (a Store's queries are each their own). ``SharedReads`` is for
-threads, ``AsyncSharedReads`` for the tasks of one event loop; a gateway's
-``counter.runtime.Runtime`` holds one of each, and a counter's plan asks
-for a shared read by yielding ``SharedRead``. The rounds' bookkeeping is
+one total overlap. A counter's reader only comes here when another read of
+its total is in flight: with none, it reads straight through
+(``counter._lone``), and a reader arriving meanwhile waits for that read to
+end before its own begins, as behind a running shared read. This is the
+one layer that shares reads; the gateways do not (a Store's queries are
+each their own). ``SharedReads`` is for threads, ``AsyncSharedReads`` for
+the tasks of one event loop; a gateway's ``counter.runtime.Runtime`` holds
+one of each, and a counter's plan asks for a shared read by yielding
+``counter._lone.SharedRead``. The rounds' bookkeeping is
 ``gds_counter.counter._rounds``, shared with combined writes.
 """
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Generic, Hashable, TypeVar
+from typing import Awaitable, Callable, Generic, Hashable, TypeVar
 
 from gds_counter.counter._rounds import LoopLines, Seat, ThreadLines, yield_thread
-from gds_counter.gateway import plan
 
 R = TypeVar("R")
 
-__all__ = ["AsyncSharedReads", "SharedRead", "SharedReads"]
+__all__ = ["AsyncSharedReads", "SharedReads"]
 
 
 class SharedReads(Generic[R]):
@@ -44,7 +47,7 @@ class SharedReads(Generic[R]):
     the threads that are ready run before it starts (``yield_thread``)."""
 
     def __init__(self, *, pause: Callable[[], None] = yield_thread) -> None:
-        self._lines: ThreadLines[R] = ThreadLines()
+        self.lines: ThreadLines[R] = ThreadLines()
         self._pause = pause
 
     def run(self, key: Hashable, read: Callable[[], R]) -> tuple[R, bool]:
@@ -55,7 +58,7 @@ class SharedReads(Generic[R]):
         From joining to answering it is one ``try`` whose handler is
         ``Lines.leave``: a leader interrupted anywhere abandons its round or
         ends it as failed, and its readers then read for themselves."""
-        lines, lock = self._lines.get()
+        lines, lock = self.lines.get()
         seat = Seat(key)
         try:
             with lock:
@@ -82,14 +85,14 @@ class AsyncSharedReads(Generic[R]):
     of lines per running loop)."""
 
     def __init__(self) -> None:
-        self._lines: LoopLines[R] = LoopLines()
+        self.lines: LoopLines[R] = LoopLines()
 
     async def run(self, key: Hashable, read: Callable[[], Awaitable[R]]) -> tuple[R, bool]:
         """As ``SharedReads.run``, awaited: ``await read()``'s answer for
         ``key`` or that of a read of it that began after this call did.
         A caller cancelled while it waits leaves the others unaffected; a
         leader cancelled at any await leaves its readers to read alone."""
-        lines = self._lines.get()
+        lines = self.lines.get()
         seat = Seat(key)
         try:
             mine = lines.join(seat)  # no await in between: the loop's one thread decides
@@ -107,33 +110,3 @@ class AsyncSharedReads(Generic[R]):
         except BaseException as exc:
             LoopLines.leave(lines, seat, exc)
             raise
-
-
-class SharedRead(plan.Step):
-    """A plan's request for ``read()``'s answer (an immutable value: a
-    counter's total), shared with the callers asking for the same ``key`` at
-    the same time in ``threads`` (blocking driver) or ``tasks`` (async
-    driver). ``shared()`` is called for each answer that was another
-    caller's read (a counter counts it as ``shared_reads``)."""
-
-    __slots__ = ("threads", "tasks", "key", "read", "shared")
-
-    def __init__(
-        self, threads: "SharedReads[Any]", tasks: "AsyncSharedReads[Any]", key: Hashable,
-        read: Callable[[], "plan.Plan[Any]"], shared: Callable[[], None],
-    ) -> None:
-        self.threads, self.tasks, self.key, self.read, self.shared = threads, tasks, key, read, shared
-
-    def run(self, drive: Callable[["plan.Plan[Any]"], Any]) -> Any:
-        read = self.read
-        result, shared = self.threads.run(self.key, lambda: drive(read()))
-        if shared:
-            self.shared()
-        return result
-
-    async def arun(self, adrive: Callable[["plan.Plan[Any]"], Awaitable[Any]]) -> Any:
-        read = self.read
-        result, shared = await self.tasks.run(self.key, lambda: adrive(read()))
-        if shared:
-            self.shared()
-        return result

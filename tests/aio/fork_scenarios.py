@@ -210,8 +210,8 @@ def fork_while_threads_hold_the_registries_locks(db: str) -> dict[str, Any]:
         runtime,  # the in-flight slots (``_slots_lock``)
         runtime.cache,  # the count cache ``cache=True`` reads, which every write passes
         runtime.shards,  # the shard chooser (``AffinityShards``)
-        runtime.combined._lines,  # the combined writes of threads
-        runtime.async_combined._lines,  # and of each event loop's tasks
+        runtime.combined.lines,  # the combined writes of threads
+        runtime.async_combined.lines,  # and of each event loop's tasks
     ]
     locks = [value for owner in owners for value in vars(owner).values() if isinstance(value, lock_type)]
     assert all(lock is not forks._LOCK for lock in locks)  # held elsewhere, it would deadlock os.fork()

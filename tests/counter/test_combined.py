@@ -70,7 +70,7 @@ class Blocking:
 def waiting_to_join(gateway, count: int) -> None:
     """Wait until ``count`` callers wait to join the next write besides its
     leader (white box: not observable otherwise without timing)."""
-    lines, _ = Runtime.of(gateway).combined._lines.get()
+    lines, _ = Runtime.of(gateway).combined.lines.get()
     for _ in range(2000):
         if any(line.next is not None and line.next.waiting >= count for line in list(lines.lines.values())):
             return

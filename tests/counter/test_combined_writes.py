@@ -62,7 +62,7 @@ def joined(combined: CombinedWrites, count: int) -> None:
     """Wait until ``count`` callers wait in the next round besides its
     leader (white box: not observable otherwise without timing)."""
     for _ in range(2000):
-        line = combined._lines.get()[0].lines.get("counter")
+        line = combined.lines.get()[0].lines.get("counter")
         if line is not None and line.next is not None and line.next.waiting >= count:
             return
         time.sleep(0.005)
@@ -96,7 +96,7 @@ def test_alone_a_caller_writes_its_own_amount_at_once_and_nothing_is_kept():
     combined.run("counter", 5, write)
     combined.run("counter", -2, write)
     assert write.calls == [(5, 1), (-2, 1)]
-    assert combined._lines.get()[0].lines == {}
+    assert combined.lines.get()[0].lines == {}
 
 
 def test_two_writes_run_at_once_and_callers_arriving_meanwhile_are_combined_into_the_next():
@@ -116,7 +116,7 @@ def test_two_writes_run_at_once_and_callers_arriving_meanwhile_are_combined_into
         thread.join(10)
     assert len(write.calls) == 3
     assert out == {"first": "counted", "second": "counted", 2: "counted", 3: "counted", 4: "counted", 5: "counted"}
-    assert combined._lines.get()[0].lines == {}
+    assert combined.lines.get()[0].lines == {}
 
 
 def test_each_caller_of_a_failed_write_raises_its_own_copy_of_the_error():
@@ -266,7 +266,7 @@ def test_tasks_arriving_while_two_writes_run_are_combined_into_the_next_one():
         for event in release:
             event.set()
         await asyncio.gather(first, second, *later)
-        assert combined._lines.get().lines == {}
+        assert combined.lines.get().lines == {}
 
     asyncio.run(main())
     assert calls == [(1, 1), (10, 1), (9, 3)]
@@ -366,7 +366,7 @@ def test_a_leader_waiting_behind_a_stalled_write_gives_up_at_its_deadline_having
     release_all(write)
     stalled.join(10)
     assert write.calls == [(1, 1)]
-    assert combined._lines.get()[0].lines == {}
+    assert combined.lines.get()[0].lines == {}
 
 
 def test_a_joiner_leaves_a_round_that_has_not_begun_at_its_deadline_and_the_round_goes_on_without_it():

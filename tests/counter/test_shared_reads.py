@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from gds_counter.counter._shared_reads import AsyncSharedReads, SharedRead, SharedReads
+from gds_counter.counter._lone import SharedRead
+from gds_counter.counter._shared_reads import AsyncSharedReads, SharedReads
 from gds_counter.gateway import plan
 
 
@@ -54,7 +55,7 @@ def joined(shared: SharedReads[int], count: int) -> None:
     round's waiters are not observable otherwise without timing)."""
 
     for _ in range(1000):
-        line = shared._lines.get()[0].lines.get("q")
+        line = shared.lines.get()[0].lines.get("q")
         if line is not None and line.next is not None and line.next.waiting >= count:
             return
         time.sleep(0.005)
@@ -107,7 +108,7 @@ def test_alone_a_caller_reads_at_once_and_nothing_is_kept():
     assert shared.run("q", lambda: 8) == (8, False)
     with pytest.raises(ZeroDivisionError):
         shared.run("q", lambda: 1 // 0)
-    assert shared._lines.get()[0].lines == {}
+    assert shared.lines.get()[0].lines == {}
 
 
 @pytest.mark.parametrize("bringing", [0, 2, 10])
@@ -129,7 +130,7 @@ def test_a_leader_waits_again_while_each_wait_brings_another_caller_to_join(brin
         if len(waits) <= bringing:
             threads.append(call(shared, read, out, f"joiner {len(waits)}"))
             for _ in range(2000):
-                line = shared._lines.get()[0].lines["q"]
+                line = shared.lines.get()[0].lines["q"]
                 if line.next is not None and line.next.waiting >= len(waits):
                     return
                 threading.Event().wait(0.005)
@@ -190,7 +191,7 @@ def test_tasks_arriving_during_a_read_share_the_next_one_not_the_running_one():
         answers = await asyncio.gather(*later)
         assert sorted(answers) == [(1, False), (1, True), (1, True)]
         assert read.runs == 2
-        assert shared._lines.get().lines == {}  # nothing kept once all are answered
+        assert shared.lines.get().lines == {}  # nothing kept once all are answered
 
     asyncio.run(main())
 
@@ -243,7 +244,7 @@ def test_a_leader_cancelled_before_its_read_leaves_nothing_behind():
         with pytest.raises(asyncio.CancelledError):
             await leader
         assert read.runs == 0
-        assert shared._lines.get().lines == {}
+        assert shared.lines.get().lines == {}
 
     asyncio.run(main())
 
@@ -292,7 +293,7 @@ def test_plans_that_read_one_total_during_a_read_share_the_next_one_on_the_block
     first = ask("first")
     assert read.started[0].wait(10)
     later = [ask("second"), ask("third")]  # arrive while read 0 runs: not answered by it
-    lines, _ = shared._lines.get()
+    lines, _ = shared.lines.get()
     for _ in range(1000):  # white box: both joined the next round
         line = lines.lines.get("total")
         if line is not None and line.next is not None and line.next.waiting >= 1:
@@ -312,6 +313,10 @@ def test_plans_that_read_one_total_during_a_read_share_the_next_one_on_the_block
 
 
 def test_tasks_ready_together_run_a_shared_total_read_once_on_the_async_driver():
+    """The first of five tasks finds no read of the total in flight and reads
+    straight through (``counter._lone``); the four that arrive while it runs
+    share one read, which begins after it ended."""
+
     async def main() -> None:
         shared: SharedReads[int] = SharedReads()
         tasks: AsyncSharedReads[int] = AsyncSharedReads()
@@ -323,9 +328,13 @@ def test_tasks_ready_together_run_a_shared_total_read_once_on_the_async_driver()
 
         together = [asyncio.create_task(plan.arun(total(), AGateway())) for _ in range(5)]
         await settle()
-        assert read.runs == 1
+        assert read.runs == 1  # the others wait: none may be answered by read 0
         read.release[0].set()
-        assert await asyncio.gather(*together) == [0] * 5
-        assert len(sharers) == 4
+        await settle()
+        assert read.runs == 2
+        read.release[1].set()
+        assert await asyncio.gather(*together) == [0, 1, 1, 1, 1]
+        assert len(sharers) == 3
+        assert tasks.lines.get().lines == {} and tasks.lines.get().alone == {}
 
     asyncio.run(main())

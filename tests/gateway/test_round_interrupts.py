@@ -167,7 +167,7 @@ def thread_scenario(role: str, at: tuple[CodeType, int] | None) -> tuple[Injecto
         return thread
 
     def next_round() -> Any:
-        line = combined._lines.get()[0].lines.get("counter")
+        line = combined.lines.get()[0].lines.get("counter")
         return None if line is None else line.next
 
     threads = [caller("first")]
@@ -186,7 +186,7 @@ def thread_scenario(role: str, at: tuple[CodeType, int] | None) -> tuple[Injecto
         thread.join(BOUND)
         assert not thread.is_alive(), f"a later caller ({thread.name}) hangs after {role} was interrupted"
     assert outcomes["after1"] == "counted" and outcomes["after2"] == "counted", outcomes
-    assert combined._lines.get()[0].lines == {}
+    assert combined.lines.get()[0].lines == {}
     return injector, outcomes, store.total
 
 
@@ -239,7 +239,7 @@ def test_a_joiner_waiting_for_a_write_can_be_interrupted_by_an_exception_sent_to
     first = caller("first")
     wait_until(lambda: store.runs == 1, "the first write began")
     others = [caller("leader"), caller("j1")]
-    wait_until(lambda: combined._lines.get()[0].lines["counter"].next.waiting >= 1, "j1 joined")
+    wait_until(lambda: combined.lines.get()[0].lines["counter"].next.waiting >= 1, "j1 joined")
     time.sleep(0.05)
     target = others[1]
     assert ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(target.ident), ctypes.py_object(KeyboardInterrupt)) == 1
@@ -306,7 +306,7 @@ def task_scenario(role: str, at: tuple[CodeType, int] | None) -> tuple[Injector,
         later = [asyncio.create_task(caller(name), name=name) for name in LATER]
         done, pending = await asyncio.wait(later, timeout=BOUND)
         assert not pending, f"a later caller hangs after {role} was cancelled"
-        assert combined._lines.get().lines == {}
+        assert combined.lines.get().lines == {}
 
     sys.settrace(injector.global_trace)
     try:
@@ -374,7 +374,7 @@ def read_scenario(role: str, at: tuple[CodeType, int] | None, face: str) -> tupl
             return thread
 
         def next_round() -> Any:
-            line = shared._lines.get()[0].lines.get("q")
+            line = shared.lines.get()[0].lines.get("q")
             return None if line is None else line.next
 
         threads = [caller("first")]
@@ -388,7 +388,7 @@ def read_scenario(role: str, at: tuple[CodeType, int] | None, face: str) -> tupl
         for thread in threads + [caller(name) for name in LATER]:
             thread.join(BOUND)
             assert not thread.is_alive(), f"{thread.name} hangs ({outcomes})"
-        assert shared._lines.get()[0].lines == {}
+        assert shared.lines.get()[0].lines == {}
     else:
         ashared: Any = AsyncSharedReads()
         injector = TaskInjector(role, at)
@@ -420,7 +420,7 @@ def read_scenario(role: str, at: tuple[CodeType, int] | None, face: str) -> tupl
             assert not pending, f"{[t.get_name() for t in pending]} hang ({outcomes})"
             _, pending = await asyncio.wait([asyncio.create_task(caller(n), name=n) for n in LATER], timeout=BOUND)
             assert not pending, f"a later reader hangs after {role} was cancelled"
-            assert ashared._lines.get().lines == {}
+            assert ashared.lines.get().lines == {}
 
         sys.settrace(injector.global_trace)
         try:

@@ -15,6 +15,7 @@ from failure_points.tracer import Point
 __all__ = ["FAULTS", "MECHANISMS", "POINTS", "points_of"]
 
 CW = "gds_counter.counter._combined"
+LO = "gds_counter.counter._lone"
 RD = "gds_counter.counter._rounds"
 GC = "gds_counter.gateway.embedded._group_commit"
 WR = "gds_counter.gateway.embedded._commit_writes"
@@ -30,6 +31,24 @@ AIO = ("aio",)
 FILE = ("sqlite",)
 
 POINTS: tuple[Point, ...] = (
+    # -- the door: a lone call goes straight through, a second one goes into the rounds --
+    Point("lone.registers", LO, "Combine.run", r"line:alone = key not in lines\.lines and .*lines\.alone\.setdefault",
+          "a write looks at its counter's lines: registers as its lone call, or finds it busy"),
+    Point("lone.writes", LO, "Combine.run", r"line:^\s+drive\(self\.write\(self\.amount, 1\)\)",
+          "the lone caller writes its own amount straight through"),
+    Point("lone.takes_back", LO, "_take_back", "call",
+          "a lone call ended: its registration goes (and a line opened meanwhile hears of it)", BOTH),
+    Point("lone.ended_in_line", RD, "Lines.alone_ended", "call",
+          "a caller that arrived during a lone call opened the line: the lone call's end lets its round start",
+          BOTH, crowd=8),
+    Point("lone.reads", LO, "SharedRead.run", r"line:result = drive\(self\.read\(\)\)",
+          "the lone reader reads its total straight through"),
+    Point("lone.async_registers", LO, "Combine.arun", r"line:lines\.alone\[key\] = self",
+          "a task registers as its counter's lone write", AIO),
+    Point("lone.async_writes", LO, "Combine.arun", r"line:await adrive\(self\.write\(self\.amount, 1\)\)",
+          "the lone task writes its own amount straight through", AIO),
+    Point("lone.async_reads", LO, "SharedRead.arun", r"line:result = await adrive\(self\.read\(\)\)",
+          "the lone task reads its total straight through", AIO),
     # -- combined writes: callers of one counter share the next write ------------------
     Point("combined_writes.join", CW, "CombinedWrites.run", r"line:lines\.join\((key|seat)\)",
           "a caller joins the open round under the lines' lock"),
@@ -44,7 +63,7 @@ POINTS: tuple[Point, ...] = (
     Point("combined_writes.written", CW, "CombinedWrites.run", r"line:lines\.finish\((key, line, mine|seat), None\)$",
           "the write returned; its callers are not answered yet"),
     Point("combined_writes.async_follower_waits", CW, "AsyncCombinedWrites.run", r"line:await as_async\(mine\.done\)\.wait\(\)|await LoopLines\.await_end\(mine\)",
-          "a task whose amount rides in another's write awaits its outcome", AIO),
+          "a task whose amount rides in another's write awaits its outcome", AIO, crowd=10),
     Point("combined_writes.async_leads", CW, "AsyncCombinedWrites.run", r"line:await LoopLines\.lead\(",
           "a leading task, before its turn", AIO),
     Point("combined_writes.async_writes", CW, "AsyncCombinedWrites.run", r"line:await write\(total, len\(shares\)\)",
@@ -83,17 +102,17 @@ POINTS: tuple[Point, ...] = (
           "a commit written alone returned from COMMIT; its caller is not answered yet"),
     # -- shared reads -------------------------------------------------------------------
     Point("shared_reads.follower_waits", SR, "SharedReads.run", r"line:^\s+mine\.done\.wait\(\)|ThreadLines\.await_end\(mine, lines, lock, seat\)",
-          "a reader waits for the read it joined", crowd=8),
+          "a reader waits for the read it joined", crowd=10),
     Point("shared_reads.leads", SR, "SharedReads.run", r"line:ThreadLines\.lead\(",
-          "a reader leads a shared read"),
+          "a reader leads a shared read", crowd=10),
     Point("shared_reads.reads", SR, "SharedReads.run", r"line:result = (_read_settled\()?read(\(\)|\))",
-          "the leader reads for every caller"),
+          "the leader reads for every caller", crowd=10),
     Point("shared_reads.answers", SR, "SharedReads.run", r"line:lines\.finish\((key, line, mine|seat), result",
-          "the read returned; its callers are not answered yet"),
+          "the read returned; its callers are not answered yet", crowd=10),
     Point("shared_reads.async_follower_waits", SR, "AsyncSharedReads.run", r"line:await as_async\(mine\.done\)\.wait\(\)|await LoopLines\.await_end\(mine\)",
-          "a task waits for the read it joined", AIO, crowd=8),
+          "a task waits for the read it joined", AIO, crowd=10),
     Point("shared_reads.async_reads", SR, "AsyncSharedReads.run", r"line:result = await read\(\)",
-          "the leading task reads for every caller", AIO),
+          "the leading task reads for every caller", AIO, crowd=10),
     # -- the count cache ------------------------------------------------------------------
     Point("cache.write_begins", CA, "CountCache.writing", r"line:state\.writing \+= 1",
           "a write is marked in flight (reads go to storage)", BOTH),
@@ -131,7 +150,7 @@ POINTS: tuple[Point, ...] = (
 )
 
 MECHANISMS: tuple[str, ...] = (
-    "combined_writes", "rounds", "group_commit", "shared_reads", "cache", "affinity", "pool", "aio",
+    "lone", "combined_writes", "rounds", "group_commit", "shared_reads", "cache", "affinity", "pool", "aio",
 )
 
 #: Every fault the harness injects (``harness.FAULTS`` says what each does).

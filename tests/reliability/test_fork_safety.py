@@ -396,3 +396,34 @@ def test_forking_beside_transactions_and_group_commits_never_stalls(tmp_path):
         assert counter.get_count() == added[0]
     finally:
         gateway.close()
+
+
+def test_a_call_arriving_while_a_fork_is_pending_waits_outside_the_locks(tmp_path):
+    """A fork first says it is pending, then takes the pool's lock and
+    waits for the calls in progress. Neither lock is fair: a thread that
+    adds in a tight loop (a lone call goes straight through, with no pause
+    between calls) took the pool's lock, or the write lock, back again and
+    again before the forking thread woke, and a fork took minutes. So a
+    call that arrives while a fork is pending waits outside both locks,
+    and goes on, counted once, when the fork is done."""
+    gateway = EmbeddedGateway(tmp_path / "pending.sqlite3")
+    try:
+        counter = CounterShardDS("pending", 1, gateway=gateway)
+        counter.add(1)
+        pool = gateway._pool
+        pool._no_fork_pending.clear()  # the first step of the pool's _before_fork
+        caller = threading.Thread(target=counter.add, args=(1,))
+        caller.start()
+        caller.join(0.5)
+        assert caller.is_alive(), "the call went on while a fork was pending"
+        # Both locks are free for the forking thread to take.
+        assert pool._lock.acquire(blocking=False)
+        pool._lock.release()
+        assert pool.write_lock.acquire(blocking=False)
+        pool.write_lock.release()
+        pool._no_fork_pending.set()  # the fork is done (_after_fork_in_parent)
+        caller.join(30)
+        assert not caller.is_alive()
+        assert counter.get_count() == 2
+    finally:
+        gateway.close()

@@ -73,6 +73,7 @@ class ConnectionLife:
     _pid: forks.Owner
     _closed: bool
     _forking: bool
+    _no_fork_pending: threading.Event
     _fork_trouble: str | None
     _refused: str | None
     _file: FileId | None
@@ -161,6 +162,7 @@ class ConnectionLife:
     def _before_fork(self) -> None:
         """In the parent, just before fork(): wait for calls in progress,
         close every connection, and keep the lock until the fork is done."""
+        self._no_fork_pending.clear()  # new calls wait outside the lock: this thread gets it
         self._lock.acquire()
         self._fork_trouble = None
         if self._closed:
@@ -194,6 +196,7 @@ class ConnectionLife:
         self._fork_trouble = None
         self._cond.notify_all()
         self._lock.release()
+        self._no_fork_pending.set()
 
     def _after_fork_in_child(self) -> None:
         trouble, lent = self._fork_trouble, list(self._lent)
@@ -201,6 +204,8 @@ class ConnectionLife:
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self.write_lock = threading.RLock()
+        self._no_fork_pending = threading.Event()
+        self._no_fork_pending.set()
         self._lent = {}
         held, self._held = list(self._held), {}  # (none, unless a call was in progress at the fork)
         self._opening = self._waiting = self._reclaimed = 0

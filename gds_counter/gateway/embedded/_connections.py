@@ -109,6 +109,13 @@ class ConnectionPool(ConnectionLife):
         self._pid = forks.here()
         self._closed = False
         self._forking = False
+        #: Cleared from just before a fork takes the pool's lock until the
+        #: fork is done: new calls wait for it outside the lock. The lock is
+        #: not fair, and a thread that calls in a tight loop took it back
+        #: again and again before the forking thread woke (a fork took
+        #: minutes behind a lone writer that no longer paused between calls).
+        self._no_fork_pending = threading.Event()
+        self._no_fork_pending.set()
         self._fork_trouble: str | None = None  # why a child of the fork in progress must not write
         self._refused: str | None = None  # why this process must not use the file at all
         self._file: FileId | None = None  # the file the gateway opened, once it is open
@@ -148,6 +155,15 @@ class ConnectionPool(ConnectionLife):
         with SQLite errors turned into ours."""
         return Lease(self)
 
+    def let_a_fork_pass(self) -> None:
+        """Before a call takes the pool's lock or the write lock: while a
+        fork is pending, wait for it outside both (bounded by the call's
+        deadline), so that the forking thread gets them. A holder of the
+        write lock passes, as it passes ``_forking``: the fork waits for its
+        call in progress."""
+        if not self._no_fork_pending.is_set() and not self.write_lock._is_owned():  # type: ignore[attr-defined]
+            self._no_fork_pending.wait(deadlines.remaining(LEND_WAIT_S))
+
     def _acquire(self, owner: object | None = None, into: "Lease | None" = None) -> Connection:
         """A connection lent to this thread (or held for ``owner``). An
         interrupt at any line gives back what was taken (a connection, or
@@ -156,6 +172,7 @@ class ConnectionPool(ConnectionLife):
         me = threading.get_ident()
         conn: Connection | None = None
         reserved = opened = False
+        self.let_a_fork_pass()
         try:
             with self._lock:
                 if owner is None and self._idle and forks.owned_here(self._pid) and not (

@@ -266,6 +266,7 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
         return results
 
     def _apply(self, mutations: list[Mutation], txn: Transaction | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
+        self._pool.let_a_fork_pass()  # before the write lock, which a writer in a loop would keep
         if txn is None and self.path is not None:
             results: list[tuple[Key | None, tuple[Any, ...] | None]] = self._group.commit(
                 mutations, self._pool.write_lock, self._write_group, for_another,

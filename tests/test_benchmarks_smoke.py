@@ -93,6 +93,7 @@ def test_reads_on_sqlite(tmp_path):
 
 
 @pytest.mark.emulator
+@pytest.mark.full  # the quick run: the other benchmarks' smokes
 def test_mapper_overhead_on_the_datastore_emulator(tmp_path):
     _run("mapper_overhead.py", "--entities", "20", "--batch", "10", "--rounds", "1", "--out", str(tmp_path))
     record = json.loads((tmp_path / "mapper_overhead.json").read_text())
@@ -128,6 +129,7 @@ def test_shard_choice_on_sqlite(tmp_path):
     assert "affinity/random" in done.stdout and "Exact:" in done.stdout
 
 
+@pytest.mark.full  # the quick run: the contention and shard-choice smokes on SQLite
 def test_scale_curve_and_read_costs(tmp_path):
     done = _run("scale.py", "--shards", "1,3", "--duration", "0.5", "--processes", "2", "--threads", "2",
                 "--json", str(tmp_path / "scale.json"), "--plot", str(tmp_path / "scale.png"))

@@ -35,6 +35,7 @@ def files_left_empty(quick: set[str], full: set[str]) -> list[str]:
     return sorted({i.split("::")[0] for i in full} - {i.split("::")[0] for i in quick})
 
 
+@pytest.mark.full  # two collections in subprocesses: the full run (CI) guards the quick one
 def test_the_quick_run_is_part_of_the_full_run_and_leaves_no_file_out():
     quick, full = collected(), collected("--full")
     assert quick <= full, f"tests only the quick run has: {sorted(quick - full)[:20]}"

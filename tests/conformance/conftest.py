@@ -2,16 +2,20 @@
 same results on embedded SQLite (memory and file) and on the two official
 emulators, which the gds_counter pytest plugin starts once per session (each
 test gets a fresh namespace); and through the asyncio face on memory and the
-Firestore emulator (``AIO_GATEWAY_NAMES``)."""
+Firestore emulator (``AIO_GATEWAY_NAMES``). The quick run (``tests/sizes.py``)
+takes the embedded engine (memory and file), the Firestore emulator (the
+oracle) and serve; the full run adds the legacy Datastore emulator and the
+asyncio face, whose own suites (tests/aio, tests/gateway) run in both."""
 
 from __future__ import annotations
 
 import pytest
+from sizes import params
 
 from gds_counter.testing import AIO_GATEWAY_NAMES, GATEWAY_NAMES
 
 
-@pytest.fixture(params=GATEWAY_NAMES + AIO_GATEWAY_NAMES)
+@pytest.fixture(params=params(GATEWAY_NAMES + AIO_GATEWAY_NAMES, quick=("memory", "sqlite", "firestore", "serve")))
 def gateway(request, make_gateway):
     return make_gateway(request.param)
 

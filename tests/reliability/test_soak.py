@@ -25,7 +25,7 @@ from gds_counter.errors import Contention, GatewayError
 
 pytestmark = [pytest.mark.soak, pytest.mark.slow, pytest.mark.emulator]
 
-SECONDS = sized("GDS_SOAK_SECONDS", 10.0, 120.0)
+SECONDS = sized("GDS_SOAK_SECONDS", 5.0, 120.0)
 RATE = float(os.environ.get("GDS_SOAK_RATE", "10"))
 #: RSS may grow this much after warm-up (gRPC and the JIT-less Python heap
 #: settle early; a leak of one object per increment would exceed it in the

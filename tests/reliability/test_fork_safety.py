@@ -427,3 +427,126 @@ def test_a_call_arriving_while_a_fork_is_pending_waits_outside_the_locks(tmp_pat
         assert counter.get_count() == 2
     finally:
         gateway.close()
+
+
+
+class _ForkInsideACall:
+    """A fork made where a signal's handler would make it: inside a call,
+    in the thread making it. Both sides go on with the call; the child
+    then exits with what the call did there (``exit_child``): 0 when it
+    raised a GDSError, 3 for any other error, 4 when it went on as if
+    nothing had happened."""
+
+    def __init__(self) -> None:
+        self.child: int | None = None
+        self.took: float | None = None
+        self.in_child = False
+
+    def fork(self) -> None:
+        if self.child is not None or self.in_child:
+            return
+        began = time.monotonic()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover  (the child)
+            self.in_child = True
+            return
+        self.child, self.took = pid, time.monotonic() - began
+
+    def call(self, function: Any) -> None:
+        """Run ``function`` (a counter's call); in the child, exit with its outcome."""
+        code = 4
+        try:
+            function()
+        except GDSError:
+            code = 0
+        except BaseException:
+            code = 3
+            if not self.in_child:
+                raise
+        if self.in_child:  # pragma: no cover
+            os._exit(code)
+
+    def child_code(self) -> int:
+        assert self.child is not None, "the fork never happened"
+        _, status = os.waitpid(self.child, 0)
+        return os.waitstatus_to_exitcode(status)
+
+
+def test_a_fork_made_inside_a_call_that_is_opening_a_connection_does_not_wait_for_itself(tmp_path, monkeypatch):
+    """A signal's handler that forks runs in the thread it interrupts, here
+    one opening a new connection (outside the pool's lock). The fork used to
+    wait for that opening, which only this thread could finish: 65 s with
+    the pool's lock held, every other call of the process stalled as long.
+    Now the fork goes at once and the parent's call counts once; in the
+    child (its copy of SQLite's state is mid-call) the call is refused with
+    a GDSError."""
+    gateway = EmbeddedGateway(tmp_path / "opening.sqlite3")
+    try:
+        counter = CounterShardDS("opening", 1, gateway=gateway)
+        counter.add(1)
+        pool = gateway._pool
+        real_connect = pool._connect
+        forking = _ForkInsideACall()
+
+        def connect_and_fork(*args: Any, **kwargs: Any) -> Any:
+            conn = real_connect(*args, **kwargs)
+            forking.fork()
+            return conn
+
+        lent, done = threading.Event(), threading.Event()
+
+        def hold_the_idle_one() -> None:  # in another thread: this one has nothing lent
+            with pool.connection():
+                lent.set()
+                done.wait(30)
+
+        holder = threading.Thread(target=hold_the_idle_one)
+        holder.start()
+        try:
+            assert lent.wait(30)
+            monkeypatch.setattr(pool, "_connect", connect_and_fork)
+            forking.call(lambda: counter.add(1))  # no idle connection: it opens one, and forks there
+        finally:
+            monkeypatch.undo()
+            done.set()
+            holder.join(30)
+        assert forking.took is not None and forking.took < 5.0, f"the fork waited {forking.took} s for its own thread"
+        assert forking.child_code() == 0, "the child's call did not raise a GDSError"
+        assert counter.get_count() == 2
+    finally:
+        gateway.close()
+
+
+def test_a_fork_made_inside_the_pools_own_code_leaves_its_state_alone(tmp_path, monkeypatch):
+    """The handler's fork can land inside the pool's own code, its lock held
+    and its lists half way through a change (between the check that an idle
+    connection is there and taking it). The fork hook closed the idle
+    connections all the same: the parent's call then raised a bare
+    IndexError. Now a fork from inside the pool touches none of its state:
+    the parent's call goes on and counts once, and in the child the call is
+    refused with a GDSError."""
+    import gds_counter.gateway.embedded._connections as connections
+
+    gateway = EmbeddedGateway(tmp_path / "inside.sqlite3")
+    try:
+        counter = CounterShardDS("inside", 1, gateway=gateway)
+        counter.add(1)
+        real = connections.forks
+        forking = _ForkInsideACall()
+
+        class ForkOnCheck:
+            here = staticmethod(real.here)
+
+            @staticmethod
+            def owned_here(owner: Any) -> bool:
+                mine = real.owned_here(owner)
+                forking.fork()
+                return mine
+
+        monkeypatch.setattr(connections, "forks", ForkOnCheck)
+        forking.call(lambda: counter.add(1))
+        monkeypatch.undo()
+        assert forking.child_code() == 0, "the child's call did not raise a GDSError"
+        assert counter.get_count() == 2
+    finally:
+        gateway.close()

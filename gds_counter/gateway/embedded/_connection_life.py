@@ -73,6 +73,9 @@ class ConnectionLife:
     _pid: forks.Owner
     _closed: bool
     _forking: bool
+    _calling: threading.local
+    #: Whether the fork in progress was made inside this pool's own code.
+    _fork_inside: bool
     _no_fork_pending: threading.Event
     _fork_trouble: str | None
     _refused: str | None
@@ -161,15 +164,28 @@ class ConnectionLife:
 
     def _before_fork(self) -> None:
         """In the parent, just before fork(): wait for calls in progress,
-        close every connection, and keep the lock until the fork is done."""
+        close every connection, and keep the lock until the fork is done.
+
+        A fork this thread makes from inside a call on this pool (a signal's
+        handler runs between any two lines) cannot wait for that call: the
+        child is refused the file instead. When the call was inside the
+        pool's own code (its lock held), the pool's state is half changed,
+        so nothing of it is touched either."""
         self._no_fork_pending.clear()  # new calls wait outside the lock: this thread gets it
+        inside = self._lock._is_owned()  # type: ignore[attr-defined]
         self._lock.acquire()
         self._fork_trouble = None
         if self._closed:
             return
+        if inside:
+            self._fork_trouble = "the process forked in the middle of a call on it"
+            self._fork_inside = True
+            return
         self._notice_hookless_fork()
         self._reclaim_lost()
-        if threading.get_ident() in (thread for thread, _ in self._lent.values()):
+        if getattr(self._calling, "opening", False) or threading.get_ident() in (
+            thread for thread, _ in self._lent.values()
+        ):
             self._fork_trouble = "the process forked in the middle of a call on it"
         else:
             self._forking = True
@@ -192,20 +208,22 @@ class ConnectionLife:
                 self._drop(conn, "the process forked while this transaction was open, which ends its snapshot; retry it")
 
     def _after_fork_in_parent(self) -> None:
-        self._forking = False
+        self._forking = self._fork_inside = False
         self._fork_trouble = None
         self._cond.notify_all()
         self._lock.release()
         self._no_fork_pending.set()
 
     def _after_fork_in_child(self) -> None:
-        trouble, lent = self._fork_trouble, list(self._lent)
+        trouble, lent, inside = self._fork_trouble, list(self._lent), self._fork_inside
+        self._fork_inside = False
         # The parent's other threads do not exist here: a fresh lock, nothing lent.
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self.write_lock = threading.RLock()
         self._no_fork_pending = threading.Event()
         self._no_fork_pending.set()
+        self._calling = threading.local()
         self._lent = {}
         held, self._held = list(self._held), {}  # (none, unless a call was in progress at the fork)
         self._opening = self._waiting = self._reclaimed = 0
@@ -221,8 +239,9 @@ class ConnectionLife:
                 conn.pid = self._pid  # the child's own copy of the memory
         else:
             self._count = 0  # the idle ones were closed before the fork
-            ABANDONED.extend(self._idle)  # (none, unless the file was refused already)
-            self._idle.clear()
+            ABANDONED.extend(self._idle)  # (none, unless the file was refused already, or the fork was inside)
+            if not inside:  # else the call under way in this thread is part way through the list: it finds
+                self._idle.clear()  # the parent's connection, which Lease refuses, as ``_refused`` refuses the rest
         if trouble is not None:
             self._refused = (
                 f"{self.where} cannot be used in this process (pid {self._pid}): {trouble}, so its SQLite "

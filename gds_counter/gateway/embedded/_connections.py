@@ -117,10 +117,16 @@ class ConnectionPool(ConnectionLife):
         self._no_fork_pending = threading.Event()
         self._no_fork_pending.set()
         self._fork_trouble: str | None = None  # why a child of the fork in progress must not write
+        self._fork_inside = False
+        #: Per thread: whether it is opening a connection (outside the lock),
+        #: so that a fork this very thread makes (from a signal's handler)
+        #: does not wait for its own opening.
+        self._calling = threading.local()
         self._refused: str | None = None  # why this process must not use the file at all
         self._file: FileId | None = None  # the file the gateway opened, once it is open
         # Registered before the first connection is opened, so that a fork
         # in another thread meanwhile waits for it.
+        self._calling.opening = True
         self._count = self._opening = 1
         forks.register(self)
         try:
@@ -130,12 +136,14 @@ class ConnectionPool(ConnectionLife):
                 self._closed = True
                 self._count = self._opening = 0
                 self._cond.notify_all()
+            self._calling.opening = False
             forks.forget(self)
             raise
         with self._lock:
             self._opening = 0
             self._idle.append(first)
             self._cond.notify_all()
+        self._calling.opening = False
 
     # -- opening -----------------------------------------------------------
 
@@ -201,7 +209,9 @@ class ConnectionPool(ConnectionLife):
                         del self._idle[-1]
                         break
                     elif self._count < self._size:
-                        # A fork waits for ``_opening`` too: opening runs inside SQLite.
+                        # A fork waits for ``_opening`` too (opening runs inside SQLite),
+                        # unless this thread forks: it says so first.
+                        self._calling.opening = True
                         self._count, self._opening, reserved = self._count + 1, self._opening + 1, True
                         break
                     elif not self._reclaim_lost():
@@ -224,9 +234,11 @@ class ConnectionPool(ConnectionLife):
                 if into is not None:
                     into._conn = conn
                 self._cond.notify_all()
+            self._calling.opening = False
             return conn
         except BaseException:
             self._give_back(conn, owner, reserved, opened)
+            self._calling.opening = False
             raise
 
     def _give_back(self, conn: Connection | None, owner: object | None, reserved: bool, opened: bool) -> None:
@@ -422,6 +434,8 @@ class Lease:
         self._conn: Connection | None = None
         try:
             conn = self._pool._acquire(into=self)
+            if not forks.owned_here(conn.pid):  # lent by a call this thread forked inside (a signal's handler)
+                self._pool._check_usable()  # the child is refused the file
             if self._pool._reclaimed:
                 self._pool._log_reclaimed()
             return conn

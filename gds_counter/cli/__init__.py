@@ -40,6 +40,7 @@ from gds_counter.cli._context import (
     COMMANDS,
     EXIT_BROKEN_PIPE,
     EXIT_FAILURE,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     PROG,
@@ -48,7 +49,7 @@ from gds_counter.cli._context import (
 )
 from gds_counter.errors import BadValueError, CommitUnknown, GDSError, Unavailable
 
-__all__ = ["EXIT_BROKEN_PIPE", "EXIT_FAILURE", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
+__all__ = ["EXIT_BROKEN_PIPE", "EXIT_FAILURE", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -129,5 +130,11 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt as exc:
+        # Ctrl-C: no traceback, but what the library noted on the way out
+        # (whether the write under way was stored) is the user's answer.
+        notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
+        err.write(f"{prog}: interrupted{notes}\n")
+        return EXIT_INTERRUPTED
     finally:
         logs.close()

@@ -27,6 +27,8 @@ log = logging.getLogger("gds_counter.cli")
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 #: 128 + SIGPIPE: the status a shell shows for a command killed by a closed pipe.
 EXIT_BROKEN_PIPE = 141
+#: 128 + SIGINT: the status a shell shows for a command ended by Ctrl-C.
+EXIT_INTERRUPTED = 130
 #: Seconds a command may take when ``--timeout`` is not given.
 DEFAULT_TIMEOUT = 30.0
 #: The command's name in help and errors (``python -m gds_counter`` passes its own).

@@ -178,7 +178,7 @@ def fork_while_threads_hold_the_registries_locks(db: str) -> dict[str, Any]:
     (the registry: a gateway of its own), half through the gateway it
     inherited (the runtime whose locks were held).
 
-    Not held: the fork registry's own lock (``gateway._forks._LOCK``), which
+    Not held: the fork registry's own lock (``_process.forks._LOCK``), which
     the forking thread takes in ``os.fork``'s before-hook so that no object
     registers half way through a fork; held by another thread, it would
     block the fork itself."""

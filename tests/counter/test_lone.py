@@ -24,16 +24,12 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
 from types import CodeType
 from typing import Any, Callable
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gateway"))
-
-import test_round_interrupts as rounds_test  # noqa: E402
-from test_round_interrupts import (  # noqa: E402
+import test_round_interrupts as rounds_test
+from test_round_interrupts import (
     AMOUNT,
     BOUND,
     LATER,

@@ -1,4 +1,4 @@
-"""Whose counters a shared cache's keys are (``counter.storage_scope``): one
+"""Whose counters a shared cache's keys are (``counter._storage_scope``): one
 storage, however its address is spelled, is one key space, so a total one
 process cached counts what another process added through the same storage
 under another address; and a setup where the library cannot tell is

@@ -39,6 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
         import sizes
 
         sizes.FULL = True
+        os.environ[sizes.ENVIRONMENT] = "1"  # and in every process a test starts
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

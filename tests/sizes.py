@@ -28,8 +28,14 @@ import pytest
 
 __all__ = ["FULL", "full", "params", "size", "sized"]
 
-#: True in the full run (``pytest --full``); set once by ``tests/conftest.py``.
-FULL = False
+#: Says "full run" to the processes a test starts (``spawn``, subprocesses):
+#: they import this module afresh, and must size their share of a test as
+#: the test sized the whole (3 processes x 8 threads x 100 increments, not x 10).
+ENVIRONMENT = "GDS_TEST_FULL"
+
+#: True in the full run (``pytest --full``); set once by ``tests/conftest.py``,
+#: and in the processes its tests start, by ``ENVIRONMENT``.
+FULL = os.environ.get(ENVIRONMENT) == "1"
 
 T = TypeVar("T", int, float)
 

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def collected(*options: str) -> set[str]:
     """The test ids ``pytest --collect-only`` lists for this project."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    env.pop(sizes.ENVIRONMENT, None)  # the options alone choose the run
     done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *options],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -75,3 +76,16 @@ def test_params_mark_every_case_but_the_quick_ones_full():
     assert several[0] == ("a", 1) and several[1].values == ("b", 2)
     with pytest.raises(ValueError, match="not among"):
         sizes.params(["memory"], quick=["sqlite"])
+
+
+def test_a_process_a_test_starts_is_sized_as_the_test(tmp_path):
+    """A test that spreads its work over processes (``spawn``, subprocess)
+    sizes each process's share where that process runs: the child imports
+    ``sizes`` afresh. In the full run it must see the full run too, or a
+    test expecting 3 x 8 x 100 increments got 3 x 8 x 10 (it failed in CI)."""
+    env = {k: v for k, v in os.environ.items() if k != sizes.ENVIRONMENT}
+    probe = [sys.executable, "-c", "import sizes; print(sizes.size(1, 2))"]
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent)
+    assert subprocess.run(probe, env=env, capture_output=True, text=True).stdout.strip() == "1"
+    env[sizes.ENVIRONMENT] = "1"
+    assert subprocess.run(probe, env=env, capture_output=True, text=True).stdout.strip() == "2"

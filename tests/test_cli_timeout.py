@@ -123,3 +123,23 @@ def test_a_server_that_never_answers_fails_the_command_by_its_timeout(silent_por
     call after it. A commit that timed out may have arrived, so it is
     ``CommitUnknown``; reads are ``Unavailable``."""
     check(silent_port, argv, tmp_path, ("Unavailable", "CommitUnknown"))
+
+
+def test_ctrl_c_exits_130_with_one_line_and_no_traceback(silent_port, tmp_path):
+    """Ctrl-C on a command waiting for a server that never answers: the
+    status a shell expects, 130, and one line on stderr, not a Python
+    traceback. (A server, not SQLite's write lock: SQLite waits for its lock
+    inside C, where an interrupt lands only when the wait ends.)"""
+    import signal
+
+    env = {k: v for k, v in os.environ.items() if k not in ("GDS_URL", "DATASTORE_PROJECT_ID")}
+    env["DATASTORE_EMULATOR_HOST"] = f"127.0.0.1:{silent_port}"
+    script = Path(sys.executable).with_name("gds-counter")
+    command = subprocess.Popen([str(script), "--url", "datastore://p", "--timeout", "60", "increment", "x", "1"],
+                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.0)  # started, and waiting for the server
+    command.send_signal(signal.SIGINT)
+    out, err = command.communicate(timeout=60)
+    assert command.returncode == 130, (out, err)
+    assert "Traceback" not in err and err.count("\n") == 1 and "interrupted" in err, err
+    assert out == ""

@@ -56,10 +56,17 @@ QUICK_POINTS = {
     "cache": "cache.write_ends",
     "combined_writes": "combined_writes.written",
     "group_commit": "group_commit.write_lock",
+    "lone": "lone.registers",
     "pool": "pool.release",
     "rounds": "rounds.start",
     "shared_reads": "shared_reads.answers",
 }
+
+
+def test_the_quick_run_has_a_point_of_every_mechanism() -> None:
+    """A mechanism added without a quick point failed the quick run only
+    (a KeyError), never the full one: both runs check it here."""
+    assert sorted(QUICK_POINTS) == sorted(MECHANISMS)
 
 
 def chosen_points(mechanism: str) -> list[str]:

@@ -135,11 +135,18 @@ def test_ctrl_c_exits_130_with_one_line_and_no_traceback(silent_port, tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("GDS_URL", "DATASTORE_PROJECT_ID")}
     env["DATASTORE_EMULATOR_HOST"] = f"127.0.0.1:{silent_port}"
     script = Path(sys.executable).with_name("gds-counter")
+    # As from a terminal: SIGINT at its default, whatever this process set
+    # (Python leaves SIGINT alone when it starts with it ignored).
     command = subprocess.Popen([str(script), "--url", "datastore://p", "--timeout", "60", "increment", "x", "1"],
-                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2.0)  # started, and waiting for the server
-    command.send_signal(signal.SIGINT)
-    out, err = command.communicate(timeout=60)
+                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        time.sleep(2.0)  # started, and waiting for the server
+        command.send_signal(signal.SIGINT)
+        out, err = command.communicate(timeout=30)
+    finally:
+        command.kill()
+        command.wait()
     assert command.returncode == 130, (out, err)
     assert "Traceback" not in err and err.count("\n") == 1 and "interrupted" in err, err
     assert out == ""

@@ -150,13 +150,7 @@ class ConnectionLife:
             if self._closed:
                 return
             self._closed = True
-            for conn in self._idle:
-                close_connection(conn)
-            self._count -= len(self._idle)
-            self._idle.clear()
-            for conn in [c for c in self._held if c not in self._lent]:
-                del self._held[conn]
-                self._drop(conn, f"the embedded gateway on {self.where} was closed")
+            self._close_unused(f"the embedded gateway on {self.where} was closed")
             self._cond.notify_all()
         forks.forget(self)
 
@@ -199,13 +193,19 @@ class ConnectionLife:
             if self._lent or self._opening:
                 self._fork_trouble = f"the process forked while another thread had been in a call on it for {FORK_DRAIN_S:.0f} s"
         if self.path is not None:
-            for conn in self._idle:
-                close_connection(conn)
-            self._count -= len(self._idle)
-            self._idle.clear()
-            for conn in [c for c in self._held if c not in self._lent]:
-                del self._held[conn]
-                self._drop(conn, "the process forked while this transaction was open, which ends its snapshot; retry it")
+            self._close_unused("the process forked while this transaction was open, which ends its snapshot; retry it")
+
+    def _close_unused(self, why: str) -> None:
+        """Close every idle connection, and drop those held for transactions
+        but not in a call now (``why`` is what their transactions are told);
+        under the lock."""
+        for conn in self._idle:
+            close_connection(conn)
+        self._count -= len(self._idle)
+        self._idle.clear()
+        for conn in [c for c in self._held if c not in self._lent]:
+            del self._held[conn]
+            self._drop(conn, why)
 
     def _after_fork_in_parent(self) -> None:
         self._forking = self._fork_inside = False

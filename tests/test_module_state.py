@@ -31,10 +31,10 @@ OTHER_STATE = {
 #: Module-level tables that are never changed after import (names, rules).
 CONSTANT_TABLES = {
     ("cli/_context.py", "COMMANDS"), ("counter/strategy.py", "STRATEGIES"), ("gateway/__init__.py", "_PARAMS"),
-    ("counter/redis_cache.py", "_OPTIONS"), ("counter/redis_cache.py", "_RANGES"),
-    ("gateway/datastore/_codec.py", "_OPS"), ("gateway/datastore/_codec.py", "_OPS_BACK"), ("gateway/embedded/_scans.py", "RANGE_OPS"),
+    ("counter/_redis_url.py", "_OPTIONS"), ("counter/_redis_url.py", "RANGES"),
+    ("gateway/datastore/_codec.py", "_OPS"), ("gateway/datastore/_codec.py", "_OPS_BACK"), ("gateway/embedded/_filter_check.py", "RANGE_OPS"),
     ("gateway/embedded/_metadata.py", "_REPRESENTATIONS"),
-    ("gateway/embedded/_scans.py", "_SQL_OPS"), ("gds/_gql_lexer.py", "_STRING_ESCAPES"),
+    ("gateway/embedded/_index_sql.py", "_SQL_OPS"), ("gds/_gql_lexer.py", "_STRING_ESCAPES"),
     ("gds/_gql_conditions.py", "_MIRRORED"), ("server/_status.py", "HTTP_STATUS"), ("gds/_gql_printer.py", "_PRINTED_OPS"), ("gds/schema.py", "_WRITERS"),
 }
 

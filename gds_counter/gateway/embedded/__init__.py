@@ -9,9 +9,11 @@ The engine is split by idea, each module explaining its own part:
 
 * ``_encoding``: Datastore's value ordering as bytes (``sortable``,
   ``key_bytes``), the lossless JSON each entity is stored as, and cursors.
-* ``_scans``: the index scan a query amounts to: which keys it reads through
-  the index table, which of them match with Datastore's filter semantics,
-  and their order.
+* ``_index_sql``: which keys a query reads through the index table (a
+  superset of its matches, in SQL).
+* ``_filter_check``: which of them match, with Datastore's filter semantics.
+* ``_scans``: the index scan a query amounts to: the order of its matches,
+  and the rows each gives.
 * ``_storage``: the SQLite tables, and the writes of one commit (masks,
   transforms, index rows, versions, id allocation).
 * ``_connections``: the connection pool: opening a file without writing to

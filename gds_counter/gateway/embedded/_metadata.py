@@ -30,8 +30,8 @@ from typing import Any
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.embedded._cursors import BatchCursors, cursor_owner, decode_cursor, encode_cursor
 from gds_counter.gateway.embedded._encoding import key_bytes
+from gds_counter.gateway.embedded._filter_check import RANGE_OPS
 from gds_counter.gateway.embedded._refusals import composites
-from gds_counter.gateway.embedded._scans import RANGE_OPS
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.query import KEY_PROPERTY, PropertyFilter, Query, leaves_of
 from gds_counter.gateway.values import RawEntity

@@ -19,7 +19,9 @@ import attrs
 
 from gds_counter.gateway.embedded._cursors import BatchCursors, Point, cursor_owner, encode_cursor, read_cursor
 from gds_counter.gateway.embedded._encoding import load_indexed
-from gds_counter.gateway.embedded._scans import Doc, Row, Scan, candidate_sql, compile_filter, sql_is_exact
+from gds_counter.gateway.embedded._filter_check import Doc, compile_filter
+from gds_counter.gateway.embedded._index_sql import candidate_sql, sql_is_exact
+from gds_counter.gateway.embedded._scans import Row, Scan
 from gds_counter.gateway.query import Query, QueryResult
 from gds_counter.gateway.stats import Stats
 

@@ -1,6 +1,6 @@
 """What Datastore refuses in a query, refused by the embedded engine before
 it scans for one: the Firestore emulator's rules and messages (each measured
-there), and the filter walks they need (also ``_scans``').
+there), and the filter walks they need (also ``_filter_check``').
 
 * one ancestor filter in every disjunction, the same in all;
 * one ``!=`` or ``NOT IN``; ``NOT IN`` never with ``IN`` or ``OR``;

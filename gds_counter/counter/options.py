@@ -14,8 +14,8 @@ import attrs
 
 from gds_counter._checks import check_int
 from gds_counter.counter._arguments import check_num_shards
+from gds_counter.counter._redis_url import check_redis_url
 from gds_counter.counter.cache import CountCache
-from gds_counter.counter.redis_cache import check_redis_url
 from gds_counter.counter.shard_choice import ShardChooser
 from gds_counter.counter.strategy import Strategy, get_strategy
 from gds_counter.errors import BadValueError

@@ -16,22 +16,10 @@ committed, and every increment whose call returned before the read began.
 another in flight committed before it: totals seen by two readers are
 each true in that sense, not necessarily ordered.)
 
-**The race between a commit and a cache update, and how it is closed.**
-The dangerous moment is a reader filling the cache: it reads the shards
-(total T) and stores T. A write that commits while it reads may or may not
-be in T; if the writer then adds its amount to the stored T, the write is
-counted twice; if it found no total to add to and the reader stores T
-without it, the write is missing. So each counter has, in Redis, an epoch
-and a set of writes in flight:
-
-* a writer, before its commit, enters the set (with a lease) and bumps the
-  epoch; after it, in one script, leaves the set, bumps the epoch and adds
-  its amount to the total if there is one;
-* a reader takes a ticket (the epoch) only when no write is in flight, and
-  stores its total only if the epoch is unchanged when it stores: no write
-  began or ended meanwhile, so every write it could have seen was either
-  committed before its read (and ended before its ticket) or begins after
-  its store (and will add its amount).
+**The race between a commit and a cache update** (a reader filling the
+cache while a write commits: the write counted twice, or missing) is closed
+in Redis, by an epoch and a set of writes in flight per counter, each step
+one script (``_redis_scripts``, where the race and its closing are told).
 
 A write whose outcome is unknown (an interrupt, a cancellation,
 ``CommitUnknown``) drops the total and blocks filling it for ``ttl``; a
@@ -54,7 +42,7 @@ Redis's clock, not from 0. Redis restarted from a snapshot (or an
 append-only file, or a replica promoted) brings keys back, totals and
 epochs included, that may be older than adds that returned: each
 counter's keys carry the run id of the server that wrote them, and under
-another run (checked in every script) they are no total (see ``_BUMP``).
+another run (checked in every script) they are no total (see ``_redis_scripts.BUMP``).
 The keys name the storage, not its address (``_storage_scope``). The window left: a writer that cannot reach Redis around its commit
 leaves the cached total short of its amount until that process next
 reaches Redis (it drops the total then), or the writer's lease ends (when
@@ -84,18 +72,18 @@ error it does not declare the client's connections are discarded.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import threading
 import time
-import urllib.parse
 import uuid
 from typing import Any, Hashable, Iterator
 
 from gds_counter._checks import INT64_MAX
 from gds_counter._process import forks
 from gds_counter.counter._off_main import OffMain
+from gds_counter.counter._redis_scripts import BEGIN, END, GET, STORE, TICKET, counter_keys
+from gds_counter.counter._redis_url import RANGES, check_redis_url, split_redis_url
 from gds_counter.counter._storage_scope import check_scope, storage_scope
 from gds_counter.errors import BadValueError, Contention, TransformsIgnored, Unavailable
 
@@ -103,171 +91,12 @@ __all__ = ["RedisCountCache", "check_redis_url"]
 
 log = logging.getLogger("gds_counter.counter.redis_cache")
 
-_SCHEMES = ("redis", "rediss", "unix")
-_OPTIONS = {"ttl": 60.0, "lease": 30.0, "timeout": 0.25, "prefix": "gds_counter", "scope": None}
 _NOT_STORED = (Contention, Unavailable, TransformsIgnored)
 _WARN_EVERY_S = 30.0
 #: What a stored total looks like (as this module writes it: INCRBY's digits).
 _TOTAL = re.compile(rb"-?[0-9]{1,19}")
-#: What ``ttl``, ``lease`` and ``timeout`` may be, in seconds: from a
-#: millisecond (Redis counts in them) to what Redis's expiries and the
-#: platform's clocks take.
-_RANGES = {"ttl": (0.001, 365 * 86_400.0), "lease": (0.001, 86_400.0), "timeout": (0.001, 3_600.0)}
-#: A Redis db number: plain decimal digits, at most the highest a server can
-#: have (its ``databases`` is a C int); the server's own bound is learned at
-#: the first call.
-_DB = re.compile(r"[0-9]{1,10}")
-_DB_MAX = 2**31 - 2
-
-# KEYS: total, epoch, pending, doubt, run. ARGV[1]: ttl in ms.
-# An epoch Redis lost (a restart, an eviction, its expiry) starts again at
-# Redis's clock in microseconds, never at 0: a ticket taken before the loss
-# cannot match an epoch counted again after it.
-# A counter's keys are stamped with the run id of the server that wrote
-# them (``run``), checked first by every script: a server started again
-# (from a snapshot, an append-only file, or a replica promoted) has another
-# run id, and what it brought back may be older than adds that returned.
-# So under another run (or none) the total is no total and the epoch starts
-# again; a ticket names its run, so one taken before the restart never
-# matches. Keys that came back from another run may also lack the doubt a
-# write of unknown outcome left after the snapshot: no total is kept for
-# ttl. A server that tells no run id is refused (reads go to storage).
-_BUMP = """
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
-if not run then return redis.error_reply('the server tells no run_id (INFO server)') end
-local stamped = redis.call('GET', KEYS[5])
-if stamped ~= run then
-  redis.call('DEL', KEYS[1], KEYS[2])
-  if stamped then redis.call('SET', KEYS[4], '1', 'PX', ARGV[1]) end
-  redis.call('SET', KEYS[5], run, 'EX', 86400)
-end
-local function bump()
-  if redis.call('EXISTS', KEYS[2]) == 0 then
-    redis.call('SET', KEYS[2], now[1] .. string.format('%06d', tonumber(now[2])))
-  end
-  redis.call('INCR', KEYS[2])
-  redis.call('EXPIRE', KEYS[2], 86400)
-  redis.call('EXPIRE', KEYS[5], 86400)
-end
-"""
-# Drops the total (and blocks filling it for ttl) when a writer's lease ran out.
-_PRUNE = _BUMP + """
-if redis.call('ZCOUNT', KEYS[3], '-inf', ms) > 0 then
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ms)
-  redis.call('DEL', KEYS[1])
-  redis.call('SET', KEYS[4], '1', 'PX', ARGV[1])
-  bump()
-end
-"""
-_GET = _PRUNE + "return redis.call('GET', KEYS[1])"
-_TICKET = _PRUNE + """
-if redis.call('ZCARD', KEYS[3]) > 0 or redis.call('EXISTS', KEYS[4]) == 1 then return false end
-if redis.call('EXISTS', KEYS[2]) == 0 then bump() end
-return run .. ':' .. redis.call('GET', KEYS[2])
-"""
-# ARGV[2]: the ticket, ARGV[3]: the total.
-_STORE = _PRUNE + """
-if redis.call('ZCARD', KEYS[3]) > 0 or redis.call('EXISTS', KEYS[4]) == 1 then return 0 end
-if run .. ':' .. (redis.call('GET', KEYS[2]) or '') ~= ARGV[2] then return 0 end
-redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[1])
-return 1
-"""
-# ARGV[2]: the writer's token, ARGV[3]: its lease in ms.
-_BEGIN = _BUMP + """
-redis.call('ZADD', KEYS[3], ms + tonumber(ARGV[3]), ARGV[2])
-redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[3]) * 2)
-bump()
-return 1
-"""
-# ARGV[2]: the token, ARGV[3]: "stored", "not stored", "dropped" (stored,
-# amount unknown), "unknown", or "forget" (a write Redis never heard of,
-# stored: drop the total); ARGV[4]: the amount.
-_END = _BUMP + """
-local mine = redis.call('ZREM', KEYS[3], ARGV[2])
-bump()
-if ARGV[3] == 'not stored' then return 1 end
-if ARGV[3] == 'forget' then redis.call('DEL', KEYS[1]) return 1 end
-if ARGV[3] == 'stored' and mine == 1 then
-  if redis.call('EXISTS', KEYS[1]) == 1 and not pcall(redis.call, 'INCRBY', KEYS[1], ARGV[4]) then
-    redis.call('DEL', KEYS[1])  -- past 64 bits: no total rather than a wrong one
-  end
-  return 1
-end
-redis.call('DEL', KEYS[1])
-if ARGV[3] == 'unknown' or mine == 0 then redis.call('SET', KEYS[4], '1', 'PX', ARGV[1]) end
-return 1
-"""
 
 
-def check_redis_url(url: object) -> str:
-    """A ``redis://``, ``rediss://`` or ``unix://`` URL whose own options
-    (``ttl``, ``lease``, ``timeout``: seconds within ``_RANGES``;
-    ``prefix``, ``scope``) are well formed; ``BadValueError`` naming it otherwise.
-    (redis-py's own options are checked when the cache is made.)"""
-    try:
-        parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
-    except ValueError as exc:
-        raise BadValueError(f"cache URL {url!r}: {exc}") from None
-    if parts is None or parts.scheme.lower() not in _SCHEMES:
-        raise BadValueError(
-            f"cache must be True, False, None, a CountCache or a redis://host:port/db URL (or rediss://, unix://), got {url!r}"
-        )
-    if not (parts.netloc if parts.scheme.lower() != "unix" else parts.path):
-        raise BadValueError(f"cache URL {url!r} names no {'host' if parts.scheme.lower() != 'unix' else 'socket path'}")
-    assert isinstance(url, str)
-    _split(url)
-    return url
-
-
-def _check_db(url: str, parts: urllib.parse.SplitResult, query: list[tuple[str, str]]) -> None:
-    """Refuse a Redis db redis-py would read as another than its writer may
-    mean (it reads ``/abc`` and ``/1.5`` as db 0, ``/0/1`` and ``/ 1`` as
-    db 1, and takes ``db=`` over the path): one plain decimal, in the path
-    (``/`` or none: 0) or in ``db=``, the same wherever given. Whether the
-    server has that many databases only the server tells (``_call``)."""
-    given = [value for name, value in query if name == "db"]
-    if parts.scheme.lower() != "unix" and parts.path not in ("", "/"):
-        given.insert(0, parts.path[1:])
-    for value in given:
-        if not (_DB.fullmatch(value) and int(value) <= _DB_MAX):
-            raise BadValueError(f"cache URL {url!r}: the Redis db must be a plain number from 0 to {_DB_MAX} "
-                                f"(as in redis://host:6379/0), got {value!r}")
-    if len({int(value) for value in given}) > 1:
-        raise BadValueError(f"cache URL {url!r} names more than one Redis db ({', '.join(map(repr, given))}): "
-                            "give one")
-
-
-def _split(url: str) -> tuple[str, dict[str, Any]]:
-    """The URL for redis-py, and this cache's own options taken out of it."""
-    parts = urllib.parse.urlsplit(url)
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    _check_db(url, parts, query)
-    options: dict[str, Any] = dict(_OPTIONS)
-    rest = []
-    for name, value in query:
-        if name in ("decode_responses", "encoding"):
-            raise BadValueError(f"cache URL {url!r}: {name} is this cache's to set (it reads bytes)")
-        if name not in _OPTIONS:
-            rest.append((name, value))
-        elif name in ("prefix", "scope"):
-            if not value:
-                raise BadValueError(f"cache URL {url!r}: {name} must not be empty")
-            options[name] = value
-        else:
-            try:
-                seconds = float(value)
-            except ValueError:
-                seconds = float("nan")
-            low, high = _RANGES[name]
-            if not low <= seconds <= high:
-                raise BadValueError(f"cache URL {url!r}: {name} must be from {low:g} to {high:g} seconds, got {value!r}")
-            options[name] = seconds
-    kept = urllib.parse.urlencode(rest)
-    if parts.scheme.lower() == "unix":  # urlunsplit would drop the "//" of a URL with no host
-        return f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{kept}" if kept else ""), options
-    return urllib.parse.urlunsplit(parts._replace(query=kept)), options
 
 
 class RedisCountCache:
@@ -287,7 +116,7 @@ class RedisCountCache:
             raise BadValueError(
                 f"cache={url!r} needs the redis package: pip install \"gds-counter[redis]\""
             ) from None
-        client_url, options = _split(url)
+        client_url, options = split_redis_url(url)
         check_scope(gateway, url, options["scope"])
         self.url, self._gateway, self._named = url, gateway, options["scope"]
         self.ttl, self.lease, self.timeout = options["ttl"], options["lease"], options["timeout"]
@@ -345,7 +174,7 @@ class RedisCountCache:
                                                 retry_on_timeout=False, **extra)
             pool = self._client.connection_pool
             pool.connection_class(**pool.connection_kwargs)
-            low, high = _RANGES["timeout"]
+            low, high = RANGES["timeout"]
             for name in ("socket_timeout", "socket_connect_timeout"):
                 value = pool.connection_kwargs.get(name)
                 if value is not None and not low <= value <= high:
@@ -353,7 +182,7 @@ class RedisCountCache:
         except (ValueError, TypeError, redis.RedisError) as exc:
             raise BadValueError(f"cache URL {self.url!r}: {exc}") from None
         self._scripts = {name: self._client.register_script(text) for name, text in
-                         (("get", _GET), ("ticket", _TICKET), ("store", _STORE), ("begin", _BEGIN), ("end", _END))}
+                         (("get", GET), ("ticket", TICKET), ("store", STORE), ("begin", BEGIN), ("end", END))}
 
     def __repr__(self) -> str:
         return f"RedisCountCache({self.url!r}, scope={self.scope!r})"
@@ -376,8 +205,7 @@ class RedisCountCache:
         return f"{self._prefix}{self.scope}:"
 
     def _keys(self, key: Hashable) -> list[str]:
-        base = self._scoped() + json.dumps(list(key) if isinstance(key, tuple) else key, ensure_ascii=False)
-        return [base + ":total", base + ":epoch", base + ":writing", base + ":doubt", base + ":run"]
+        return counter_keys(self._scoped(), key)
 
     def _call(self, script: str, key: Hashable, *args: Any) -> Any:
         """Run a script; None (and a warning, now and then) when Redis fails.

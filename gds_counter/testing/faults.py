@@ -63,12 +63,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import inspect
-import logging
-import random
-import threading
-from collections import Counter
-from typing import Any, Iterator, Mapping, Sequence, TypeVar, cast
+from typing import Any, Mapping, Sequence, TypeVar
 
 from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, GDSError, Unavailable
 from gds_counter.gateway import plan
@@ -79,6 +74,17 @@ from gds_counter.gateway.mutations import CommitResult, Mutation
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
 from gds_counter.gateway.stats import Stats
 from gds_counter.gateway.values import RawEntity
+from gds_counter.testing._fault_injector import (
+    ABORTED,
+    CALLS,
+    DEADLINE_EXCEEDED,
+    GATEWAY_FAULTS,
+    RESOURCE_EXHAUSTED,
+    UNAVAILABLE,
+    UNAVAILABLE_AFTER,
+    FaultInjector,
+)
+from gds_counter.testing._rpc_faults import FaultyRpcClient, inject_rpc_faults, remove_rpc_faults
 
 __all__ = [
     "ABORTED",
@@ -95,126 +101,7 @@ __all__ = [
     "remove_rpc_faults",
 ]
 
-log = logging.getLogger(__name__)
-
 R = TypeVar("R")
-
-ABORTED = "ABORTED"
-UNAVAILABLE = "UNAVAILABLE"
-UNAVAILABLE_AFTER = "UNAVAILABLE_AFTER"
-DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
-RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
-
-#: The calls of the Gateway protocol (and the GAPIC methods of the same names).
-CALLS = ("lookup", "run_query", "begin_transaction", "commit", "rollback", "allocate_ids")
-
-GATEWAY_FAULTS = (ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED)
-RPC_FAULTS = (ABORTED, UNAVAILABLE, UNAVAILABLE_AFTER, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED)
-
-class FaultInjector:
-    """Seeded decisions and a record of what was injected. Thread-safe.
-
-    ``rates`` maps a call name to ``{fault: probability}``; the
-    probabilities of one call must add up to at most 1. ``script`` maps a
-    call name to faults to inject on its next calls, in order, before the
-    random draws (to force one sequence, such as an applied commit whose
-    resend is then aborted).
-    """
-
-    def __init__(
-        self,
-        rates: Mapping[str, Mapping[str, float]] | None = None,
-        *,
-        seed: int | None = 0,
-        allowed: Sequence[str] = GATEWAY_FAULTS,
-        script: Mapping[str, Sequence[str | None]] | None = None,
-    ) -> None:
-        self.seed = seed
-        self._random = random.Random(seed)
-        self._lock = threading.Lock()
-        self._enabled = True
-        self.rates: dict[str, dict[str, float]] = {}
-        for call, faults in (rates or {}).items():
-            if call not in CALLS:
-                raise BadValueError(f"unknown call {call!r} in fault rates; expected one of {', '.join(CALLS)}")
-            table: dict[str, float] = {}
-            for fault, rate in faults.items():
-                if fault not in allowed:
-                    raise BadValueError(f"unknown fault {fault!r} for {call}; expected one of {', '.join(allowed)}")
-                if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
-                    raise BadValueError(f"rate of {fault} on {call} must be between 0 and 1, got {rate!r}")
-                table[fault] = float(rate)
-            if sum(table.values()) > 1.0 + 1e-9:
-                raise BadValueError(f"fault rates on {call} add up to {sum(table.values())}, over 1")
-            self.rates[call] = table
-        #: Faults to inject first, in order, per call (None: no fault that
-        #: time); random draws resume once a call's script is used up.
-        self.script: dict[str, list[str | None]] = {}
-        for call, sequence in (script or {}).items():
-            if call not in CALLS:
-                raise BadValueError(f"unknown call {call!r} in fault script; expected one of {', '.join(CALLS)}")
-            for step in sequence:
-                if step is not None and step not in allowed:
-                    raise BadValueError(f"unknown fault {step!r} for {call}; expected one of {', '.join(allowed)}")
-            self.script[call] = list(sequence)
-        #: (call, fault) -> how many times it was injected.
-        self.injected: Counter[tuple[str, str]] = Counter()
-        #: calls seen per name, injected or not.
-        self.calls: Counter[str] = Counter()
-
-    def draw(self, call: str) -> str | None:
-        """The fault to inject on this call, or None; records it."""
-        with self._lock:
-            self.calls[call] += 1
-            if not self._enabled:
-                return None
-            scripted = self.script.get(call)
-            if scripted:
-                fault = scripted.pop(0)
-                if fault is not None:
-                    self.injected[(call, fault)] += 1
-                return fault
-            table = self.rates.get(call)
-            if not table:
-                return None
-            roll = self._random.random()
-            for fault, rate in table.items():
-                if roll < rate:
-                    self.injected[(call, fault)] += 1
-                    return fault
-                roll -= rate
-            return None
-
-    def forget(self, call: str, fault: str) -> None:
-        """Un-record a fault that was drawn but could not be injected."""
-        with self._lock:
-            self.injected[(call, fault)] -= 1
-
-    def counts(self) -> dict[str, int]:
-        """Faults injected, per fault, over every call."""
-        with self._lock:
-            out: Counter[str] = Counter()
-            for (_, fault), n in self.injected.items():
-                out[fault] += n
-            return {fault: n for fault, n in out.items() if n}
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts().values())
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """No faults inside the block (e.g. while a test reads the total)."""
-        with self._lock:
-            before, self._enabled = self._enabled, False
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._enabled = before
-
-    def __repr__(self) -> str:
-        return f"FaultInjector(seed={self.seed!r}, injected={self.counts()})"
 
 
 class FaultPlans:
@@ -400,164 +287,3 @@ class FaultyGateway(FaultPlans):
 
     def close(self) -> None:
         self.inner.close()
-
-
-# --- below the Datastore gateway's retry layer -----------------------------------
-
-
-class FaultyRpcClient:
-    """Stands in for the GAPIC client inside a Datastore gateway: the
-    blocking ``DatastoreClient`` of a ``DatastoreGateway`` or the
-    ``DatastoreAsyncClient`` of an ``AsyncDatastoreGateway``. Each RPC
-    method may raise a google.api_core exception instead of (or, for the
-    applied faults, after) calling the real one; a coroutine method stays a
-    coroutine, so the async gateway's ``AsyncRetry`` sees the same errors as
-    the blocking gateway's ``Retry``. Anything else is the real client's."""
-
-    def __init__(self, client: Any, injector: FaultInjector) -> None:
-        self._real = client
-        self.injector = injector
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._real, name)
-        if name not in CALLS:
-            return attr
-        if inspect.iscoroutinefunction(attr):
-            return self._wrap_async(name, attr)
-        return self._wrap(name, attr)
-
-    # One decision per fault, for both kinds of client.
-
-    @staticmethod
-    def _error_before(call: str, fault: str | None) -> Exception | None:
-        """What the RPC raises instead of being sent (nothing applied)."""
-        from google.api_core import exceptions as gexc
-
-        if fault == ABORTED:
-            return gexc.Aborted(f"injected ABORTED on {call}: too much contention on these datastore entities")
-        if fault == UNAVAILABLE:
-            return gexc.ServiceUnavailable(
-                f"injected on {call}: failed to connect to all addresses; last error: "
-                "UNAVAILABLE: Failed to connect to remote host: Connection refused"
-            )
-        if fault == RESOURCE_EXHAUSTED:
-            return gexc.ResourceExhausted(f"injected RESOURCE_EXHAUSTED on {call}: quota exceeded")
-        return None
-
-    @staticmethod
-    def _error_after(call: str, fault: str | None) -> Exception | None:
-        """What the RPC raises after it was applied (its answer lost)."""
-        from google.api_core import exceptions as gexc
-
-        if fault == DEADLINE_EXCEEDED:
-            return gexc.DeadlineExceeded(f"injected DEADLINE_EXCEEDED on {call} after it was applied")
-        if fault == UNAVAILABLE_AFTER:
-            return gexc.ServiceUnavailable(f"injected on {call} after it was applied: Socket closed")
-        return None
-
-    @staticmethod
-    def _ending_rollback(call: str, fault: str | None, request: Any) -> Any:
-        """The rollback a server does itself when it aborts a transactional
-        commit (ending the transaction and, on Firestore, releasing its
-        locks), as a request to send; None when there is none."""
-        if call != "commit" or fault != ABORTED:
-            return None
-        transaction = getattr(request, "transaction", b"")
-        if not transaction:
-            return None
-        from google.cloud.datastore_v1.types import datastore as _ds
-
-        return _ds.RollbackRequest(
-            project_id=request.project_id, database_id=request.database_id, transaction=transaction
-        )
-
-    def _wrap(self, call: str, method: Any) -> Any:
-        from google.api_core import exceptions as gexc
-
-        def rpc(*args: Any, **kwargs: Any) -> Any:
-            fault = self.injector.draw(call)
-            rollback = self._ending_rollback(call, fault, kwargs.get("request"))
-            if rollback is not None:
-                with contextlib.suppress(gexc.GoogleAPICallError):
-                    self._real.rollback(request=rollback, timeout=5.0)
-            before = self._error_before(call, fault)
-            if before is not None:
-                raise before
-            answer = method(*args, **kwargs)
-            after = self._error_after(call, fault)
-            if after is not None:
-                raise after
-            return answer
-
-        return rpc
-
-    def _wrap_async(self, call: str, method: Any) -> Any:
-        from google.api_core import exceptions as gexc
-
-        async def rpc(*args: Any, **kwargs: Any) -> Any:
-            fault = self.injector.draw(call)
-            rollback = self._ending_rollback(call, fault, kwargs.get("request"))
-            if rollback is not None:
-                with contextlib.suppress(gexc.GoogleAPICallError):
-                    await self._real.rollback(request=rollback, timeout=5.0)
-            before = self._error_before(call, fault)
-            if before is not None:
-                raise before
-            answer = await method(*args, **kwargs)
-            after = self._error_after(call, fault)
-            if after is not None:
-                raise after
-            return answer
-
-        return rpc
-
-
-class _FaultyClients:
-    """Stands in for ``AsyncDatastoreGateway._client`` (which makes one
-    client per event loop, on first use in it): the same clients, each
-    behind a ``FaultyRpcClient`` sharing one injector, so the faults reach
-    clients made in loops that start after the injection."""
-
-    def __init__(self, clients: Any, injector: FaultInjector) -> None:
-        self.real = clients
-        self.injector = injector
-
-    def __call__(self) -> FaultyRpcClient:
-        return FaultyRpcClient(self.real(), self.injector)
-
-
-def inject_rpc_faults(
-    gateway: Any,
-    rates: Mapping[str, Mapping[str, float]] | None = None,
-    *,
-    seed: int | None = 0,
-    script: Mapping[str, Sequence[str | None]] | None = None,
-) -> FaultInjector:
-    """Make a ``DatastoreGateway``'s or ``AsyncDatastoreGateway``'s RPCs
-    fail on purpose, below its retry policy; returns the injector (counts,
-    ``paused()``). Call ``remove_rpc_faults(gateway)`` to undo."""
-    from gds_counter.gateway.datastore import AsyncDatastoreGateway, DatastoreGateway
-
-    if not isinstance(gateway, (DatastoreGateway, AsyncDatastoreGateway)):
-        raise BadValueError(
-            f"inject_rpc_faults needs a DatastoreGateway or an AsyncDatastoreGateway, got {type(gateway).__name__}"
-        )
-    if isinstance(vars(gateway).get("_client"), (FaultyRpcClient, _FaultyClients)):
-        raise BadValueError(f"{gateway!r} already has RPC faults injected")
-    injector = FaultInjector(rates, seed=seed, allowed=RPC_FAULTS, script=script)
-    # Duck-typed: they stand in for the GAPIC client (the blocking gateway's
-    # attribute) or for the async gateway's per-loop client method.
-    if isinstance(gateway, AsyncDatastoreGateway):
-        setattr(gateway, "_client", _FaultyClients(gateway._client, injector))  # shadows the method
-    else:
-        gateway._client = cast(Any, FaultyRpcClient(gateway._client, injector))
-    return injector
-
-
-def remove_rpc_faults(gateway: Any) -> None:
-    """Undo ``inject_rpc_faults`` (nothing to undo: nothing done)."""
-    client = vars(gateway).get("_client")
-    if isinstance(client, FaultyRpcClient):
-        gateway._client = client._real
-    elif isinstance(client, _FaultyClients):
-        del gateway._client  # the class's method again

@@ -764,6 +764,25 @@ def test_a_server_that_never_answers_is_given_up_on_at_the_deadline() -> None:
             gw.close()
 
 
+def test_a_timeout_changed_after_construction_bounds_the_retries() -> None:
+    """``timeout`` is a public attribute: lowering it bounds the next call,
+    retries included. (The retry policy was made for the first timeout and
+    kept it: a call retried for 20 s where 1 s was asked.)"""
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        gw = DatastoreGateway("p", emulator_host=f"127.0.0.1:{listener.getsockname()[1]}", timeout=20.0)
+        try:
+            gw.timeout = 1.0
+            kind, outcome, took = run_in_thread(lambda: gw.lookup([Key.of("K", 1)]), timeout=60)
+            assert kind == "error" and isinstance(outcome, Unavailable), outcome
+            assert took < 1.0 + 2.0, took  # the timeout plus a margin for a loaded machine
+        finally:
+            gw.close()
+
+
 def test_the_async_gateway_keeps_the_same_deadline() -> None:
     """``AsyncDatastoreGateway`` shares the rule: past the deadline nothing
     is sent and the call raises ``Unavailable``; before it, the time left

@@ -202,8 +202,9 @@ class DatastoreRequests(GatewayRules):
         """The retry policy with the predicate of ``rule``'s row of the
         policy table (``should_retry``), made once per row: building one
         per call cost more than a request's own encoding. Bounded by
-        ``budget`` seconds when that is less than ``timeout`` (the deadline
-        is near). None: no retries."""
+        ``budget`` seconds: the call's ``timeout``, or less when the deadline
+        is near (a ``timeout`` changed after construction counts too). None:
+        no retries."""
         if self._retry is None:
             return None
         found = self._retries.get((rule, idempotent_commit))
@@ -211,7 +212,7 @@ class DatastoreRequests(GatewayRules):
             found = self._retries[(rule, idempotent_commit)] = self._retry.with_predicate(
                 functools.partial(should_retry, call=rule, idempotent_commit=idempotent_commit)
             )
-        return found if budget >= self.timeout else found.with_timeout(budget)
+        return found if budget == found.timeout else found.with_timeout(budget)
 
     def __repr__(self) -> str:
         where = f"emulator {self.emulator_host}" if self.emulator_host else "Cloud Datastore"

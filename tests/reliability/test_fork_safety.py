@@ -35,6 +35,9 @@ from gds_counter.counter import CounterShardDS
 from gds_counter.errors import GDSError
 from gds_counter.gateway.embedded import EmbeddedGateway
 from gds_counter.gds import RetryPolicy
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Increment, Upsert
+from gds_counter.gateway.values import RawEntity
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork() (POSIX)")
 
@@ -513,6 +516,71 @@ def test_a_fork_made_inside_a_call_that_is_opening_a_connection_does_not_wait_fo
         assert forking.took is not None and forking.took < 5.0, f"the fork waited {forking.took} s for its own thread"
         assert forking.child_code() == 0, "the child's call did not raise a GDSError"
         assert counter.get_count() == 2
+    finally:
+        gateway.close()
+
+
+def test_a_fork_made_while_a_commit_opens_its_connection_leaves_the_child_unwritten(tmp_path, monkeypatch):
+    """The same fork, but in a commit opening the connection it writes
+    through (the group commit's writer, no transaction before it to be
+    refused at), just before it opens it. The child's copy of the call
+    opened a connection of its own, which no check looked at, and committed: the increment was
+    stored twice, once by each side of the fork (the failure-point
+    harness found it, ``pool.fork_while_opening``). Now the connection the
+    child opened is refused like the rest of the file: its call raises a
+    GDSError (before it opens anything: another of the parent's threads
+    may have held SQLite's own locks at the fork, and the child hung in
+    ``sqlite3.connect``), the increment is stored once, by the parent, and
+    the child's pool counts no opening of the parent's."""
+    gateway = EmbeddedGateway(tmp_path / "opening-commit.sqlite3")
+    try:
+        key = Key.of("Shard", "one")
+
+        def bump() -> None:
+            entity = RawEntity(key, {"target": "T"}, frozenset({"count"}))
+            gateway.commit([Upsert(entity, property_mask=("target",), transforms=(Increment("count", 1),))])
+
+        bump()
+        pool = gateway._pool
+        real_connect = pool._connect
+        forking = _ForkInsideACall()
+
+        def bump_then_check_the_child() -> None:
+            try:
+                bump()
+            finally:
+                # The parent's opening is not the child's to undo: a count below
+                # zero would make the child's own next fork wait 65 s for it.
+                if forking.in_child and (pool._opening, pool._count) != (0, 0):  # pragma: no cover
+                    os._exit(5)
+
+        def fork_and_connect(*args: Any, **kwargs: Any) -> Any:
+            forking.fork()  # before SQLite opens it: the child opens one of its own
+            return real_connect(*args, **kwargs)
+
+        lent, done = threading.Event(), threading.Event()
+
+        def hold_the_idle_one() -> None:  # in another thread: the commit must open one
+            with pool.connection():
+                lent.set()
+                done.wait(30)
+
+        holder = threading.Thread(target=hold_the_idle_one)
+        holder.start()
+        try:
+            assert lent.wait(30)
+            monkeypatch.setattr(pool, "_connect", fork_and_connect)
+            forking.call(bump_then_check_the_child)
+        finally:
+            monkeypatch.undo()
+            done.set()
+            holder.join(30)
+        code = forking.child_code()
+        assert code == 0, {3: "the child's commit raised an error that is not a GDSError",
+                           4: "the child's commit went on as if nothing had happened",
+                           5: "the child's pool counts an opening of the parent's"}.get(code, code)
+        found = gateway.lookup([key])[0]
+        assert found is not None and found.properties["count"] == 2, "the increment was not stored exactly once"
     finally:
         gateway.close()
 

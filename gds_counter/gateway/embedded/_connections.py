@@ -39,7 +39,7 @@ from types import TracebackType
 
 from gds_counter._process import deadlines, forks
 from gds_counter._process.interrupts import locked, own_again, release_if_held, surely
-from gds_counter.errors import Contention
+from gds_counter.errors import Contention, GatewayError
 from gds_counter.gateway.embedded._connection_life import BUSY_TIMEOUT_S, ConnectionLife
 from gds_counter.gateway.embedded._files import (
     ABANDONED,
@@ -122,7 +122,12 @@ class ConnectionPool(ConnectionLife):
     # -- opening -----------------------------------------------------------
 
     def _connect(self, *, create: bool) -> Connection:
-        """A new connection, ready to use, to the very file first opened."""
+        """A new connection, ready to use, to the very file first opened;
+        none in a child this thread forked while about to open it (a
+        signal's handler): SQLite's own locks may be held there by the
+        parent's threads, which the child does not have, for ever."""
+        if self._refused:
+            raise GatewayError(self._refused)
         conn, found = open_connection(
             self.path, read_only=self.read_only, create=create, known=self._file, busy_timeout=BUSY_TIMEOUT_S,
         )
@@ -203,6 +208,10 @@ class ConnectionPool(ConnectionLife):
                     return conn
             conn, opened = self._connect(create=False), True
             with self._lock:
+                if self._refused:  # this thread forked while it opened (a signal's handler): refused in the
+                    ABANDONED.append(conn)  # child, whose SQLite state is the parent's, copied mid-call: never closed
+                    conn = None
+                    raise GatewayError(self._refused)
                 self._opening, reserved = self._opening - 1, False
                 self._take(conn, owner, me, into)
                 if into is not None:
@@ -218,6 +227,8 @@ class ConnectionPool(ConnectionLife):
     def _give_back(self, conn: Connection | None, owner: object | None, reserved: bool, opened: bool) -> None:
         """Undo an ``_acquire`` an exception ended, under the lock however taken."""
         with locked(self._lock):
+            if self._refused:  # a place reserved before the fork that refused this process (this thread
+                reserved = False  # forked, from a signal's handler): the child's counts started without it
             if reserved:
                 self._opening -= 1
             if conn is not None:

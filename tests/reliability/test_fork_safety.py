@@ -585,6 +585,44 @@ def test_a_fork_made_while_a_commit_opens_its_connection_leaves_the_child_unwrit
         gateway.close()
 
 
+def test_a_fork_made_inside_a_write_transaction_never_commits_the_childs_copy(tmp_path, monkeypatch):
+    """A signal's handler can fork in the thread that is writing, between
+    its last write and ``COMMIT``. The child then committed its copy of
+    the transaction into the same write-ahead log, at the same place as
+    the parent's: the parent's commit, acknowledged, was gone (the
+    failure-point harness lost three increments of one group so). Now the
+    child's copy is refused with a GDSError, and the parent's commit is
+    stored, once."""
+    gateway = EmbeddedGateway(tmp_path / "in-commit.sqlite3")
+    try:
+        key = Key.of("Shard", "one")
+
+        def bump() -> None:
+            entity = RawEntity(key, {"target": "T"}, frozenset({"count"}))
+            gateway.commit([Upsert(entity, property_mask=("target",), transforms=(Increment("count", 1),))])
+
+        bump()
+        pool = gateway._pool
+        real_check = pool.check_file
+        forking = _ForkInsideACall()
+
+        def check_then_fork(conn: Any) -> None:
+            real_check(conn)
+            forking.fork()  # the last step before COMMIT
+
+        monkeypatch.setattr(pool, "check_file", check_then_fork)
+        forking.call(bump)
+        monkeypatch.undo()
+        code = forking.child_code()
+        assert code == 0, {3: "the child's commit raised an error that is not a GDSError",
+                           4: "the child committed its copy of the transaction"}.get(code, code)
+        bump()
+        found = gateway.lookup([key])[0]
+        assert found is not None and found.properties["count"] == 3, "an increment was lost or stored twice"
+    finally:
+        gateway.close()
+
+
 def test_a_fork_made_inside_the_pools_own_code_leaves_its_state_alone(tmp_path, monkeypatch):
     """The handler's fork can land inside the pool's own code, its lock held
     and its lists half way through a change (between the check that an idle

@@ -175,6 +175,20 @@ class ConnectionLife:
                 "another connection (was the database opened across a fork?); this commit was not written"
             )
 
+    def commit_statement(self, conn: Connection) -> str:
+        """``"COMMIT"``, for ``conn`` to run at once (on the same line:
+        nothing between the check and the commit). In a child that this
+        thread forked inside the write transaction (a signal's handler),
+        GatewayError instead: the child's copy of the transaction would be
+        written into the same log at the same place as the parent's, and
+        the parent's commit, acknowledged, was lost."""
+        if not forks.owned_here(conn.pid):
+            raise GatewayError(
+                f"this process (pid {forks.here()}) was forked in the middle of a commit on {self.where}; "
+                "the parent goes on with it, and this copy of it was not written"
+            )
+        return "COMMIT"
+
     # -- ending --------------------------------------------------------------
 
     def close(self) -> None:

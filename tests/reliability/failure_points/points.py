@@ -154,6 +154,9 @@ POINTS: tuple[Point, ...] = (
     Point("pool.fork_in_lent_call", CP, "Lease.__enter__", r"line:if not forks\.owned_here\(conn\.pid\)",
           "a call holds its lent connection: a fork made there refuses the child, where the call goes on with "
           "a connection the parent owns (the Lease refuses it)", ("threads",), FILE, fork_here=True),
+    Point("pool.fork_in_commit", WR, "CommitWrites._commit_now", r"line:conn\.execute\(self\._pool\.commit_statement\(conn\)\)",
+          "a writer's last step: a fork made there must not commit the child's copy of the transaction into "
+          "the parent's log", ("threads",), FILE, fork_here=True),
     # -- the asyncio face's executor -------------------------------------------------------------
     Point("aio.submits", TH, "ThreadedGateway._in_pool", r"line:^\s+return await ",
           "a task hands a blocking call to the worker pool and awaits it", AIO),

@@ -34,10 +34,10 @@ from sizes import size
 from gds_counter.counter import CounterShardDS
 from gds_counter.errors import GDSError
 from gds_counter.gateway.embedded import EmbeddedGateway
-from gds_counter.gds import RetryPolicy
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Increment, Upsert
 from gds_counter.gateway.values import RawEntity
+from gds_counter.gds import RetryPolicy
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork() (POSIX)")
 
@@ -475,6 +475,27 @@ class _ForkInsideACall:
         return os.waitstatus_to_exitcode(status)
 
 
+#: What a child's exit code from ``_ForkInsideACall.call`` means when it is not 0.
+CHILD_CODES = {3: "the child's call raised an error that is not a GDSError",
+               4: "the child's call went on as if nothing had happened (it wrote its copy)"}
+
+
+def _one_count(gateway: EmbeddedGateway) -> tuple[Any, Any]:
+    """``bump()``, one increment of one entity's count committed without a
+    transaction (the group commit's writer), and ``count()``, that count."""
+    key = Key.of("Shard", "one")
+
+    def bump() -> None:
+        entity = RawEntity(key, {"target": "T"}, frozenset({"count"}))
+        gateway.commit([Upsert(entity, property_mask=("target",), transforms=(Increment("count", 1),))])
+
+    def count() -> int:
+        found = gateway.lookup([key])[0]
+        return 0 if found is None else int(found.properties["count"])
+
+    return bump, count
+
+
 def test_a_fork_made_inside_a_call_that_is_opening_a_connection_does_not_wait_for_itself(tmp_path, monkeypatch):
     """A signal's handler that forks runs in the thread it interrupts, here
     one opening a new connection (outside the pool's lock). The fork used to
@@ -534,12 +555,7 @@ def test_a_fork_made_while_a_commit_opens_its_connection_leaves_the_child_unwrit
     the child's pool counts no opening of the parent's."""
     gateway = EmbeddedGateway(tmp_path / "opening-commit.sqlite3")
     try:
-        key = Key.of("Shard", "one")
-
-        def bump() -> None:
-            entity = RawEntity(key, {"target": "T"}, frozenset({"count"}))
-            gateway.commit([Upsert(entity, property_mask=("target",), transforms=(Increment("count", 1),))])
-
+        bump, count = _one_count(gateway)
         bump()
         pool = gateway._pool
         real_connect = pool._connect
@@ -576,11 +592,8 @@ def test_a_fork_made_while_a_commit_opens_its_connection_leaves_the_child_unwrit
             done.set()
             holder.join(30)
         code = forking.child_code()
-        assert code == 0, {3: "the child's commit raised an error that is not a GDSError",
-                           4: "the child's commit went on as if nothing had happened",
-                           5: "the child's pool counts an opening of the parent's"}.get(code, code)
-        found = gateway.lookup([key])[0]
-        assert found is not None and found.properties["count"] == 2, "the increment was not stored exactly once"
+        assert code == 0, {**CHILD_CODES, 5: "the child's pool counts an opening of the parent's"}.get(code, code)
+        assert count() == 2, "the increment was not stored exactly once"
     finally:
         gateway.close()
 
@@ -595,12 +608,7 @@ def test_a_fork_made_inside_a_write_transaction_never_commits_the_childs_copy(tm
     stored, once."""
     gateway = EmbeddedGateway(tmp_path / "in-commit.sqlite3")
     try:
-        key = Key.of("Shard", "one")
-
-        def bump() -> None:
-            entity = RawEntity(key, {"target": "T"}, frozenset({"count"}))
-            gateway.commit([Upsert(entity, property_mask=("target",), transforms=(Increment("count", 1),))])
-
+        bump, count = _one_count(gateway)
         bump()
         pool = gateway._pool
         real_check = pool.check_file
@@ -614,11 +622,9 @@ def test_a_fork_made_inside_a_write_transaction_never_commits_the_childs_copy(tm
         forking.call(bump)
         monkeypatch.undo()
         code = forking.child_code()
-        assert code == 0, {3: "the child's commit raised an error that is not a GDSError",
-                           4: "the child committed its copy of the transaction"}.get(code, code)
+        assert code == 0, CHILD_CODES.get(code, code)
         bump()
-        found = gateway.lookup([key])[0]
-        assert found is not None and found.properties["count"] == 3, "an increment was lost or stored twice"
+        assert count() == 3, "an increment was lost or stored twice"
     finally:
         gateway.close()
 

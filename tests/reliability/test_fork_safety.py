@@ -14,6 +14,7 @@ what the parent and the children were told was counted.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import multiprocessing
@@ -25,7 +26,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from fork_parent import child
@@ -496,6 +497,40 @@ def _one_count(gateway: EmbeddedGateway) -> tuple[Any, Any]:
     return bump, count
 
 
+@contextlib.contextmanager
+def _forking_as_it_opens(pool: Any, forking: _ForkInsideACall, monkeypatch: Any, *, before: bool) -> Iterator[None]:
+    """Another thread holds the pool's idle connection, so the next call
+    opens one, and forks there (``forking.fork()``) in its own thread, as a
+    signal's handler would: just ``before`` SQLite opens it, or just after."""
+    real_connect = pool._connect
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        if before:
+            forking.fork()
+        conn = real_connect(*args, **kwargs)
+        if not before:
+            forking.fork()
+        return conn
+
+    lent, done = threading.Event(), threading.Event()
+
+    def hold_the_idle_one() -> None:
+        with pool.connection():
+            lent.set()
+            done.wait(30)
+
+    holder = threading.Thread(target=hold_the_idle_one)
+    holder.start()
+    try:
+        assert lent.wait(30)
+        monkeypatch.setattr(pool, "_connect", connect)
+        yield
+    finally:
+        monkeypatch.undo()
+        done.set()
+        holder.join(30)
+
+
 def test_a_fork_made_inside_a_call_that_is_opening_a_connection_does_not_wait_for_itself(tmp_path, monkeypatch):
     """A signal's handler that forks runs in the thread it interrupts, here
     one opening a new connection (outside the pool's lock). The fork used to
@@ -508,32 +543,9 @@ def test_a_fork_made_inside_a_call_that_is_opening_a_connection_does_not_wait_fo
     try:
         counter = CounterShardDS("opening", 1, gateway=gateway)
         counter.add(1)
-        pool = gateway._pool
-        real_connect = pool._connect
         forking = _ForkInsideACall()
-
-        def connect_and_fork(*args: Any, **kwargs: Any) -> Any:
-            conn = real_connect(*args, **kwargs)
-            forking.fork()
-            return conn
-
-        lent, done = threading.Event(), threading.Event()
-
-        def hold_the_idle_one() -> None:  # in another thread: this one has nothing lent
-            with pool.connection():
-                lent.set()
-                done.wait(30)
-
-        holder = threading.Thread(target=hold_the_idle_one)
-        holder.start()
-        try:
-            assert lent.wait(30)
-            monkeypatch.setattr(pool, "_connect", connect_and_fork)
+        with _forking_as_it_opens(gateway._pool, forking, monkeypatch, before=False):
             forking.call(lambda: counter.add(1))  # no idle connection: it opens one, and forks there
-        finally:
-            monkeypatch.undo()
-            done.set()
-            holder.join(30)
         assert forking.took is not None and forking.took < 5.0, f"the fork waited {forking.took} s for its own thread"
         assert forking.child_code() == 0, "the child's call did not raise a GDSError"
         assert counter.get_count() == 2
@@ -558,7 +570,6 @@ def test_a_fork_made_while_a_commit_opens_its_connection_leaves_the_child_unwrit
         bump, count = _one_count(gateway)
         bump()
         pool = gateway._pool
-        real_connect = pool._connect
         forking = _ForkInsideACall()
 
         def bump_then_check_the_child() -> None:
@@ -570,27 +581,8 @@ def test_a_fork_made_while_a_commit_opens_its_connection_leaves_the_child_unwrit
                 if forking.in_child and (pool._opening, pool._count) != (0, 0):  # pragma: no cover
                     os._exit(5)
 
-        def fork_and_connect(*args: Any, **kwargs: Any) -> Any:
-            forking.fork()  # before SQLite opens it: the child opens one of its own
-            return real_connect(*args, **kwargs)
-
-        lent, done = threading.Event(), threading.Event()
-
-        def hold_the_idle_one() -> None:  # in another thread: the commit must open one
-            with pool.connection():
-                lent.set()
-                done.wait(30)
-
-        holder = threading.Thread(target=hold_the_idle_one)
-        holder.start()
-        try:
-            assert lent.wait(30)
-            monkeypatch.setattr(pool, "_connect", fork_and_connect)
+        with _forking_as_it_opens(pool, forking, monkeypatch, before=True):  # the child opens one of its own
             forking.call(bump_then_check_the_child)
-        finally:
-            monkeypatch.undo()
-            done.set()
-            holder.join(30)
         code = forking.child_code()
         assert code == 0, {**CHILD_CODES, 5: "the child's pool counts an opening of the parent's"}.get(code, code)
         assert count() == 2, "the increment was not stored exactly once"

@@ -14,6 +14,7 @@ what the parent and the children were told was counted.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import multiprocessing
@@ -25,7 +26,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from fork_parent import child
@@ -34,6 +35,9 @@ from sizes import size
 from gds_counter.counter import CounterShardDS
 from gds_counter.errors import GDSError
 from gds_counter.gateway.embedded import EmbeddedGateway
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Increment, Upsert
+from gds_counter.gateway.values import RawEntity
 from gds_counter.gds import RetryPolicy
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork() (POSIX)")
@@ -472,6 +476,61 @@ class _ForkInsideACall:
         return os.waitstatus_to_exitcode(status)
 
 
+#: What a child's exit code from ``_ForkInsideACall.call`` means when it is not 0.
+CHILD_CODES = {3: "the child's call raised an error that is not a GDSError",
+               4: "the child's call went on as if nothing had happened (it wrote its copy)"}
+
+
+def _one_count(gateway: EmbeddedGateway) -> tuple[Any, Any]:
+    """``bump()``, one increment of one entity's count committed without a
+    transaction (the group commit's writer), and ``count()``, that count."""
+    key = Key.of("Shard", "one")
+
+    def bump() -> None:
+        entity = RawEntity(key, {"target": "T"}, frozenset({"count"}))
+        gateway.commit([Upsert(entity, property_mask=("target",), transforms=(Increment("count", 1),))])
+
+    def count() -> int:
+        found = gateway.lookup([key])[0]
+        return 0 if found is None else int(found.properties["count"])
+
+    return bump, count
+
+
+@contextlib.contextmanager
+def _forking_as_it_opens(pool: Any, forking: _ForkInsideACall, monkeypatch: Any, *, before: bool) -> Iterator[None]:
+    """Another thread holds the pool's idle connection, so the next call
+    opens one, and forks there (``forking.fork()``) in its own thread, as a
+    signal's handler would: just ``before`` SQLite opens it, or just after."""
+    real_connect = pool._connect
+
+    def connect(*args: Any, **kwargs: Any) -> Any:
+        if before:
+            forking.fork()
+        conn = real_connect(*args, **kwargs)
+        if not before:
+            forking.fork()
+        return conn
+
+    lent, done = threading.Event(), threading.Event()
+
+    def hold_the_idle_one() -> None:
+        with pool.connection():
+            lent.set()
+            done.wait(30)
+
+    holder = threading.Thread(target=hold_the_idle_one)
+    holder.start()
+    try:
+        assert lent.wait(30)
+        monkeypatch.setattr(pool, "_connect", connect)
+        yield
+    finally:
+        monkeypatch.undo()
+        done.set()
+        holder.join(30)
+
+
 def test_a_fork_made_inside_a_call_that_is_opening_a_connection_does_not_wait_for_itself(tmp_path, monkeypatch):
     """A signal's handler that forks runs in the thread it interrupts, here
     one opening a new connection (outside the pool's lock). The fork used to
@@ -484,35 +543,80 @@ def test_a_fork_made_inside_a_call_that_is_opening_a_connection_does_not_wait_fo
     try:
         counter = CounterShardDS("opening", 1, gateway=gateway)
         counter.add(1)
-        pool = gateway._pool
-        real_connect = pool._connect
         forking = _ForkInsideACall()
-
-        def connect_and_fork(*args: Any, **kwargs: Any) -> Any:
-            conn = real_connect(*args, **kwargs)
-            forking.fork()
-            return conn
-
-        lent, done = threading.Event(), threading.Event()
-
-        def hold_the_idle_one() -> None:  # in another thread: this one has nothing lent
-            with pool.connection():
-                lent.set()
-                done.wait(30)
-
-        holder = threading.Thread(target=hold_the_idle_one)
-        holder.start()
-        try:
-            assert lent.wait(30)
-            monkeypatch.setattr(pool, "_connect", connect_and_fork)
+        with _forking_as_it_opens(gateway._pool, forking, monkeypatch, before=False):
             forking.call(lambda: counter.add(1))  # no idle connection: it opens one, and forks there
-        finally:
-            monkeypatch.undo()
-            done.set()
-            holder.join(30)
         assert forking.took is not None and forking.took < 5.0, f"the fork waited {forking.took} s for its own thread"
         assert forking.child_code() == 0, "the child's call did not raise a GDSError"
         assert counter.get_count() == 2
+    finally:
+        gateway.close()
+
+
+def test_a_fork_made_while_a_commit_opens_its_connection_leaves_the_child_unwritten(tmp_path, monkeypatch):
+    """The same fork, but in a commit opening the connection it writes
+    through (the group commit's writer, no transaction before it to be
+    refused at), just before it opens it. The child's copy of the call
+    opened a connection of its own, which no check looked at, and committed: the increment was
+    stored twice, once by each side of the fork (the failure-point
+    harness found it, ``pool.fork_while_opening``). Now the connection the
+    child opened is refused like the rest of the file: its call raises a
+    GDSError (before it opens anything: another of the parent's threads
+    may have held SQLite's own locks at the fork, and the child hung in
+    ``sqlite3.connect``), the increment is stored once, by the parent, and
+    the child's pool counts no opening of the parent's."""
+    gateway = EmbeddedGateway(tmp_path / "opening-commit.sqlite3")
+    try:
+        bump, count = _one_count(gateway)
+        bump()
+        pool = gateway._pool
+        forking = _ForkInsideACall()
+
+        def bump_then_check_the_child() -> None:
+            try:
+                bump()
+            finally:
+                # The parent's opening is not the child's to undo: a count below
+                # zero would make the child's own next fork wait 65 s for it.
+                if forking.in_child and (pool._opening, pool._count) != (0, 0):  # pragma: no cover
+                    os._exit(5)
+
+        with _forking_as_it_opens(pool, forking, monkeypatch, before=True):  # the child opens one of its own
+            forking.call(bump_then_check_the_child)
+        code = forking.child_code()
+        assert code == 0, {**CHILD_CODES, 5: "the child's pool counts an opening of the parent's"}.get(code, code)
+        assert count() == 2, "the increment was not stored exactly once"
+    finally:
+        gateway.close()
+
+
+def test_a_fork_made_inside_a_write_transaction_never_commits_the_childs_copy(tmp_path, monkeypatch):
+    """A signal's handler can fork in the thread that is writing, between
+    its last write and ``COMMIT``. The child then committed its copy of
+    the transaction into the same write-ahead log, at the same place as
+    the parent's: the parent's commit, acknowledged, was gone (the
+    failure-point harness lost three increments of one group so). Now the
+    child's copy is refused with a GDSError, and the parent's commit is
+    stored, once."""
+    gateway = EmbeddedGateway(tmp_path / "in-commit.sqlite3")
+    try:
+        bump, count = _one_count(gateway)
+        bump()
+        pool = gateway._pool
+        real_check = pool.check_file
+        forking = _ForkInsideACall()
+
+        def check_then_fork(conn: Any) -> None:
+            real_check(conn)
+            forking.fork()  # the last step before COMMIT
+
+        monkeypatch.setattr(pool, "check_file", check_then_fork)
+        forking.call(bump)
+        monkeypatch.undo()
+        code = forking.child_code()
+        assert code == 0, CHILD_CODES.get(code, code)
+        bump()
+        assert count() == 3, "an increment was lost or stored twice"
     finally:
         gateway.close()
 

@@ -100,7 +100,7 @@ class CommitWrites:
         if batch is not None:
             batch.sent = True
         try:
-            conn.execute("COMMIT")
+            conn.execute(self._pool.commit_statement(conn))  # (not in a child forked inside this transaction)
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 if batch is not None:

@@ -59,27 +59,61 @@ class ConnectionLife:
 
     path: str | None
     where: str
-    _lock: threading.RLock
-    _cond: threading.Condition
-    #: This process's write transactions, one at a time (EmbeddedGateway._apply).
-    write_lock: threading.RLock
     _idle: list[Connection]
-    _lent: dict[Connection, tuple[int, weakref.ref[object]]]
-    _held: dict[Connection, weakref.ref[object]]
     _count: int
-    _opening: int
-    _waiting: int
-    _reclaimed: int
     _pid: forks.Owner
     _closed: bool
-    _forking: bool
-    _calling: threading.local
-    #: Whether the fork in progress was made inside this pool's own code.
-    _fork_inside: bool
-    _no_fork_pending: threading.Event
-    _fork_trouble: str | None
     _refused: str | None
     _file: FileId | None
+
+    # -- the state of this process's threads (``_fresh_thread_state``) --------
+    #: Taken directly on the hot path; waits go through ``_cond``. An RLock:
+    #: it knows its owner, which ``_process.interrupts.locked`` asks after an interrupt.
+    _lock: threading.RLock
+    _cond: threading.Condition
+    #: This process's write transactions, one at a time (EmbeddedGateway._apply);
+    #: an RLock knows its owner (``interrupts.release_if_held``).
+    write_lock: threading.RLock
+    #: connection -> the thread using it, and the lease it is lent through
+    #: (a lease that died without giving it back: ``_reclaim_lost``)
+    _lent: dict[Connection, tuple[int, weakref.ref[object]]]
+    #: connection -> the transaction holding it (see ``hold``), oldest first
+    _held: dict[Connection, weakref.ref[object]]
+    _opening: int  # connections being opened now, outside the lock
+    _waiting: int  # threads waiting in _acquire
+    _reclaimed: int  # connections ``_reclaim_lost`` took back, not yet logged
+    _forking: bool
+    #: Whether the fork in progress was made inside this pool's own code.
+    _fork_inside: bool
+    _fork_trouble: str | None  # why a child of the fork in progress must not write
+    #: Cleared from just before a fork takes the pool's lock until the
+    #: fork is done: new calls wait for it outside the lock. The lock is
+    #: not fair, and a thread that calls in a tight loop took it back
+    #: again and again before the forking thread woke (a fork took
+    #: minutes behind a lone writer that no longer paused between calls).
+    _no_fork_pending: threading.Event
+    #: Per thread: whether it is opening a connection (outside the lock),
+    #: so that a fork this very thread makes (from a signal's handler)
+    #: does not wait for its own opening.
+    _calling: threading.local
+
+    def _fresh_thread_state(self) -> None:
+        """Set up the state that belongs to this process's threads afresh:
+        no lock held, nothing lent, held or being opened, no fork pending.
+        The one place it is made, both when the pool is built and in a
+        forked child (whose parent's other threads do not exist there), so
+        that a new field cannot be forgotten in one of them."""
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self.write_lock = threading.RLock()
+        self._lent = {}
+        self._held = {}
+        self._opening = self._waiting = self._reclaimed = 0
+        self._forking = self._fork_inside = False
+        self._fork_trouble = None
+        self._no_fork_pending = threading.Event()
+        self._no_fork_pending.set()
+        self._calling = threading.local()
 
     def _reclaim_lost(self) -> bool:
         """The pool's (``ConnectionPool._reclaim_lost``): a fork takes back lost leases first."""
@@ -140,6 +174,20 @@ class ConnectionLife:
                 f"{self.path}-wal, the write-ahead log this connection commits into, was deleted or replaced by "
                 "another connection (was the database opened across a fork?); this commit was not written"
             )
+
+    def commit_statement(self, conn: Connection) -> str:
+        """``"COMMIT"``, for ``conn`` to run at once (on the same line:
+        nothing between the check and the commit). In a child that this
+        thread forked inside the write transaction (a signal's handler),
+        GatewayError instead: the child's copy of the transaction would be
+        written into the same log at the same place as the parent's, and
+        the parent's commit, acknowledged, was lost."""
+        if not forks.owned_here(conn.pid):
+            raise GatewayError(
+                f"this process (pid {forks.here()}) was forked in the middle of a commit on {self.where}; "
+                "the parent goes on with it, and this copy of it was not written"
+            )
+        return "COMMIT"
 
     # -- ending --------------------------------------------------------------
 
@@ -215,20 +263,9 @@ class ConnectionLife:
         self._no_fork_pending.set()
 
     def _after_fork_in_child(self) -> None:
-        trouble, lent, inside = self._fork_trouble, list(self._lent), self._fork_inside
-        self._fork_inside = False
-        # The parent's other threads do not exist here: a fresh lock, nothing lent.
-        self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
-        self.write_lock = threading.RLock()
-        self._no_fork_pending = threading.Event()
-        self._no_fork_pending.set()
-        self._calling = threading.local()
-        self._lent = {}
-        held, self._held = list(self._held), {}  # (none, unless a call was in progress at the fork)
-        self._opening = self._waiting = self._reclaimed = 0
-        self._forking = False
-        self._fork_trouble = None
+        trouble, inside = self._fork_trouble, self._fork_inside
+        lent, held = list(self._lent), list(self._held)  # (none, unless a call was in progress at the fork)
+        self._fresh_thread_state()  # the parent's other threads do not exist here
         if self._closed or forks.owned_here(self._pid):
             return
         ABANDONED.extend(lent)  # the parent's, in use at the fork: never closed here

@@ -39,7 +39,7 @@ from types import TracebackType
 
 from gds_counter._process import deadlines, forks
 from gds_counter._process.interrupts import locked, own_again, release_if_held, surely
-from gds_counter.errors import Contention
+from gds_counter.errors import Contention, GatewayError
 from gds_counter.gateway.embedded._connection_life import BUSY_TIMEOUT_S, ConnectionLife
 from gds_counter.gateway.embedded._files import (
     ABANDONED,
@@ -87,41 +87,15 @@ class ConnectionPool(ConnectionLife):
         self.read_only = read_only
         self.where = path or "memory"
         self._size = 1 if path is None else size
-        # Taken directly on the hot path; waits go through _cond. An RLock:
-        # it knows its owner, which ``_process.interrupts.locked`` asks after an interrupt.
-        self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
-        self.write_lock = threading.RLock()  # an RLock knows its owner (interrupts.release_if_held); this process's write transactions, one at a time (EmbeddedGateway._apply)
+        self._fresh_thread_state()
         self._idle: list[Connection] = []
-        #: connection -> the thread using it, and the lease it is lent through
-        #: (a lease that died without giving it back: ``_reclaim_lost``)
-        self._lent: dict[Connection, tuple[int, weakref.ref[object]]] = {}
-        # connection -> the transaction holding it (see ``hold``), oldest first
-        self._held: dict[Connection, weakref.ref[object]] = {}
         #: Connections closed or abandoned on their way back (``_put_back``):
         #: never counted twice, never lent again.
         self._retired: "weakref.WeakSet[Connection]" = weakref.WeakSet()
         self._held_cap = max(1, self._size - RESERVED_FOR_CALLS)
         self._count = 0  # connections that exist for this process: idle, lent, being opened
-        self._opening = 0  # connections being opened now, outside the lock
-        self._waiting = 0  # threads waiting in _acquire
-        self._reclaimed = 0  # connections ``_reclaim_lost`` took back, not yet logged
         self._pid = forks.here()
         self._closed = False
-        self._forking = False
-        #: Cleared from just before a fork takes the pool's lock until the
-        #: fork is done: new calls wait for it outside the lock. The lock is
-        #: not fair, and a thread that calls in a tight loop took it back
-        #: again and again before the forking thread woke (a fork took
-        #: minutes behind a lone writer that no longer paused between calls).
-        self._no_fork_pending = threading.Event()
-        self._no_fork_pending.set()
-        self._fork_trouble: str | None = None  # why a child of the fork in progress must not write
-        self._fork_inside = False
-        #: Per thread: whether it is opening a connection (outside the lock),
-        #: so that a fork this very thread makes (from a signal's handler)
-        #: does not wait for its own opening.
-        self._calling = threading.local()
         self._refused: str | None = None  # why this process must not use the file at all
         self._file: FileId | None = None  # the file the gateway opened, once it is open
         # Registered before the first connection is opened, so that a fork
@@ -148,7 +122,12 @@ class ConnectionPool(ConnectionLife):
     # -- opening -----------------------------------------------------------
 
     def _connect(self, *, create: bool) -> Connection:
-        """A new connection, ready to use, to the very file first opened."""
+        """A new connection, ready to use, to the very file first opened;
+        none in a child this thread forked while about to open it (a
+        signal's handler): SQLite's own locks may be held there by the
+        parent's threads, which the child does not have, for ever."""
+        if self._refused:
+            raise GatewayError(self._refused)
         conn, found = open_connection(
             self.path, read_only=self.read_only, create=create, known=self._file, busy_timeout=BUSY_TIMEOUT_S,
         )
@@ -229,6 +208,10 @@ class ConnectionPool(ConnectionLife):
                     return conn
             conn, opened = self._connect(create=False), True
             with self._lock:
+                if self._refused:  # this thread forked while it opened (a signal's handler): refused in the
+                    ABANDONED.append(conn)  # child, whose SQLite state is the parent's, copied mid-call: never closed
+                    conn = None
+                    raise GatewayError(self._refused)
                 self._opening, reserved = self._opening - 1, False
                 self._take(conn, owner, me, into)
                 if into is not None:
@@ -244,6 +227,8 @@ class ConnectionPool(ConnectionLife):
     def _give_back(self, conn: Connection | None, owner: object | None, reserved: bool, opened: bool) -> None:
         """Undo an ``_acquire`` an exception ended, under the lock however taken."""
         with locked(self._lock):
+            if self._refused:  # a place reserved before the fork that refused this process (this thread
+                reserved = False  # forked, from a signal's handler): the child's counts started without it
             if reserved:
                 self._opening -= 1
             if conn is not None:

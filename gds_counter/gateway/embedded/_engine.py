@@ -243,7 +243,7 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
         check_home(keys, self._own_project(), "reserve ids for")
         with self._db() as conn, self._pool.write_lock, write_transaction(conn, conn.busy_timeout):  # (as _apply)
             reserve(conn, (key.id for key in keys if key.id is not None))
-            conn.execute("COMMIT")
+            conn.execute(self._pool.commit_statement(conn))
         self._record("reserve_ids")
 
     def _commit(self, mutations: list[Mutation], txn: Transaction | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:

@@ -46,7 +46,7 @@ from typing import Any, Hashable, Iterable, Iterator
 import attrs
 
 from gds_counter._checks import INT64_MAX, INT64_MIN
-from gds_counter._process import deadlines
+from gds_counter._process import deadlines, forks
 from gds_counter._process.interrupts import surely
 from gds_counter.errors import AlreadyExists, Contention, GatewayError, GDSError, NotFound
 from gds_counter.gateway import _paths as paths
@@ -197,8 +197,12 @@ class write_transaction:
             raise pending
 
     def _end(self) -> None:
-        """Roll back what did not commit; switch the busy handler back on."""
+        """Roll back what did not commit; switch the busy handler back on.
+        Not on a connection of the parent's, in a child forked inside the
+        transaction: the parent goes on with it (it is never used here again)."""
         conn = self._conn
+        if not forks.owned_here(getattr(conn, "pid", forks.here())):
+            return
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         try:

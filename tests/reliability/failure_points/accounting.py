@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-__all__ = ["MAX_CALLS", "Call", "Summary", "amount_of", "classify", "stored_times", "truth_of"]
+__all__ = ["MAX_CALLS", "Call", "Summary", "amount_of", "classify", "classify_forked", "stored_times", "truth_of"]
 
 MAX_CALLS = 31
 
@@ -98,6 +98,31 @@ def classify(call: Call, total: int) -> str:
         return "untruthful"
     if call.returned_total is not None and stored_times(call.returned_total, call.index) != 1:
         return "stale"  # increment() returned a total without its own amount in it exactly once
+    return "ok"
+
+
+def classify_forked(call: Call, child: Call, total: int) -> str:
+    """One call that a fork made inside it (``Point.fork_here``) split in
+    two, ``call`` in the parent and ``child`` in the forked child, which
+    went on with it. Stored once at most (a child that stored it beside
+    the parent counted it twice); a side that says "stored" needs it
+    stored, and "not stored" on both sides needs it not stored. (Which
+    side stored it the total cannot tell: a fork after the write leaves
+    both sides truthfully saying "stored" of one write.)"""
+    times = stored_times(total, call.index)
+    if times > 1:
+        return "double"
+    if "hung" in (call.outcome, child.outcome):
+        return "hung"
+    truths = [truth_of(call.outcome), truth_of(child.outcome)]
+    if "unknown error" in truths:
+        return "untruthful"
+    if "stored" in truths and times == 0:
+        return "lost" if "ok" in (call.outcome, child.outcome) else "untruthful"
+    if truths == ["not stored", "not stored"] and times == 1:
+        return "untruthful"
+    if call.returned_total is not None and stored_times(call.returned_total, call.index) != 1:
+        return "stale"
     return "ok"
 
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Optional
 
-from failure_points.accounting import Call, classify, stored_times, tally
+from failure_points.accounting import Call, classify, classify_forked, stored_times, tally
 from failure_points.tracer import Point, Trap
 
 __all__ = ["FAULTS", "Interrupt", "Outcome", "Scenario", "run_scenario"]
@@ -205,6 +205,9 @@ class Fault:
         self.loop_thread: Optional[int] = None
         self.stalled_loop = False
         self.victim: Optional[Call] = None
+        #: A fork made here (``Point.fork_here``), in the parent: the child's
+        #: process id and the pipe it reports on.
+        self.child: Optional[tuple[int, int]] = None
 
     def __call__(self, frame: FrameType) -> Optional[bool]:
         kind = self.scenario.fault
@@ -229,6 +232,10 @@ class Fault:
             self.stalled_loop = threading.get_ident() == self.loop_thread
             time.sleep(STALL)
             return None
+        if kind == "fork" and self.scenario.point.fork_here:
+            assert call is not None
+            self.fork_here(call)
+            return None
         if kind == "fork":
             self.arrived.set()
             self.forked.wait(FORK_PAUSE)
@@ -237,6 +244,54 @@ class Fault:
             os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(60)  # pragma: no cover  (killed before)
         raise AssertionError(f"unknown fault {kind!r}")
+
+
+    def fork_here(self, call: Call) -> None:
+        """Fork in this thread, inside ``call``, as a signal's handler would.
+        The child goes on with the call and reports its outcome when it
+        ends (``_call_blocking``), then exits."""
+        global _IN_CHILD
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_end)
+            _IN_CHILD = write_end
+            return
+        os.close(write_end)
+        self.child = (pid, read_end)
+        self.forked.set()
+
+
+#: In a child forked inside a call (``Fault.fork_here``): the pipe it reports that call's outcome on.
+_IN_CHILD: Optional[int] = None
+
+
+def _report_from_child(call: Call) -> None:
+    """In a child forked inside ``call``: tell the parent how the call ended there, and exit."""
+    try:
+        report = {"outcome": call.outcome, "seconds": call.seconds}
+        os.write(_IN_CHILD or 0, json.dumps(report).encode())
+    finally:
+        os._exit(0)
+
+
+def _forked_here(fault: Fault) -> Optional[Call]:
+    """The parent's side of a fork made inside a call: the child's outcome
+    of that call, as a call of its own (``hung`` when it never reported)."""
+    if fault.child is None or fault.victim is None:
+        return None
+    pid, read_end = fault.child
+    ready, _, _ = select.select([read_end], [], [], CHILD_BOUND)
+    data = os.read(read_end, 65536) if ready else b""
+    os.close(read_end)
+    if not data:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    child = Call(fault.victim.index, outcome="hung", where="child")
+    if data:
+        report = json.loads(data)
+        child.outcome, child.seconds = report["outcome"], report["seconds"]
+    return child
 
 
 # --- fork: the child's call ---------------------------------------------------------------
@@ -304,6 +359,26 @@ class Forker:
             self.call.view_total = report.get("view_total")  # type: ignore[attr-defined]
 
 
+class ForksBeside:
+    """A thread that forks again and again while the callers run, each
+    child exiting at once (``Point.forks_beside``): so a fork is often
+    pending, which is when some points are reached at all."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.forks = 0
+        self.thread = threading.Thread(target=self._run, daemon=True, name="failure-point-forks-beside")
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+            self.forks += 1
+            self.stop.wait(0.005)
+
+
 # --- the callers -----------------------------------------------------------------------------
 
 
@@ -327,6 +402,8 @@ def _call_blocking(counter: Any, call: Call, report: Optional[Report]) -> None:
     finally:
         call.seconds = time.monotonic() - started
         CURRENT.reset(token)
+    if _IN_CHILD is not None:  # forked inside this call: the child's part ends here
+        _report_from_child(call)
     if report:
         report("done", call)
 
@@ -458,19 +535,28 @@ def run_scenario(scenario: Scenario, *, directory: Optional[str] = None, first_i
 
     gateway: Any = aio.open_gateway(url) if scenario.face == "aio" else open_gateway(url)
     blocking = gateway.blocking if scenario.face == "aio" else gateway
-    if scenario.fault == "fork":
+    if scenario.fault == "fork" and not scenario.point.fork_here:  # (else the thread at the point forks)
         which = _counter_of(child_call)
         shared = (_aio_counter(gateway, scenario.cache, which) if scenario.face == "aio"
                   else _blocking_counter(gateway, scenario.cache, which))
         forker = Forker(scenario, fault, shared, child_call, bound - time.monotonic())
         forker.thread.start()
     extra: dict[str, Any] = {}
-    if scenario.face == "threads":
-        threads = _run_threads(scenario, gateway, calls, trap, fault, report, bound)
-        alive = any(thread.is_alive() for thread in threads)
-    else:
-        loop_thread, extra = _run_aio(scenario, gateway, calls, trap, fault, report, bound)
-        alive = loop_thread.is_alive()
+    beside = ForksBeside() if scenario.point.forks_beside else None
+    if beside is not None:
+        beside.thread.start()
+    try:
+        if scenario.face == "threads":
+            threads = _run_threads(scenario, gateway, calls, trap, fault, report, bound)
+            alive = any(thread.is_alive() for thread in threads)
+        else:
+            loop_thread, extra = _run_aio(scenario, gateway, calls, trap, fault, report, bound)
+            alive = loop_thread.is_alive()
+    finally:
+        if beside is not None:
+            beside.stop.set()
+            beside.thread.join(FORK_PAUSE + GRACE)
+    forked_here = _forked_here(fault)
     if forker is not None:
         forker.thread.join(2 * CHILD_BOUND + 5)
         if forker.note:
@@ -495,7 +581,11 @@ def run_scenario(scenario: Scenario, *, directory: Optional[str] = None, first_i
     outcome.total = total
 
     if report is None:  # the crash victim's parent does the accounting
-        checked = [c for c in calls if c.outcome != "pending"]
+        checked = [c for c in calls if c.outcome != "pending" and not (forked_here is not None and c is fault.victim)]
+        if forked_here is not None and fault.victim is not None:  # one call, gone on with on both sides of the fork
+            verdict = classify_forked(fault.victim, forked_here, total)
+            outcome.verdicts[verdict] = outcome.verdicts.get(verdict, 0) + 1
+            calls = calls + [forked_here]
         for call in calls:
             if call.outcome == "pending" and stored_times(total, call.index):
                 outcome.notes.append(f"FAIL: call {call.index} never started but is stored")

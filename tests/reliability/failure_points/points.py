@@ -140,6 +140,23 @@ POINTS: tuple[Point, ...] = (
           "a call gives its connection back"),
     Point("pool.connects", CP, "ConnectionPool._connect", "call",
           "a new connection is opened outside the pool's lock", ("threads",), FILE),
+    # (a fork made by another thread is every point's ``fork`` fault; these are where it meets the pool)
+    Point("pool.fork_gate_waits", CP, "ConnectionPool.let_a_fork_pass", r"line:self\._no_fork_pending\.wait\(",
+          "a fork is pending: a new call waits outside the pool's lock and the write lock, so that the forking "
+          "thread gets them", ("threads",), FILE, forks_beside=True),
+    # (and a fork made inside a call, by the thread making it, as a signal's handler would)
+    Point("pool.fork_under_lock", CP, "ConnectionPool._acquire", r"line:conn = self\._idle\[-1\]",
+          "a call takes an idle connection under the pool's lock: a fork made there leaves the half-changed "
+          "state alone (_fork_inside) and refuses the child", ("threads",), FILE, fork_here=True),
+    Point("pool.fork_while_opening", CP, "ConnectionPool._acquire", r"line:conn, opened = self\._connect\(create=False\), True",
+          "a call opens a connection outside the lock (its thread's opening flag set): a fork made there does "
+          "not wait for its own opening", ("threads",), FILE, fork_here=True),
+    Point("pool.fork_in_lent_call", CP, "Lease.__enter__", r"line:if not forks\.owned_here\(conn\.pid\)",
+          "a call holds its lent connection: a fork made there refuses the child, where the call goes on with "
+          "a connection the parent owns (the Lease refuses it)", ("threads",), FILE, fork_here=True),
+    Point("pool.fork_in_commit", WR, "CommitWrites._commit_now", r"line:conn\.execute\(self\._pool\.commit_statement\(conn\)\)",
+          "a writer's last step: a fork made there must not commit the child's copy of the transaction into "
+          "the parent's log", ("threads",), FILE, fork_here=True),
     # -- the asyncio face's executor -------------------------------------------------------------
     Point("aio.submits", TH, "ThreadedGateway._in_pool", r"line:^\s+return await ",
           "a task hands a blocking call to the worker pool and awaits it", AIO),

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from failure_points.accounting import Call, amount_of, classify, stored_times
+from failure_points.accounting import Call, amount_of, classify, classify_forked, stored_times
 from failure_points.points import POINTS
 from failure_points.tracer import Point, Trap, resolve
 
@@ -132,3 +132,24 @@ def test_an_increment_must_return_a_total_holding_its_own_amount_once() -> None:
     assert classify(call, amount_of(0) + amount_of(1)) == "stale"
     call.returned_total = amount_of(0) + amount_of(1)
     assert classify(call, amount_of(0) + amount_of(1)) == "ok"
+
+
+@pytest.mark.parametrize(
+    "parent, child, stored, verdict",
+    [
+        ("ok", "GatewayError", 1, "ok"),  # the child refused, the parent stored it
+        ("ok", "TotalUnavailable", 1, "ok"),  # forked after the write: both truly say "stored" of one write
+        ("ok", "ok", 2, "double"),  # the child committed its copy too
+        ("ok", "GatewayError", 0, "lost"),  # the parent's acknowledged commit is gone
+        ("GatewayError", "GatewayError", 1, "untruthful"),  # both said "not stored", and it was
+        ("ok", "RuntimeError", 1, "untruthful"),  # not a GDSError in the child
+        ("ok", "hung", 1, "hung"),
+        ("Interrupted", "GatewayError", 1, "ok"),
+    ],
+)
+def test_a_call_forked_inside_is_judged_on_both_sides(parent: str, child: str, stored: int, verdict: str) -> None:
+    """A fork made inside a call (``Point.fork_here``) leaves one call going
+    on in two processes: together they may store it once at most, and what
+    each side says must fit what the one total shows."""
+    total = stored * amount_of(2) + amount_of(0)
+    assert classify_forked(Call(2, outcome=parent), Call(2, outcome=child, where="child"), total) == verdict

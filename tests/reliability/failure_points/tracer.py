@@ -54,6 +54,14 @@ class Point:
     #: Callers at once in its scenarios: a point reached only when many
     #: overlap (a leader waiting for its turn) needs more.
     crowd: int = 4
+    #: Forks go on beside its callers (another thread forks again and
+    #: again): for a point reached only while a fork is pending.
+    forks_beside: bool = False
+    #: Its ``fork`` fault is made by the thread at the point itself, as a
+    #: signal's handler would fork inside the call it interrupts (not by
+    #: another thread while this one waits there); the child goes on with
+    #: that call.
+    fork_here: bool = False
 
 
 @dataclass

@@ -10,7 +10,11 @@ below are this project's, so they live here and apply to this tree alone:
 * under ``CI=true`` an emulator test that was skipped FAILS: a green CI run
   (``.ci/run``) must mean the emulator tests really ran;
 * ``pytest`` is the quick run and ``pytest --full`` the full one
-  (``tests/sizes.py``): the quick run deselects the tests marked ``full``.
+  (``tests/sizes.py``): the quick run deselects the tests marked ``full``;
+* the quick run spreads its tests over two worker processes (``-n 2`` in
+  setup.cfg, pytest-xdist: most of its time is spent waiting on emulators,
+  servers and subprocesses); the full run is serial unless ``-n`` is given,
+  so that its timing-bounded tests at full size run as CI runs them.
 """
 
 from __future__ import annotations
@@ -32,11 +36,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="the full run: every test at its full size (tests/sizes.py); .ci/run runs it")
 
 
+def _workers_asked(config: pytest.Config) -> bool:
+    """Whether the command line itself (not setup.cfg's addopts) names ``-n``."""
+    return any(arg == "-n" or arg.startswith(("-n", "--numprocesses")) for arg in config.invocation_params.args)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Size the run before any test module is imported. (Only ever set, never
-    reset: a pytester run inside this one must not shrink it.)"""
+    reset: a pytester run inside this one must not shrink it.) The full run
+    is serial unless its command line asks for workers (before xdist's own
+    configure, which starts them)."""
     if config.getoption("full", default=False):
         import sizes
+
+        if getattr(config.option, "numprocesses", None) and not _workers_asked(config):
+            config.option.numprocesses = 0
+            config.option.dist = "no"
 
         sizes.FULL = True
         os.environ[sizes.ENVIRONMENT] = "1"  # and in every process a test starts

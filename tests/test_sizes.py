@@ -89,3 +89,23 @@ def test_a_process_a_test_starts_is_sized_as_the_test(tmp_path):
     assert subprocess.run(probe, env=env, capture_output=True, text=True).stdout.strip() == "1"
     env[sizes.ENVIRONMENT] = "1"
     assert subprocess.run(probe, env=env, capture_output=True, text=True).stdout.strip() == "2"
+
+
+def run_header(*options: str) -> str:
+    """What ``pytest`` says before its first test, for one quick test of this file."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    env.pop(sizes.ENVIRONMENT, None)
+    test = "tests/test_sizes.py::test_a_quick_size_is_never_the_larger"
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *options, test],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_the_quick_run_has_two_workers_and_the_full_run_is_serial_unless_asked():
+    """The quick loop waits on emulators, servers and subprocesses, so two
+    workers halve it; the full run (CI) keeps its timing-bounded tests at
+    full size alone on the machine, unless its command line says ``-n``."""
+    assert "2 workers [1 item]" in run_header()
+    assert "workers" not in run_header("--full")
+    assert "2 workers [1 item]" in run_header("--full", "-n", "2")

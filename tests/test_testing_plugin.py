@@ -58,12 +58,14 @@ def test_needs_the_emulator(datastore_emulator):
 
 @pytest.fixture
 def project(pytester: pytest.Pytester) -> pytest.Pytester:
-    """A pytester project with this project's conftest and marker registration."""
+    """A pytester project with this project's conftest and marker registration.
+    It runs in one process (``-n 0``): its outcomes are counted in-process, and
+    xdist's controller does not report deselected tests."""
     config = configparser.ConfigParser()
     config.read(SETUP_CFG)
     section = config["tool:pytest"]
     markers = "".join(f"\n    {line}" for line in section["markers"].strip().splitlines())
-    pytester.makeini(f"[pytest]\naddopts = {section['addopts']}\nmarkers ={markers}\n")
+    pytester.makeini(f"[pytest]\naddopts = {section['addopts']} -n 0\nmarkers ={markers}\n")
     pytester.makeconftest(PROJECT_CONFTEST.read_text())
     return pytester
 

@@ -437,3 +437,65 @@ def parse_choices(text: str, allowed: Sequence[str], what: str) -> list[str]:
     if unknown or not values:
         raise SystemExit(f"unknown {what} {', '.join(unknown) or text!r}; choose from {', '.join(allowed)}")
     return values
+
+
+# --- comparing with the previous run -------------------------------------------------------
+
+#: Two consecutive runs must agree this closely on every goal ratio.
+AGREEMENT = 0.20
+
+
+def relative(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it."""
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def verdict(met: bool | None) -> str:
+    return "not run" if met is None else "met" if met else "MISSED"
+
+
+def load_previous(args: argparse.Namespace, path: Path, benchmark: str,
+                  settings: Sequence[str]) -> tuple[dict[str, Any] | None, str]:
+    """The run to compare with, and a line saying which (or why none):
+    ``args.compare`` when given, else ``path`` (the results folder's last
+    run) when it is a run of ``benchmark`` made with the same ``settings``
+    (names of ``args``). ``--no-compare`` compares with nothing."""
+    if args.no_compare:
+        return None, "not compared with another run (--no-compare)"
+    path = args.compare or path
+    if not path.exists():
+        return None, f"no previous run to compare with ({relative(path)} does not exist)"
+    try:
+        previous = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"could not read {relative(path)}: {exc}"
+    if previous.get("benchmark") != benchmark:
+        return None, f"{relative(path)} is not a goals run of this benchmark; not compared"
+    mine = {k: getattr(args, k, None) for k in settings}
+    theirs = {k: previous.get("settings", {}).get(k) for k in settings}
+    if mine != theirs and args.compare is None:
+        return None, f"the previous run ({relative(path)}) used other settings ({theirs}); not compared"
+    when = previous.get("environment", {}).get("when")
+    return previous, f"compared with {relative(path)} ({when}, {previous.get('command')})"
+
+
+def agreement(ratios: Sequence[dict[str, Any]], previous: Sequence[dict[str, Any]] | None,
+              keys: Sequence[str], limit: float = AGREEMENT) -> list[dict[str, Any]]:
+    """How far each ratio (``"ratio"``, told apart by ``keys``) moved from the
+    same ratio in ``previous``: ``apart`` = larger / smaller - 1, and whether
+    that is within ``limit``. Ratios either run lacks are left out."""
+    if previous is None:
+        return []
+    before = {tuple(r.get(k) for k in keys): r.get("ratio") for r in previous}
+    out = []
+    for r in ratios:
+        old = before.get(tuple(r.get(k) for k in keys))
+        if r["ratio"] is None or not old:
+            continue
+        apart = max(r["ratio"], old) / min(r["ratio"], old) - 1
+        out.append({**{k: r[k] for k in keys}, "previous": old, "this": r["ratio"],
+                    "apart": round(apart, 3), "agree": apart <= limit})
+    return out

@@ -79,25 +79,30 @@ import attrs
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (  # noqa: E402
+    AGREEMENT,
     RAW_KIND,
     REPO,
     RESULTS,
     Backend,
     BackendSpec,
     PhpArticleClient,
+    agreement,
     command_line,
     environment,
     fmt,
     google_client,
+    load_previous,
     open_backends,
     parse_choices,
     progress,
     raw_put,
+    relative,
     shard_entity_class,
     sqlite_connect,
     sqlite_total,
     sqlite_upsert,
     table,
+    verdict,
     write_json,
 )
 from _workers import WorkerPool  # noqa: E402
@@ -110,8 +115,6 @@ from gds_counter.gds.store import Store  # noqa: E402
 
 TARGET = ("Contention", 1)
 PUBLISHED = REPO / "docs" / "benchmarks"
-#: Two consecutive runs must agree this closely on every goal ratio.
-AGREEMENT = 0.20
 
 
 @attrs.frozen
@@ -596,47 +599,8 @@ def verdicts(goals: list[dict[str, Any]]) -> dict[int, bool | None]:
     return out
 
 
-def _verdict(met: bool | None) -> str:
-    return "not run" if met is None else "met" if met else "MISSED"
-
-
-def agreement(goals: list[dict[str, Any]], previous: dict[str, Any] | None) -> list[dict[str, Any]]:
-    if previous is None:
-        return []
-    before = {(g["goal"], g["layout"]): g.get("ratio") for g in previous.get("goals", [])}
-    out = []
-    for g in goals:
-        old = before.get((g["goal"], g["layout"]))
-        if g["ratio"] is None or not old:
-            continue
-        apart = max(g["ratio"], old) / min(g["ratio"], old) - 1
-        out.append({"goal": g["goal"], "layout": g["layout"], "previous": old, "this": g["ratio"],
-                    "apart": round(apart, 3), "agree": apart <= AGREEMENT})
-    return out
-
-
-def load_previous(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str]:
-    """The run to compare with, and a line saying which (or why none)."""
-    if args.no_compare:
-        return None, "not compared with another run (--no-compare)"
-    path = args.compare or (args.out / "contention.json")
-    if not path.exists():
-        return None, f"no previous run to compare with ({_rel(path)} does not exist)"
-    try:
-        previous = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        return None, f"could not read {_rel(path)}: {exc}"
-    if previous.get("benchmark") != "contention-goals":
-        return None, f"{_rel(path)} is not a goals run of this benchmark; not compared"
-    mine, theirs = comparable(vars(args)), comparable(previous.get("settings", {}))
-    if mine != theirs and args.compare is None:
-        return None, f"the previous run ({_rel(path)}) used other settings ({theirs}); not compared"
-    when = previous.get("environment", {}).get("when")
-    return previous, f"compared with {_rel(path)} ({when}, {previous.get('command')})"
-
-
-def comparable(settings: dict[str, Any]) -> dict[str, Any]:
-    return {k: settings.get(k) for k in ("duration", "repeats", "warmup", "shards", "writers", "processes", "series")}
+#: What two runs must share for their goal ratios to be compared.
+COMPARABLE = ("duration", "repeats", "warmup", "shards", "writers", "processes", "series")
 
 
 GOAL_COLUMNS = [("goal", "goal", 0), ("what", "what", 0), ("layout", "procs x threads", 0), ("ratio", "ratio", 2),
@@ -661,7 +625,7 @@ def report(goals: list[dict[str, Any]], series: list[dict[str, Any]], agreed: li
     for g in goals:
         if g["goal"] == 5:
             continue
-        shown.append({**g, "verdict": _verdict(g["met"]),
+        shown.append({**g, "verdict": verdict(g["met"]),
                       "range": f"{g['min']:.2f}-{g['max']:.2f}" if g["min"] is not None else "n/a",
                       "spread": f"{g['spread']:.0%}" if g["spread"] is not None else "n/a",
                       "what": g["what"] + (f" ({g['notes']})" if g["notes"] else "")})
@@ -672,7 +636,7 @@ def report(goals: list[dict[str, Any]], series: list[dict[str, Any]], agreed: li
                   f"in {tempfile.gettempdir()}) took {statistics.median(commit_ms):.2f} ms "
                   f"(median of the rounds; {min(commit_ms):.2f}-{max(commit_ms):.2f}); the slower the fsync, "
                   "the closer the ratio comes to 1, since both sides wait for it"]
-    lines += ["", f"Goal 5, no guarantee weakened: {_verdict(five['met'])}: {five['notes']}"]
+    lines += ["", f"Goal 5, no guarantee weakened: {verdict(five['met'])}: {five['notes']}"]
     by_goal = verdicts(goals)
     met = [n for n, ok in by_goal.items() if ok]
     missed = [str(n) for n, ok in by_goal.items() if ok is False]
@@ -742,7 +706,7 @@ def plot(goals: list[dict[str, Any]], series: list[dict[str, Any]], args: argpar
     met = sum(1 for ok in by_goal.values() if ok)
     missed_where = [f"{g['goal']} ({g['layout']})" for g in goals if g["met"] is False]
     # Two lines: on one, a long list of missed goals ran off the figure's left edge.
-    left.set_title(f"{met} of {len(by_goal)} goals met (5, the guarantees: {_verdict(by_goal.get(5))})"
+    left.set_title(f"{met} of {len(by_goal)} goals met (5, the guarantees: {verdict(by_goal.get(5))})"
                    + (f"\nmissed, hatched: {', '.join(missed_where)}" if missed_where else ""), fontsize="medium")
     names = [s.name for s in SERIES]
     for j, layout in enumerate(layouts):
@@ -768,14 +732,7 @@ def plot(goals: list[dict[str, Any]], series: list[dict[str, Any]], args: argpar
                     f"in 1 process and in {args.processes} processes; {args.repeats} alternating rounds x "
                     f"{fmt(args.duration)} s", fontsize="medium")
     save(path)
-    return f"plot: {_rel(path)}"
-
-
-def _rel(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(REPO))
-    except ValueError:
-        return str(path)
+    return f"plot: {relative(path)}"
 
 
 QUICK = {"duration": 4.0, "repeats": 4, "warmup": 2.0}
@@ -837,7 +794,7 @@ def markdown(payload: dict[str, Any]) -> str:
 
     out = [f"| goal | {' | '.join(heading(layout) for layout in layouts)} | need | |",
            "| --- |" + " --- |" * (len(layouts) + 2)]
-    verdict = verdicts(goals)
+    by_goal = verdicts(goals)
     for number, label in LABELS.items():
         cells = []
         for layout in layouts:
@@ -845,7 +802,7 @@ def markdown(payload: dict[str, Any]) -> str:
             cell = "n/a" if g["ratio"] is None else f"{g['ratio']:.2f} ({g['min']:.2f}–{g['max']:.2f})"
             cells.append(cell if g["met"] is not False else f"**{cell}**")
         need = next(g["need"] for g in goals if g["goal"] == number)
-        out.append(f"| {label} | {' | '.join(cells)} | ≥ {need:.1f} | {_verdict(verdict[number])} |")
+        out.append(f"| {label} | {' | '.join(cells)} | ≥ {need:.1f} | {verdict(by_goal[number])} |")
     five = goals[-1]
     ours = [r for r in payload["runs"] if r["phase"] == "measure" and BY_NAME[r["series"]].ours]
     cells = []
@@ -855,7 +812,7 @@ def markdown(payload: dict[str, Any]) -> str:
         stale = sum(r.get("stale_totals", 0) for r in runs)
         checked = sum(r.get("totals_checked", 0) for r in runs)
         cells.append(f"{lost:,} lost, {stale:,} stale of {checked:,} totals")
-    out.append(f"| 5. no guarantee weakened (our series) | {' | '.join(cells)} | 0 | {_verdict(five['met'])} |")
+    out.append(f"| 5. no guarantee weakened (our series) | {' | '.join(cells)} | 0 | {verdict(five['met'])} |")
     out += ["", f"Goal 5: {five['notes']}."]
     agreed = payload.get("agreement", {}).get("ratios") or []
     if agreed:
@@ -887,7 +844,7 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown(json.loads(args.markdown.read_text())))
         return 0
     began = time.monotonic()
-    previous, compared = load_previous(args)
+    previous, compared = load_previous(args, args.out / "contention.json", "contention-goals", COMPARABLE)
     cells = schedule(args)
     layouts = sorted({layout.name for _, _, layout, _ in cells}, key=lambda name: int(name.split("x")[0]))
     rows: list[dict[str, Any]] = []
@@ -905,7 +862,7 @@ def main(argv: list[str] | None = None) -> int:
                                  phase, repeat))
     goals = check_goals(rows, layouts, args.repeats)
     series = summarize(rows, layouts)
-    agreed = agreement(goals, previous)
+    agreed = agreement(goals, None if previous is None else previous.get("goals", []), ("goal", "layout"))
     commit_ms = [p["commit_ms"] for p in probes]
     lines = report(goals, series, agreed, compared, commit_ms, args)
     wall = time.monotonic() - began
@@ -915,7 +872,7 @@ def main(argv: list[str] | None = None) -> int:
     payload = {
         "benchmark": "contention-goals",
         "command": command_line(),
-        "settings": {k: (_rel(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "settings": {k: (relative(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "environment": environment(),
         "wall_seconds": round(wall, 1),
         "goals": goals,
@@ -930,10 +887,10 @@ def main(argv: list[str] | None = None) -> int:
     targets = [args.out] + ([PUBLISHED] if args.publish else [])
     for folder in targets:
         print(plot(goals, series, args, folder / "contention.png"))
-        print(f"json: {_rel(write_json(folder / 'contention.json', payload))}")
+        print(f"json: {relative(write_json(folder / 'contention.json', payload))}")
     if args.publish:
         (PUBLISHED / "contention.txt").write_text("\n".join(lines) + "\n")
-        print(f"text: {_rel(PUBLISHED / 'contention.txt')}")
+        print(f"text: {relative(PUBLISHED / 'contention.txt')}")
     return 0 if goals[-1]["met"] else 1
 
 

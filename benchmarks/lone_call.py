@@ -431,6 +431,7 @@ def report(payload: dict[str, Any], compared: str) -> list[str]:
     lines += [table(shown, RATIO_COLUMNS), "", table(payload["series"], SERIES_COLUMNS), ""]
     goals = [r for r in payload["ratios"] if r["need"] is not None]
     lines.append(f"Goals met: {sum(bool(r['met']) for r in goals)} of {len(goals)} run"
+                 + ("" if goals else " (their series were left out with --series)")
                  + "".join(f"; {r['storage']} {r['ours']} / {r['raw']} {r['ratio']:.2f} (need <= {r['need']:g}): "
                            f"{verdict(r['met'])}" for r in goals))
     exact = payload["exact"]

@@ -83,6 +83,103 @@ def test_contention_every_series_on_the_emulator(tmp_path):
     assert [g["goal"] for g in record["goals"]] == [1, 1, 2, 2, 3, 3, 4, 4, 5]
 
 
+LONE_SMALL = ("--series", "file,memory", "--calls", "20", "--rounds", "5", "--warmup", "10")
+LONE_FILE_OPS = ("add", "increment", "get_count", "upsert", "select")
+
+
+def test_lone_call_on_sqlite_and_memory(tmp_path):
+    """The lone-call benchmark's record holds every round of every series,
+    ours and raw, on a SQLite file and on memory; what each storage holds
+    is exactly what was acknowledged; the ratios come with their rounds and
+    the goals with a verdict; a second run compares each ratio with the
+    first; the docs tables come from the record. No figure is asserted."""
+    done = _run("lone_call.py", *LONE_SMALL, "--out", str(tmp_path))
+    record = json.loads((tmp_path / "lone_call.json").read_text())
+    assert record["benchmark"] == "lone-call" and record["command"].startswith("python benchmarks/lone_call.py")
+    assert {"python", "platform", "cpu_count", "packages", "git_commit"} <= set(record["environment"])
+    rounds = record["rounds"]
+    expected = {("file", op) for op in LONE_FILE_OPS} | {("memory", op) for op in (*LONE_FILE_OPS, "dict")}
+    assert {(r["storage"], r["op"], r["repeat"]) for r in rounds} == {
+        (storage, op, repeat) for storage, op in expected for repeat in range(5)}
+    assert all(r["calls"] == 20 and r["wall_s"] > 0 and r["user_s"] >= 0 and r["system_s"] >= 0 for r in rounds)
+    # alternate rounds run the series in reverse order
+    order = [[(r["storage"], r["op"]) for r in rounds if r["repeat"] == repeat] for repeat in (0, 1)]
+    assert order[1] == order[0][::-1]
+
+    # nothing lost: every counter, raw table and dict holds what was acknowledged
+    exact = {(e["storage"], e["op"]): e for e in record["exact"]}
+    assert set(exact) == {(s, op) for s in ("file", "memory") for op in ("add", "increment", "upsert")} | {
+        ("memory", "dict")}
+    for e in exact.values():
+        assert e["exact"] is True and e["stored"] == e["acked"] >= 10 + 5 * 20
+        assert e["lookup"] in (None, e["stored"])
+    assert record["wrong_totals"] == []
+
+    series = {(s["storage"], s["op"]): s for s in record["series"]}
+    assert set(series) == expected
+    for s in series.values():
+        assert s["calls"] == 100 and s["wall_us"] > 0 and s["median_us"] <= s["p90_us"]
+    assert series[("file", "upsert")]["statements_per_call"] == 1.0  # the raw baseline is one statement
+    assert series[("memory", "dict")]["statements_per_call"] is None
+    assert all(series[(storage, op)]["statements_per_call"] >= 1 and series[(storage, op)]["rpcs_per_call"] > 0
+               for storage in ("file", "memory") for op in ("add", "increment", "get_count"))
+
+    ratios = {(r["storage"], r["ours"], r["raw"]): r for r in record["ratios"]}
+    assert set(ratios) == {("file", "add", "upsert"), ("file", "increment", "upsert"), ("file", "get_count", "select"),
+                           ("memory", "add", "upsert"), ("memory", "add", "dict"),
+                           ("memory", "increment", "upsert"), ("memory", "get_count", "select")}
+    for r in ratios.values():
+        assert len(r["rounds"]) == 5 and r["min"] <= r["max"] and r["ratio"] > 0
+        assert isinstance(r["library_cpu_us"], float)
+    goals = {key: r for key, r in ratios.items() if r["need"] is not None}
+    assert {key: r["need"] for key, r in goals.items()} == {("file", "add", "upsert"): 1.5,
+                                                            ("memory", "add", "upsert"): 20.0}
+    assert all(r["met"] == (r["ratio"] <= r["need"]) for r in goals.values())
+    assert "Goals met:" in done.stdout and "Exact: yes" in done.stdout
+    assert "no previous run to compare with" in done.stdout
+    assert (tmp_path / "lone_call.txt").read_text().startswith("Lone call, one thread")
+
+    # a second run with the same settings reports how far each ratio moved
+    again = _run("lone_call.py", *LONE_SMALL, "--out", str(tmp_path))
+    assert "compared with" in again.stdout
+    agreement = json.loads((tmp_path / "lone_call.json").read_text())["agreement"]
+    assert {(a["storage"], a["ours"], a["raw"]) for a in agreement["ratios"]} == set(ratios)
+
+    tables = _run("lone_call.py", "--markdown", str(tmp_path / "lone_call.json")).stdout
+    assert "| file | `add()` / raw sqlite3 upsert |" in tables and "of the run before it" in tables
+
+
+def test_lone_call_refuses_fewer_than_five_rounds(tmp_path):
+    """Fewer than five alternating rounds give no median worth a ratio: refused
+    before anything runs."""
+    done = subprocess.run([sys.executable, str(BENCH / "lone_call.py"), "--rounds", "4", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "rounds >= 5" in done.stderr
+    assert not (tmp_path / "lone_call.json").exists()
+
+
+@pytest.mark.emulator
+@pytest.mark.full  # the quick run: SQLite and memory above
+def test_lone_call_on_the_emulator(tmp_path):
+    """On the Firestore emulator: ours against Google's raw client, every
+    call acknowledged stored, the RPCs of each call counted."""
+    _run("lone_call.py", "--series", "emulator", "--emulator-calls", "5", "--rounds", "5", "--warmup", "3",
+         "--no-compare", "--out", str(tmp_path))
+    record = json.loads((tmp_path / "lone_call.json").read_text())
+    ops = ("add", "increment", "get_count", "put", "lookup")
+    assert {(r["storage"], r["op"], r["repeat"]) for r in record["rounds"]} == {
+        ("emulator", op, repeat) for op in ops for repeat in range(5)}
+    exact = {e["op"]: e for e in record["exact"]}
+    assert set(exact) == {"add", "increment", "put"}
+    assert all(e["exact"] is True and e["stored"] == e["acked"] >= 3 + 5 * 5 for e in exact.values())
+    assert record["wrong_totals"] == []
+    series = {s["op"]: s for s in record["series"]}
+    assert series["put"]["rpcs_per_call"] == series["lookup"]["rpcs_per_call"] == 1  # one commit, one lookup
+    assert all(series[op]["rpcs_per_call"] > 0 and series[op]["statements_per_call"] is None for op in ops)
+    assert {(r["ours"], r["raw"]) for r in record["ratios"]} == {("add", "put"), ("increment", "put"),
+                                                                  ("get_count", "lookup")}
+
+
 def test_reads_on_sqlite(tmp_path):
     _run("reads.py", "--shards", "1,30", "--counters", "25", "--quick", "--out", str(tmp_path))
     rows = json.loads((tmp_path / "reads.json").read_text())["rows"]

@@ -39,7 +39,8 @@ Nothing lost: after the rounds, what each storage holds is read back
 equal the calls acknowledged: the total of each counter by query and by
 lookup, the raw tables' sums, the raw put's last value; every total
 ``increment()`` returned must be one more than the one before, every
-``get_count()`` the read counter's total. The exit status is 1 otherwise.
+``get_count()`` the read counter's total (checked inside the timed calls:
+a comparison, well under a microsecond). The exit status is 1 otherwise.
 
 ``--compare`` (by default the previous ``lone_call.json`` in the results
 folder, when run with the same settings) prints how far each ratio moved.
@@ -83,6 +84,7 @@ from _common import (  # noqa: E402
     parse_choices,
     raw_put,
     relative,
+    script_parser,
     sqlite_connect,
     sqlite_upsert,
     table,
@@ -478,8 +480,7 @@ COMPARABLE = ("calls", "emulator_calls", "rounds", "warmup", "shards", "series")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0], epilog=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_parser(__doc__)
     parser.add_argument("--quick", action="store_true", help=f"the small run: {QUICK} (default {FULL})")
     parser.add_argument("--series", help=f"storages, comma-separated, from {','.join(STORAGES)} (default: all; "
                                          "the emulator starts only for its series)")
@@ -510,6 +511,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown is not None:
         print(markdown(json.loads(args.markdown.read_text())))
         return 0
+    return run(args)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure, report, write the record; 1 when anything was not stored exactly."""
     began = time.monotonic()
     previous, compared = load_previous(args, args.out / "lone_call.json", "lone-call", COMPARABLE)
     rounds, statements, exact, wrong = measure(args)

@@ -33,6 +33,8 @@ import threading
 import weakref
 from typing import Any, NewType
 
+from gds_counter._process import interrupts
+
 __all__ = ["Owner", "forget", "here", "owned_here", "register"]
 
 #: The process an object was made in (or adopted by, after a fork): what
@@ -71,16 +73,29 @@ def forget(member: Any) -> None:
         _MEMBERS.discard(member)
 
 
+#: What a ``_before_fork`` hook raised (an interrupt that cut a wait short),
+#: for the parent to raise again once the fork is done.
+_RAISED: list[BaseException] = []
+
+
 def _call(hook: str) -> None:
+    """Call ``hook`` of every member, each even if one before it raised
+    (Python ignores what an at-fork hook raises, so a member skipped would
+    miss its hook while the others had theirs); keep the first exception."""
     for member in _FORKING:
         method = getattr(member, hook, None)
         if method is not None:
-            method()
+            try:
+                method()
+            except BaseException as exc:  # noqa: B902  (kept: raised again in the parent, or dropped in the child)
+                if not _RAISED:
+                    _RAISED.append(exc)
 
 
 def _before_fork() -> None:
     _LOCK.acquire()
     _FORKING[:] = list(_MEMBERS)
+    _RAISED.clear()
     _call("_before_fork")
 
 
@@ -89,7 +104,11 @@ def _after_fork_in_parent() -> None:
         _call("_after_fork_in_parent")
     finally:
         _FORKING.clear()
+        raised = _RAISED[:1]
+        _RAISED.clear()
         _LOCK.release()
+    if raised:
+        interrupts.raise_again_soon(raised[0])
 
 
 def _after_fork_in_child() -> None:
@@ -97,6 +116,7 @@ def _after_fork_in_child() -> None:
         _call("_after_fork_in_child")
     finally:
         _FORKING.clear()
+        _RAISED.clear()  # the parent's to raise
         _LOCK.release()  # the forking thread took it, and the child is that thread
 
 

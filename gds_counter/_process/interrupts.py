@@ -12,11 +12,15 @@ are written to be safe to run again, and run through this module.
 
 from __future__ import annotations
 
+import logging
+import signal
 import threading
 from types import TracebackType
 from typing import Callable
 
-__all__ = ["TRIES", "locked", "own_again", "release_if_held", "surely"]
+__all__ = ["TRIES", "locked", "own_again", "raise_again_soon", "release_if_held", "surely"]
+
+log = logging.getLogger("gds_counter")
 
 #: How many times a step is run again after interrupts cut it short.
 TRIES = 3
@@ -97,3 +101,24 @@ def own_again(lock: "threading.RLock") -> None:
             pending = pending or exc
     if pending is not None:
         raise pending
+
+
+#: How long after the at-fork hooks an interrupt they absorbed is raised again.
+AGAIN_AFTER_S = 0.05
+
+
+def raise_again_soon(interrupt: BaseException) -> None:
+    """Deliver ``interrupt`` again, where it was absorbed in code whose
+    exceptions Python ignores (an at-fork hook: it prints "Exception ignored"
+    and goes on). A ``KeyboardInterrupt`` in the main thread is a Ctrl-C:
+    SIGINT is sent again ``AGAIN_AFTER_S`` later, from another thread, so
+    that its handler runs once fork() has returned (tripped here, it would
+    run inside the hooks, at Python's next check, and be ignored again).
+    Anything else cannot be raised again from here, and is logged."""
+    if isinstance(interrupt, KeyboardInterrupt) and threading.current_thread() is threading.main_thread():
+        # A real signal, not ``_thread.interrupt_main``: it also wakes a wait the program is in by then.
+        again = threading.Timer(AGAIN_AFTER_S, signal.pthread_kill, (threading.get_ident(), signal.SIGINT))
+        again.daemon = True
+        again.start()
+    else:
+        log.warning("what a fork() hook raised could not be raised again after the fork: %r", interrupt)

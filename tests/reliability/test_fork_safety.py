@@ -654,3 +654,64 @@ def test_a_fork_made_inside_the_pools_own_code_leaves_its_state_alone(tmp_path, 
         assert counter.get_count() == 2
     finally:
         gateway.close()
+
+
+def test_ctrl_c_ends_a_forks_wait_for_a_call_stuck_behind_another_processs_lock(tmp_path):
+    """``fork()`` waits for the other threads' calls on a file, so that no
+    child inherits SQLite state mid-call; a call stuck behind another
+    process's write lock keeps it waiting up to that call's deadline (30 s).
+    A Ctrl-C ends the wait: the parent gets its KeyboardInterrupt right after
+    the fork (Python ignores what an at-fork hook raises: the Ctrl-C was lost
+    and the fork went on), the child is refused the file, and the stuck call
+    still ends as its outcome says."""
+    import sqlite3
+
+    from gds_counter.errors import GatewayError
+
+    db = tmp_path / "fork.sqlite3"
+    counter = CounterShardDS("fork", 1, gateway=EmbeddedGateway(db))
+    counter.add(1)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process's writer, as far as the pool can tell
+    outcome: dict[str, Any] = {}
+
+    def add() -> None:
+        try:
+            counter.add(1)
+            outcome["ok"] = True
+        except GDSError as exc:
+            outcome["error"] = exc
+
+    writer = threading.Thread(target=add)
+    writer.start()
+    time.sleep(0.5)  # the add is in its call, waiting for the lock
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    main = threading.main_thread().ident
+    assert main is not None
+    ctrl_c = threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT))
+    started = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ctrl_c.start()
+            if os.fork() == 0:  # the child: the file is refused, nothing is written
+                code = 3
+                try:
+                    counter.add(1)
+                except GatewayError:
+                    code = 0
+                except BaseException:  # noqa: B902
+                    code = 4
+                os._exit(code)
+            time.sleep(20)  # the parent: the interrupt lands here at the latest
+        took = time.monotonic() - started
+    finally:
+        ctrl_c.cancel()
+        signal.signal(signal.SIGINT, previous)
+        _, status = os.waitpid(-1, 0)
+        holder.rollback()
+        holder.close()
+        writer.join(60)
+    assert took < 5.0, f"fork() waited {took:.1f} s for the stuck call despite the Ctrl-C"
+    assert os.waitstatus_to_exitcode(status) == 0, "the child was not refused the file"
+    assert outcome == {"ok": True}
+    assert counter.get_count() == 2

@@ -36,7 +36,7 @@ import threading
 import time
 import weakref
 
-from gds_counter._process import forks
+from gds_counter._process import forks, interrupts
 from gds_counter.errors import GatewayError
 from gds_counter.gateway.embedded._files import ABANDONED, Connection, FileId, close_connection, file_gone, file_id
 
@@ -212,7 +212,13 @@ class ConnectionLife:
         handler runs between any two lines) cannot wait for that call: the
         child is refused the file instead. When the call was inside the
         pool's own code (its lock held), the pool's state is half changed,
-        so nothing of it is touched either."""
+        so nothing of it is touched either.
+
+        The wait for other threads' calls lasts as long as they do (each is
+        bounded by its deadline, at most ``FORK_DRAIN_S``). An interrupt
+        (Ctrl-C) ends the wait: the fork goes on, its child is refused the
+        file, and the interrupt is raised in the parent after the fork
+        (``_process.forks``), where Python would have ignored it."""
         self._no_fork_pending.clear()  # new calls wait outside the lock: this thread gets it
         inside = self._lock._is_owned()  # type: ignore[attr-defined]
         self._lock.acquire()
@@ -225,6 +231,7 @@ class ConnectionLife:
             return
         self._notice_hookless_fork()
         self._reclaim_lost()
+        interrupted: BaseException | None = None
         if getattr(self._calling, "opening", False) or threading.get_ident() in (
             thread for thread, _ in self._lent.values()
         ):
@@ -236,12 +243,22 @@ class ConnectionLife:
             try:
                 while (self._lent or self._opening) and (left := deadline - time.monotonic()) > 0:
                     self._cond.wait(left)
+            except BaseException as exc:  # noqa: B902  (Ctrl-C while the fork waits: it stops waiting)
+                interrupted = exc
+                with contextlib.suppress(BaseException):
+                    interrupts.own_again(self._lock)  # (the wait's own re-take can be cut short)
             finally:
                 self._waiting -= 1
             if self._lent or self._opening:
-                self._fork_trouble = f"the process forked while another thread had been in a call on it for {FORK_DRAIN_S:.0f} s"
+                self._fork_trouble = (
+                    "the process forked while another thread was in a call on it (the fork's wait for that call "
+                    "was interrupted)" if interrupted is not None else
+                    f"the process forked while another thread had been in a call on it for {FORK_DRAIN_S:.0f} s"
+                )
         if self.path is not None:
             self._close_unused("the process forked while this transaction was open, which ends its snapshot; retry it")
+        if interrupted is not None:
+            raise interrupted  # (``_process.forks`` raises it again once the fork is done)
 
     def _close_unused(self, why: str) -> None:
         """Close every idle connection, and drop those held for transactions

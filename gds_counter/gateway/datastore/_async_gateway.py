@@ -122,7 +122,7 @@ class AsyncDatastoreGateway(DatastoreRequests, AsyncHooks[TransactionState], Asy
                 return await attempt()
             return await retry(attempt, on_error=retry_logger(self, call))()
         except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
-            raise final_error(exc, failures, call=call, rule=rule) from exc
+            raise final_error(exc, failures, call=call, rule=rule, request=request) from exc
 
     # --- the hooks: the shared request plans, awaited ------------------------------
 

@@ -113,7 +113,7 @@ class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState], Transpo
                 return attempt()
             return retry(attempt, on_error=on_error)()
         except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
-            raise final_error(exc, failures, call=call, rule=rule) from exc
+            raise final_error(exc, failures, call=call, rule=rule, request=request) from exc
 
     # --- the hooks: the shared request plans, sent blocking -----------------------
 

@@ -107,16 +107,59 @@ def retry_logger(gateway: "DatastoreRequests", call: str) -> Any:
     return on_error
 
 
-def final_error(exc: BaseException, failures: list[BaseException], *, call: str, rule: str) -> GDSError:
+def final_error(
+    exc: BaseException, failures: list[BaseException], *, call: str, rule: str, request: Any
+) -> GDSError:
     """The gds_counter error for a call whose retries ended in ``exc``
     (``failures``: every attempt's error), by the policy table; errors name
-    ``call`` even when another call's row (``rule``) applied."""
+    ``call`` even when another call's row (``rule``) applied, and what
+    ``request`` was about (``named_in``)."""
     final = exc.cause if isinstance(exc, gexc.RetryError) and exc.cause is not None else exc
     earlier = [e for e in failures if e is not final]
     error = translate_error(final, call=rule, earlier_attempts=earlier)
-    if rule != call:
-        error.args = (str(error).replace(rule, call, 1), *error.args[1:])
+    text = str(error).replace(rule, call, 1) if rule != call else str(error)
+    named = named_in(request)
+    if named:
+        text = f"{text} [{named}]"
+    error.args = (text, *error.args[1:])
     return error
+
+
+#: How many keys an error lists before it says how many more there were.
+NAMED_KEYS = 3
+
+
+def named_in(request: Any) -> str:
+    """What a request is about, for its error: the project (and database),
+    and the keys it writes or reads, or the kind it queries. (An error that
+    said only "Deadline Exceeded" named nothing a user could look up.)"""
+    pb = getattr(request, "_pb", None)
+    if pb is None:
+        return ""
+    names = [f"project {pb.project_id!r}"] + ([f"database {pb.database_id!r}"] if pb.database_id else [])
+    keys: list[Any] = []
+    if hasattr(pb, "mutations"):
+        for mutation in pb.mutations:
+            operation = mutation.WhichOneof("operation")
+            keys.append(mutation.delete if operation == "delete" else getattr(mutation, operation).key)
+    elif hasattr(pb, "keys"):
+        keys = list(pb.keys)
+    if keys:
+        shown = ", ".join(_path(key) for key in keys[:NAMED_KEYS])
+        more = f" and {len(keys) - NAMED_KEYS} more" if len(keys) > NAMED_KEYS else ""
+        names.append(f"keys {shown}{more}")
+    query = getattr(pb, "aggregation_query", None)
+    query = query.nested_query if query is not None and query.HasField("nested_query") else getattr(pb, "query", None)
+    if query is not None and query.kind:
+        names.append(f"kind {query.kind[0].name!r}")
+    return ", ".join(names)
+
+
+def _path(key: Any) -> str:
+    namespace = f"{key.partition_id.namespace_id!r}:" if key.partition_id.namespace_id else ""
+    return namespace + "/".join(
+        f"{element.kind}:{element.name!r}" if element.name else f"{element.kind}:{element.id}" for element in key.path
+    )
 
 
 class DatastoreRequests(GatewayRules):

@@ -10,11 +10,15 @@ was chosen.
 
 Output: data on stdout (``--json`` for scripts), everything else on stderr.
 Exit codes: 0 done; 1 the operation failed at run time (contention, storage
-errors), with the message on stderr and no traceback (``-v`` adds it);
-2 bad usage or bad input (a malformed URL, a reserved name, a refused
-confirmation), reported before anything is written; 141 (128 + SIGPIPE,
-what a shell reports for a command killed by a closed pipe) when the reader
-of stdout went away, as in ``gds-counter list | head -1``, with no message.
+errors, stdout that takes no more), with the message on stderr and no
+traceback (``-v`` adds it); when a change was stored and only printing its
+result failed, that one line says it WAS stored (a script must not retry
+it); 2 bad usage or bad input (a malformed URL, a reserved name, an amount
+or shard count out of range, a refused confirmation), reported before the
+storage is opened, so nothing is written or created; 130 on Ctrl-C, one
+line and no traceback; 141 (128 + SIGPIPE, what a shell reports for a
+command killed by a closed pipe) when the reader of stdout went away, as in
+``gds-counter list | head -1``, with no message unless a change was stored.
 
 Split by idea: ``_context`` (what every subcommand is given, the registry,
 exit codes, output), ``_arguments`` (the parser and the checks on input),

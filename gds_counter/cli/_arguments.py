@@ -37,9 +37,9 @@ def check_input(args: argparse.Namespace) -> None:
         check_num_shards(args.num_shards)
 
 
-#: Commands renamed, by their old name: who types one is told the new one
-#: (no alias: one name per idea).
-RENAMED = {"plan": "size"}
+#: Commands renamed, (old name, new name): who types an old one is told the
+#: new one (no alias: one name per idea).
+RENAMED = (("plan", "size"),)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,7 +47,7 @@ class _Parser(argparse.ArgumentParser):
     line instead of "invalid choice"."""
 
     def error(self, message: str) -> NoReturn:
-        for old, new in RENAMED.items():
+        for old, new in RENAMED:
             if message.startswith(f"argument COMMAND: invalid choice: {old!r}"):
                 self.exit(2, f"{self.prog}: error: there is no command {old!r}: it is now {new!r} "
                           f"(see {self.prog} {new} --help)\n")
@@ -92,7 +92,7 @@ URL_HELP = (
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser: argparse.ArgumentParser = _Parser(
         prog=prog,
         description="Sharded counters shared with the PHP article's CounterShardDS.",
         epilog="Exit status: 0 done, 1 failed at run time (the message says whether a change was stored), "

@@ -70,16 +70,22 @@ def closed_port() -> Iterator[int]:
 
 
 @pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A port that takes the TCP connection and never says a word: gRPC's
+def silent_listener() -> Iterator[socket.socket]:
+    """A socket that takes TCP connections and never says a word: gRPC's
     handshake never completes, as with a blackholed address."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
     try:
-        yield listener.getsockname()[1]
+        yield listener
     finally:
         listener.close()
+
+
+@pytest.fixture
+def silent_port(silent_listener: socket.socket) -> int:
+    port: int = silent_listener.getsockname()[1]
+    return port
 
 
 def run_bounded(port: int, argv: tuple[str, ...], tmp_path: Path) -> tuple[dict, str, float]:
@@ -125,7 +131,7 @@ def test_a_server_that_never_answers_fails_the_command_by_its_timeout(silent_por
     check(silent_port, argv, tmp_path, ("Unavailable", "CommitUnknown"))
 
 
-def test_ctrl_c_exits_130_with_one_line_and_no_traceback(silent_port, tmp_path):
+def test_ctrl_c_exits_130_with_one_line_and_no_traceback(silent_listener, silent_port, tmp_path):
     """Ctrl-C on a command waiting for a server that never answers: the
     status a shell expects, 130, and one line on stderr, not a Python
     traceback. (A server, not SQLite's write lock: SQLite waits for its lock
@@ -141,9 +147,13 @@ def test_ctrl_c_exits_130_with_one_line_and_no_traceback(silent_port, tmp_path):
                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        time.sleep(2.0)  # started, and waiting for the server
-        command.send_signal(signal.SIGINT)
-        out, err = command.communicate(timeout=30)
+        # Started, past its imports, and waiting for the server (a fixed
+        # sleep could end during the imports on a loaded machine).
+        silent_listener.settimeout(60)
+        connection, _ = silent_listener.accept()
+        with connection:  # held open, silent, until the command has ended
+            command.send_signal(signal.SIGINT)
+            out, err = command.communicate(timeout=30)
     finally:
         command.kill()
         command.wait()

@@ -114,6 +114,11 @@ def test_help_says_how_sqlite_urls_map_to_files(tmp_path):
         ("datastore://p?database=a(b", "'a(b'"),
         ("datastore://p?namespace=a/b", "'a/b'"),
         ("nosuch://x", "nosuch://x"),
+        ("sqlite:///h.db#frag", "fragment"),
+        ("sqlite:///h.db?namespace=a#frag", "fragment"),
+        ("memory://?project=", "project is empty"),
+        ("sqlite:///h.db?project=", "project is empty"),
+        ("datastore://p?database=", "database is empty"),
     ],
 )
 def test_malformed_urls_exit_2_before_anything_is_written(tmp_path, bad_url, named):
@@ -145,6 +150,27 @@ def test_an_empty_url_is_refused_not_taken_as_the_default(tmp_path, capsys):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_help_lists_every_exit_status(tmp_path):
+    """The statuses the README documents, Ctrl-C's 130 included."""
+    done = script("--help", cwd=tmp_path)
+    text = " ".join(done.stdout.split())
+    assert done.returncode == 0
+    for status in ("0 done", "1 failed at run time", "2 bad usage", "130 interrupted", "141 stdout closed"):
+        assert status in text, (status, text)
+
+
+def test_the_renamed_sizing_command_says_its_new_name(tmp_path):
+    """``plan`` became ``size`` (no alias: one name per idea); who types
+    the old name is told the new one in one line, exit 2."""
+    done = script("plan", "--rate", "10", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert "'plan'" in done.stderr and "'size'" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+    other = script("nosuch", cwd=tmp_path)  # any other unknown command: argparse's message, no hint
+    assert other.returncode == 2 and "invalid choice: 'nosuch'" in other.stderr and "it is now" not in other.stderr
+
+
 def test_a_malformed_url_exits_2_from_the_installed_script(tmp_path):
     done = script("--url", "sqlite:rel.db", "count", "a", "1", cwd=tmp_path)
     assert done.returncode == 2 and done.stdout == ""
@@ -164,6 +190,29 @@ def test_bad_target_names_exit_2_before_the_storage_is_even_created(tmp_path, ur
     assert not (tmp_path / "cli.sqlite3").exists()
     if target[0] == "__a":
         assert "'__a__' is reserved" in err
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["increase-shards", "a", "1", "0"], "at least 1, got 0"),
+        (["increase-shards", "a", "1", "1000000"], "MAX_SHARDS"),
+        (["increment", "a", "1", "-n", "99999999999999999999"], "99999999999999999999"),
+        (["decrement", "a", "1", "-n", "99999999999999999999"], "99999999999999999999"),
+        (["increment", "a", "1", "-n", "-99999999999999999999"], "-99999999999999999999"),
+        (["reset", "a", "1"], "--yes"),  # stdin is not a terminal: nobody can confirm
+        (["increase-shards", "a", "1", "500"], "--yes"),
+    ],
+)
+def test_refused_input_leaves_no_database_file(tmp_path, url, argv, named):
+    """Amounts, shard counts and unconfirmed changes are refused with exit 2
+    before the storage is opened: an SQLite URL names a file that opening
+    creates, and a refusal must leave nothing behind (the library's own
+    checks, run before the gateway is)."""
+    code, out, err = run("--url", url, *argv)
+    assert code == 2 and out == "", err
+    assert named in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_reserved_target_is_refused_by_the_installed_script(tmp_path):

@@ -10,11 +10,15 @@ was chosen.
 
 Output: data on stdout (``--json`` for scripts), everything else on stderr.
 Exit codes: 0 done; 1 the operation failed at run time (contention, storage
-errors), with the message on stderr and no traceback (``-v`` adds it);
-2 bad usage or bad input (a malformed URL, a reserved name, a refused
-confirmation), reported before anything is written; 141 (128 + SIGPIPE,
-what a shell reports for a command killed by a closed pipe) when the reader
-of stdout went away, as in ``gds-counter list | head -1``, with no message.
+errors, stdout that takes no more), with the message on stderr and no
+traceback (``-v`` adds it); when a change was stored and only printing its
+result failed, that one line says it WAS stored (a script must not retry
+it); 2 bad usage or bad input (a malformed URL, a reserved name, an amount
+or shard count out of range, a refused confirmation), reported before the
+storage is opened, so nothing is written or created; 130 on Ctrl-C, one
+line and no traceback; 141 (128 + SIGPIPE, what a shell reports for a
+command killed by a closed pipe) when the reader of stdout went away, as in
+``gds-counter list | head -1``, with no message unless a change was stored.
 
 Split by idea: ``_context`` (what every subcommand is given, the registry,
 exit codes, output), ``_arguments`` (the parser and the checks on input),
@@ -35,7 +39,7 @@ from gds_counter._process import deadlines
 
 # The command families register their subcommands as they are imported.
 from gds_counter.cli import _counter_commands, _storage_commands, _tool_commands  # noqa: F401
-from gds_counter.cli._arguments import build_parser, check_names
+from gds_counter.cli._arguments import build_parser, check_input
 from gds_counter.cli._context import (
     COMMANDS,
     EXIT_BROKEN_PIPE,
@@ -45,7 +49,9 @@ from gds_counter.cli._context import (
     EXIT_USAGE,
     PROG,
     Context,
+    OutputError,
     storage_label,
+    write_out,
 )
 from gds_counter.errors import BadValueError, CommitUnknown, GDSError, Unavailable
 
@@ -79,10 +85,10 @@ def _run(ctx: Context) -> int:
     # connection) end by the command's deadline too; the server has none.
     bounded = deadlines.limit(ctx.deadline) if args.command != "serve" else None
     try:
-        check_names(args)
+        check_input(args)
         return COMMANDS[args.command](ctx)
-    except BrokenPipeError:
-        raise
+    except (BrokenPipeError, OutputError):
+        raise  # stdout failed: main says so, with what was stored
     except BadValueError as exc:
         print(f"{where}: error: {exc}", file=ctx.err)
         return EXIT_USAGE
@@ -119,22 +125,43 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None, err: T
     args.prog = prog
     args.verbose += getattr(args, "verbose_after", 0)
     logs = _Logging(args.verbose, err)
+    ctx = Context(args, out, err, stdin or sys.stdin)
+    where = f"{prog} {args.command}"
     try:
-        code = _run(Context(args, out, err, stdin or sys.stdin))
-        out.flush()  # a closed pipe shows here, not at interpreter exit
+        code = _run(ctx)
+        write_out(out)  # a closed pipe or a full disk shows here, not at interpreter exit
         return code
     except BrokenPipeError:
-        # The reader went away (``| head``): stop quietly. Point stdout at
-        # devnull so the interpreter's final flush does not fail again.
-        if out is sys.stdout:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
+        # The reader went away (``| head``): stop quietly, unless a change
+        # was stored, which nothing else would tell (``increment | true``).
+        if ctx.stored:
+            err.write(f"{where}: {ctx.stored}, but stdout was closed before its result was written\n")
+        _stop_writing(out)
         return EXIT_BROKEN_PIPE
+    except OutputError as exc:
+        # A change stored and only its printing failed is not a failed
+        # change: a script that retried it would count it twice.
+        stored = f"{ctx.stored}, but " if ctx.stored else ""
+        err.write(f"{where}: error: {stored}writing the result to stdout failed: {exc}\n")
+        _stop_writing(out)
+        return EXIT_FAILURE
     except KeyboardInterrupt as exc:
         # Ctrl-C: no traceback, but what the library noted on the way out
         # (whether the write under way was stored) is the user's answer.
         notes = "".join(f"; {note}" for note in getattr(exc, "__notes__", ()))
+        if ctx.stored:
+            notes += f"; {ctx.stored}"
         err.write(f"{prog}: interrupted{notes}\n")
         return EXIT_INTERRUPTED
     finally:
         logs.close()
+
+
+def _stop_writing(out: TextIO) -> None:
+    """Point stdout at devnull after it failed, so that the interpreter's
+    final flush of what is still buffered does not fail again (a second
+    message, and exit status 120)."""
+    if out is sys.stdout:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

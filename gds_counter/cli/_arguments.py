@@ -1,6 +1,7 @@
 """The ``gds-counter`` command line: every subcommand's arguments, help and
-checks on input (argument types; ``check_names``, which refuses a target no
-storage would take before any storage is opened). Apart from the commands,
+checks on input (argument types; ``check_input``, which refuses a target,
+an amount or a shard count the library would refuse, with the library's own
+checks, before any storage is opened or created). Apart from the commands,
 so that what a user may type is read in one place and what each command
 does in another.
 """
@@ -9,21 +10,48 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import NoReturn
 
 from gds_counter import __version__
 from gds_counter import _demo as demo
+from gds_counter._checks import INT64_MAX, check_int
 from gds_counter.cli._context import DEFAULT_TIMEOUT, PROG
 from gds_counter.cli._counter_commands import CONFIRM_SHARDS_OVER
-from gds_counter.counter import DEFAULT_WRITES_PER_SHARD, PHP_ARTICLE, STRATEGIES, make_target
+from gds_counter.counter import DEFAULT_WRITES_PER_SHARD, PHP_ARTICLE, STRATEGIES, check_num_shards, make_target
 
 
-def check_names(args: argparse.Namespace) -> None:
-    """Refuse a target no storage would take (empty, reserved ``__x__``,
-    too long) before any storage is opened or created."""
+def check_input(args: argparse.Namespace) -> None:
+    """Refuse what the library would refuse, before any storage is opened
+    or created (an SQLite URL names a file that opening creates): a target
+    no storage would take (empty, reserved ``__x__``, too long), an amount
+    beyond Datastore's integers (the counter's check: ``-n`` is passed as
+    it is, or negated, and the range is symmetric), a shard count below 1
+    or over ``MAX_SHARDS``."""
     if hasattr(args, "target_type"):
         target = make_target(args.target_type, args.target_id)
         PHP_ARTICLE.config_key(target)
         PHP_ARTICLE.shard_key(target, PHP_ARTICLE.default_shards)
+    if args.command in ("increment", "decrement"):
+        check_int(args.n, "amount", low=-INT64_MAX)
+    if args.command == "increase-shards":
+        check_num_shards(args.num_shards)
+
+
+#: Commands renamed, (old name, new name): who types an old one is told the
+#: new one (no alias: one name per idea).
+RENAMED = (("plan", "size"),)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, but an old command name gets its new name in one
+    line instead of "invalid choice"."""
+
+    def error(self, message: str) -> NoReturn:
+        for old, new in RENAMED:
+            if message.startswith(f"argument COMMAND: invalid choice: {old!r}"):
+                self.exit(2, f"{self.prog}: error: there is no command {old!r}: it is now {new!r} "
+                          f"(see {self.prog} {new} --help)\n")
+        super().error(message)
 
 
 def _whole_number(text: str) -> int:
@@ -64,10 +92,11 @@ URL_HELP = (
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog=prog,
         description="Sharded counters shared with the PHP article's CounterShardDS.",
-        epilog="Exit status: 0 done, 1 failed at run time, 2 bad usage or input, 141 stdout closed early.",
+        epilog="Exit status: 0 done, 1 failed at run time (the message says whether a change was stored), "
+        "2 bad usage or input (nothing written), 130 interrupted (Ctrl-C), 141 stdout closed early.",
     )
     parser.add_argument("--version", action="version", version=f"gds-counter {__version__}")
     parser.add_argument("--url", type=_url, help=URL_HELP)

@@ -1,7 +1,7 @@
 """What every ``gds-counter`` subcommand shares: the ``Context`` it is
 given (its arguments, the streams, the command's one deadline, the storage
-opened on first use), the registry of subcommands, the exit codes, and how
-output is shaped (``emit``, ``table``). Apart from the commands themselves,
+opened on first use, what it has stored), the registry of subcommands, the
+exit codes, and how output is shaped (``emit``, ``table``). Apart from the commands themselves,
 so that each family of commands is a module of its own, and from the
 argument parser, which describes the commands but does not run them.
 """
@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence, TextIO
 
 import attrs
 
-from gds_counter.counter import CounterShardDS
+from gds_counter.counter import CounterShardDS, make_target
 from gds_counter.errors import BadValueError
 from gds_counter.gateway import Gateway, open_gateway
 from gds_counter.gds.transaction import DEFAULT_RETRY
@@ -35,6 +35,31 @@ DEFAULT_TIMEOUT = 30.0
 PROG = "gds-counter"
 
 
+class OutputError(Exception):
+    """Writing the result to stdout failed (a full disk, a device that takes
+    nothing), not because its reader went away: that is ``BrokenPipeError``,
+    answered with 141. Carries the ``OSError``; ``cli.main`` reports it,
+    with what was stored, if anything."""
+
+    def __init__(self, cause: OSError) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause = cause
+
+
+def write_out(stream: TextIO, text: str | None = None) -> None:
+    """Write ``text`` (and a newline) to stdout, or only flush it; an
+    ``OSError`` other than a closed pipe becomes ``OutputError``."""
+    try:
+        if text is not None:
+            print(text, file=stream)
+        else:
+            stream.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise OutputError(exc) from exc
+
+
 class Context:
     """What a subcommand gets: its arguments, the streams, the command's
     deadline, and the storage (opened on first use, so commands that need
@@ -49,6 +74,9 @@ class Context:
     def __init__(self, args: argparse.Namespace, out: TextIO, err: TextIO, stdin: TextIO) -> None:
         self.args, self.out, self.err, self.stdin = args, out, err, stdin
         self._gateway: Gateway | None = None
+        #: What the command has stored, once it has (``was_stored``): said
+        #: on stderr if its result then cannot be printed.
+        self.stored: str | None = None
         self.seconds = float(args.timeout or DEFAULT_TIMEOUT)
         self.deadline = time.monotonic() + self.seconds
 
@@ -73,6 +101,16 @@ class Context:
                 log.warning("%s keeps data in this process only: it is gone when gds-counter exits", url)
         return self._gateway
 
+    def target(self) -> str:
+        """The counter's target (PHP's ``type_id``), known before any storage is opened."""
+        return make_target(self.args.target_type, self.args.target_id)
+
+    def was_stored(self, what: str) -> None:
+        """Note that ``what`` (a sentence: the change, the counter, the total)
+        is stored, before its result is printed: a script must not be told
+        that a stored change failed."""
+        self.stored = what
+
     def counter(self) -> CounterShardDS:
         gateway = self.gateway()
         # The counter retries a storage that is unavailable; no new attempt
@@ -84,7 +122,7 @@ class Context:
 
     def emit(self, data: Any, text: str) -> None:
         """``data`` as one JSON document with ``--json``, else ``text``."""
-        print(json.dumps(data) if getattr(self.args, "json", False) else text, file=self.out)
+        write_out(self.out, json.dumps(data) if getattr(self.args, "json", False) else text)
 
     def confirm(self, question: str, *, refused: str) -> bool:
         """``--yes``, or ask on a terminal; elsewhere refuse (BadValueError, exit 2)."""

@@ -2,7 +2,9 @@
 ``decrement``, ``count``, ``shards``, ``increase-shards`` and ``reset``.
 Each builds the counter through ``Context.counter`` (the command's deadline
 bounds its retries) and says what it did; the two that cannot be undone
-past a point ask first.
+past a point ask first, before any storage is opened. The arguments were
+checked before (``_arguments.check_input``). A command that stores a change
+notes it (``Context.was_stored``) before printing its result.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import math
 
 from gds_counter.cli._context import EXIT_FAILURE, EXIT_OK, Context, command, table
-from gds_counter.counter import check_num_shards
 from gds_counter.gateway.base import MAX_KEYS_PER_LOOKUP
 
 #: ``increase-shards`` past this many shards asks first (``--yes`` skips it).
@@ -20,6 +21,8 @@ CONFIRM_SHARDS_OVER = 100
 def _changed(ctx: Context, amount: int) -> int:
     counter = ctx.counter()
     total = counter.increment(amount)
+    ctx.was_stored(f"the {ctx.args.command} by {ctx.args.n} of {counter.target!r} WAS stored (new total {total}; "
+                   "do not retry it)")
     ctx.emit({"target": counter.target, "amount": amount, "count": total}, str(total))
     return EXIT_OK
 
@@ -61,27 +64,31 @@ def _shards(ctx: Context) -> int:
 
 @command("increase-shards")
 def _increase_shards(ctx: Context) -> int:
-    counter = ctx.counter()
-    wanted = check_num_shards(ctx.args.num_shards)  # over MAX_SHARDS: exit 2 before asking anything
+    wanted = ctx.args.num_shards  # within MAX_SHARDS (check_input): exit 2 before asking anything
     if wanted > CONFIRM_SHARDS_OVER:
+        target = ctx.target()
         reads = wanted + 1
         rpcs = math.ceil(reads / MAX_KEYS_PER_LOOKUP)
-        cost = (f"every get_count() of {counter.target!r} will then read {reads} entities ({wanted} shards and "
+        cost = (f"every get_count() of {target!r} will then read {reads} entities ({wanted} shards and "
                 f"the config entity) in {rpcs} lookup RPC{'s' if rpcs > 1 else ''}, and shards never decrease")
-        if not ctx.confirm(f"Spread {counter.target!r} over {wanted} shards? {cost}.",
+        if not ctx.confirm(f"Spread {target!r} over {wanted} shards? {cost}.",
                            refused=f"refusing increase-shards to {wanted} (over {CONFIRM_SHARDS_OVER}): {cost}"):
             return EXIT_FAILURE
+    counter = ctx.counter()
     shards = counter.increase_shards(wanted)
+    ctx.was_stored(f"increase-shards of {counter.target!r} to {shards} WAS stored")
     ctx.emit({"target": counter.target, "shards": shards}, str(shards))
     return EXIT_OK
 
 
 @command("reset")
 def _reset(ctx: Context) -> int:
-    counter = ctx.counter()
-    if not ctx.confirm(f"Set every shard of {counter.target!r} to 0?",
-                       refused=f"refusing to reset {counter.target!r}: it sets every shard to 0 and cannot be undone"):
+    target = ctx.target()
+    if not ctx.confirm(f"Set every shard of {target!r} to 0?",
+                       refused=f"refusing to reset {target!r}: it sets every shard to 0 and cannot be undone"):
         return EXIT_FAILURE
+    counter = ctx.counter()
     counter.reset()
+    ctx.was_stored(f"the reset of {counter.target!r} WAS stored (every shard 0)")
     ctx.emit({"target": counter.target, "count": 0}, f"reset {counter.target!r}")
     return EXIT_OK

@@ -51,6 +51,9 @@ URL_FORMS = (
 
 #: Query parameters each scheme takes; anything else is a typo, refused.
 _PARAMS = {"sqlite": ("namespace", "project"), "memory": ("namespace", "project"), "datastore": ("namespace", "database")}
+#: Parameters that name something when given: empty, they are a typo (an
+#: empty ``namespace`` is the default namespace, as in Datastore).
+_NOT_EMPTY = ("project", "database")
 #: Datastore's rules: namespaces and project ids as the server accepts them.
 _NAMESPACE = re.compile(r"[0-9A-Za-z._-]{0,100}")
 #: A database id, or ``(default)``: Firestore's name for the default database
@@ -73,9 +76,11 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
     2. ``DATASTORE_EMULATOR_HOST`` set: the Datastore gateway on that emulator.
     3. The embedded SQLite default (``DEFAULT_URL``, in the working directory).
 
-    A malformed URL, an unknown query parameter, a reserved namespace, or a
-    SQLite file whose directory does not exist raises ``BadValueError``
-    naming it (the SQLite path made absolute) before anything is created.
+    A malformed URL (``""``, which is not None; a ``#fragment``), an
+    unknown or empty ``project``/``database`` query parameter, a reserved
+    namespace, or a SQLite file whose directory does not exist raises
+    ``BadValueError`` naming it (the SQLite path made absolute) before
+    anything is created or any credentials are looked up.
     ``timeout`` (seconds) bounds each Datastore call, retries included; the
     embedded engine has no network and ignores it.
 
@@ -86,6 +91,7 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
     """
     if timeout is not None and not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
         raise BadValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    url = _given(url)
     source = "the url argument" if url else "GDS_URL"
     chosen = url or os.environ.get("GDS_URL")
     if not chosen:
@@ -107,6 +113,9 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
             )
     scheme, _, rest = chosen.partition(":")
     scheme = scheme.lower()
+    if "#" in chosen and scheme in _PARAMS:
+        raise BadValueError(f"GDS URL {chosen!r} has a fragment ({chosen[chosen.index('#'):]!r}), which no GDS URL "
+                            f"takes: expected {URL_FORMS}")
     if scheme == "sqlite":
         path = sqlite_path(chosen)
         params = _params(chosen, rest.partition("?")[2], scheme)
@@ -131,7 +140,7 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
                                 f"&database=DB with a project id such as my-project, got project {project!r}")
         params = _params(chosen, parts.query, scheme)
         database = params.get("database", "")
-        if database and not _DATABASE.fullmatch(database):
+        if "database" in params and not _DATABASE.fullmatch(database):
             raise BadValueError(f"GDS URL {chosen!r}: database {database!r} is not a Firestore database id")
         from gds_counter.gateway.datastore import DatastoreGateway
 
@@ -142,6 +151,15 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
                  gateway.namespace, database or "(default)", source)
         return gateway
     raise BadValueError(f"unknown GDS URL {chosen!r}: expected {URL_FORMS}")
+
+
+def _given(url: str | None) -> str | None:
+    """``url`` as given: None names the default storage; ``""`` is not
+    None, and is refused rather than taken for it."""
+    if isinstance(url, str) and not url.strip():
+        raise BadValueError(f"GDS URL {url!r} is empty: pass None (or leave it out) for the default storage, "
+                            f"else one of {URL_FORMS}")
+    return url
 
 
 def sqlite_path(url: str) -> str:
@@ -205,6 +223,9 @@ def _params(url: str, query: str, scheme: str) -> dict[str, str]:
     if repeated:
         raise BadValueError(f"GDS URL {url!r} gives {', '.join(repeated)} more than once")
     params = dict(pairs)
+    empty = sorted(name for name, value in pairs if name in _NOT_EMPTY and not value)
+    if empty:
+        raise BadValueError(f"GDS URL {url!r}: {empty[0]} is empty (leave it out for the default)")
     if "project" in params:
         try:
             project_name(params["project"])
@@ -267,7 +288,7 @@ def shared_gateway_key(url: str | None) -> tuple[Any, ...]:
     and the settings that choose the storage."""
     return (
         forks.here(),
-        url or os.environ.get("GDS_URL"),
+        _given(url) or os.environ.get("GDS_URL"),
         os.environ.get("DATASTORE_EMULATOR_HOST"),
         os.environ.get("DATASTORE_PROJECT_ID"),
     )

@@ -108,7 +108,7 @@ def test_help_says_how_sqlite_urls_map_to_files(tmp_path):
         ("memory://somewhere", "memory://somewhere"),
         ("datastore://", "names no project"),
         ("datastore://my-project/extra", "datastore://my-project/extra"),
-        ("datastore://user@project", "user@project"),
+        ("datastore://user@project", "datastore://***@project"),
         ("datastore://p?database=Bad", "'Bad'"),
         ("datastore://p?database=(other)", "'(other)'"),
         ("datastore://p?database=a(b", "'a(b'"),

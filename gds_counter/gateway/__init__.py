@@ -113,6 +113,11 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
             )
     scheme, _, rest = chosen.partition(":")
     scheme = scheme.lower()
+    userinfo = urlsplit(chosen).netloc.rpartition("@")[0] if rest.startswith("//") else ""
+    if userinfo:
+        raise BadValueError(f"GDS URL {_masked(chosen, userinfo)!r} names a user or a password, which no GDS URL "
+                            "takes (Datastore's credentials come from the environment, as the google-cloud "
+                            f"clients find them): expected {URL_FORMS}")
     if "#" in chosen and scheme in _PARAMS:
         raise BadValueError(f"GDS URL {chosen!r} has a fragment ({chosen[chosen.index('#'):]!r}), which no GDS URL "
                             f"takes: expected {URL_FORMS}")
@@ -151,6 +156,13 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
                  gateway.namespace, database or "(default)", source)
         return gateway
     raise BadValueError(f"unknown GDS URL {chosen!r}: expected {URL_FORMS}")
+
+
+def _masked(url: str, userinfo: str) -> str:
+    """``url`` with its ``userinfo`` hidden, for errors and logs (a refused
+    URL must not put a secret, a password or a token, on a terminal or in a
+    log)."""
+    return url.replace(userinfo + "@", "***@", 1)
 
 
 def _given(url: str | None) -> str | None:

@@ -85,3 +85,17 @@ def test_the_forms_that_name_a_default_are_still_taken(tmp_path):
     with open_gateway("sqlite:///h.db?project=p-1") as gateway:
         assert gateway.projects.home == "p-1"
     assert (tmp_path / "h.db").exists()
+
+
+@pytest.mark.parametrize("url", ["datastore://user:s3cret@p", "datastore://s3cret@p", "sqlite://u:s3cret@/x.db",
+                                 "memory://u:s3cret@"])
+def test_a_url_with_a_user_or_password_is_refused_without_repeating_the_secret(url, tmp_path, capfd):
+    """No GDS URL takes credentials (Datastore's come from the environment).
+    Such a URL was refused for another reason, or taken, and its error
+    repeated the password on the terminal; now it is refused for what it
+    is, with the user part hidden, before anything is created."""
+    with pytest.raises(BadValueError, match=r"names a user or a password") as caught:
+        CounterShardDS("a", 1, gateway=url).add(1)
+    assert "s3cret" not in str(caught.value) and "***@" in str(caught.value)
+    assert "s3cret" not in capfd.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -140,6 +140,8 @@ class CounterCore:
         self._keys: list[Key] = []
         #: What a strategy is given for each shard written so far.
         self._shard_objects: dict[int, Shard] = {}
+        #: The article's query for this counter's shards (``_query_shards``).
+        self._target_query: Query | None = None
         #: Shard key name -> shard number (None: not a shard), as queries find them.
         self._numbers: dict[str, int | None] = {}
         #: Callers of one process whose writes go by this key are combined
@@ -309,12 +311,14 @@ class CounterCore:
         """Every stored shard of this counter, by the article's target query.
         The total is their sum, as PHP's ``getCount()`` sums whatever its
         query finds."""
-        assert self.layout.target_property is not None
-        query = Query(
-            self.layout.shard_kind,
-            namespace=self.namespace,
-            filter=PropertyFilter(self.layout.target_property, "=", self.name),
-        )
+        query = self._target_query
+        if query is None:
+            assert self.layout.target_property is not None
+            query = self._target_query = Query(  # immutable: built once per counter
+                self.layout.shard_kind,
+                namespace=self.namespace,
+                filter=PropertyFilter(self.layout.target_property, "=", self.name),
+            )
         found = yield from plan.query_all(query)
         shards = [(shard.key, self.layout.count_of(shard)) for shard in found if shard.key]
         # Which shards other processes write, for this process's next choice.

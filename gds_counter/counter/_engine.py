@@ -320,11 +320,20 @@ class CounterCore:
                 filter=PropertyFilter(self.layout.target_property, "=", self.name),
             )
         found = yield from plan.query_all(query)
-        shards = [(shard.key, self.layout.count_of(shard)) for shard in found if shard.key]
-        # Which shards other processes write, for this process's next choice.
+        # One pass over the rows: each shard's count, and by shard number,
+        # which shards other processes write, for this process's next choice.
+        count_of, numbers = self.layout.count_of, self._numbers
+        shards: list[tuple[Key, int]] = []
         counts: dict[int, int] = {}
-        for key, count in shards:
-            number = self._number_of(key)
+        for shard in found:
+            key = shard.key
+            if not key:
+                continue
+            count = count_of(shard)
+            shards.append((key, count))
+            number = numbers.get(key.name or "", -1)
+            if number == -1:
+                number = self._number_of(key)
             if number is not None:
                 counts[number] = count
         tell_seen(self._chooser, self._ident, counts, every=True)

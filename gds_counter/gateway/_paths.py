@@ -42,16 +42,8 @@ def parse(path: str) -> list[str]:
     return members
 
 
-#: Paths found valid (a counter names the same two at every write); a
-#: path is a string, so what was checked is what is asked again.
-_VALID: set[str] = set()
-_VALID_KEPT = 4096
-
-
 def check_path(path: object, what: str) -> None:
     """A mask's or transform's path, refused before anything is sent."""
-    if type(path) is str and path in _VALID:
-        return
     if not isinstance(path, str):
         raise BadValueError(f"{what} must be a string property path, got {path!r}")
     check_text(path, what)
@@ -60,10 +52,6 @@ def check_path(path: object, what: str) -> None:
             raise BadValueError(f"{what} {path!r}: an empty property path member (Datastore refuses it)")
         if RESERVED_NAME.match(member):
             raise BadValueError(f"{what} {path!r}: member {member!r} is reserved (names of the form __x__)")
-    if type(path) is str:
-        if len(_VALID) >= _VALID_KEPT:
-            _VALID.clear()
-        _VALID.add(path)
 
 
 def get(properties: Mapping[str, Any], members: list[str]) -> Any:

@@ -19,7 +19,6 @@ import pytest
 from gds_counter import CounterShardDS
 from gds_counter.errors import BadKeyError, BadValueError
 from gds_counter.gateway import values
-from gds_counter.gateway._paths import check_path
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Increment, Upsert
 from gds_counter.gateway.values import RawEntity, SealedProperties, seal
@@ -125,17 +124,3 @@ def test_a_counter_checks_its_shard_entity_once_per_shard_not_per_write(make_gat
     assert counter.get_count() == 6
     written = [number for number, count in counter.shards() if count]
     assert checked.count("target") == len(written)  # once for each shard written
-
-
-def test_a_path_refused_stays_refused_after_many_were_accepted():
-    """Mask and transform paths found valid are remembered (a counter names
-    the same two at every write); a bad one is refused whatever came before,
-    also once the remembered ones were dropped for room."""
-    for n in range(5000):
-        check_path(f"p{n}", "property mask path")
-        with pytest.raises(BadValueError, match="reserved"):
-            check_path("__key__", "property mask path")
-    with pytest.raises(BadValueError, match="empty"):
-        check_path("a..b", "property mask path")
-    with pytest.raises(BadValueError, match="string"):
-        check_path(1, "property mask path")

@@ -69,11 +69,11 @@ class HashedKey:
 
     __slots__ = ("value", "_hash")
 
-    def __init__(self, value: tuple[Hashable, ...]) -> None:
+    def __init__(self, value: tuple[object, ...]) -> None:
         self.value, self._hash = value, hash(value)
 
     @classmethod
-    def of(cls, value: tuple[Hashable, ...]) -> "HashedKey | None":
+    def of(cls, value: tuple[object, ...]) -> "HashedKey | None":
         """The key of ``value``; None when a part of it cannot be hashed
         (a user's own strategy may not be: it then has no line)."""
         try:

@@ -135,7 +135,7 @@ def check_value(name: str, value: Any, indexed: bool) -> None:
     raise BadValueError(f"property {name!r}: cannot store a {type(value).__name__} ({reprlib.repr(value)})")
 
 
-class SealedProperties(dict):  # type: ignore[type-arg]  (a dict[str, Any], as RawEntity.properties is)
+class SealedProperties(dict[str, Any]):
     """The properties of an entity checked once (``seal``): a dict that
     refuses every change, and that remembers the key and index flags it was
     checked with. ``validate_entity`` passes an entity holding it at once
@@ -155,7 +155,7 @@ class SealedProperties(dict):  # type: ignore[type-arg]  (a dict[str, Any], as R
     def _refuse(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError("a sealed entity's properties cannot change; make a new entity from a copy")
 
-    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
 
     def __reduce__(self) -> Any:
         return dict, (dict(self),)  # a copy (pickled, deep-copied) is a plain dict: checked again where written

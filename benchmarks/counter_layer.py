@@ -1,6 +1,6 @@
 """What the counter layer costs a lone call: CPU per call, above the storage.
 
-    python benchmarks/counter_layer.py [--calls N] [--firestore] [--json PATH]
+    python benchmarks/counter_layer.py [--calls N] [--firestore | --emulator-host HOST:PORT] [--json PATH]
 
 For one warm counter (the PHP article's, 20 shards), called by one thread
 with nothing else running: a lone ``add(1)``, ``get_count()`` and
@@ -38,7 +38,7 @@ WARM = 300
 
 def per_call(call: Callable[[], Any], calls: int, rounds: int) -> tuple[float, float]:
     """Best (CPU µs, wall µs) per call over ``rounds`` rounds of ``calls`` calls."""
-    for _ in range(WARM):
+    for _ in range(min(WARM, calls)):
         call()
     best_cpu = best_wall = float("inf")
     for _ in range(rounds):
@@ -85,11 +85,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=2000, help="calls per round (default 2000; a tenth on the emulator)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--firestore", action="store_true", help="also on the Firestore emulator (Datastore mode)")
+    parser.add_argument("--emulator-host", help="also on the emulator already running at HOST:PORT (not started here)")
     parser.add_argument("--json", type=Path, help="write the rows here too")
     args = parser.parse_args(argv)
     rows = [measure("memory", "memory://", args.calls, args.rounds)]
     with tempfile.TemporaryDirectory() as folder:
         rows.append(measure("sqlite file", f"sqlite:///{folder}/lone.sqlite3", args.calls // 2, args.rounds))
+    if args.emulator_host:
+        from gds_counter.emulators import DEFAULT_PROJECT
+        from gds_counter.gateway.datastore import DatastoreGateway
+
+        gateway = DatastoreGateway(project=DEFAULT_PROJECT, emulator_host=args.emulator_host)
+        rows.append(measure("firestore emulator", gateway, max(50, args.calls // 10), args.rounds))
     if args.firestore:
         from gds_counter.emulators import start_emulator
 

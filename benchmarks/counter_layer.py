@@ -8,7 +8,9 @@ with nothing else running: a lone ``add(1)``, ``get_count()`` and
 ``--firestore`` on the Firestore emulator in Datastore mode, which it
 starts): CPU per call (user + system, ``time.process_time``) and wall time
 per call, best of several rounds, and the Python calls one call makes
-(``cProfile``'s count). Beside them, the same write sent straight to the
+(``cProfile``'s count); and a lone ``add(1)`` on ``memory://`` whose
+storage is stubbed out (the commit hook answers with a running count):
+the counter layer alone. Beside them, the same write sent straight to the
 backend's commit hook (the upsert with its increment transform, no rules,
 no counter): what storage alone costs, so that "call minus hook" is the
 library above the storage (docs/performance.md, "What the lone call pays").
@@ -30,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from gds_counter import CounterShardDS
+from gds_counter import CounterShardDS, open_gateway
 from gds_counter.gateway.mutations import Increment, Upsert
 
 WARM = 300
@@ -69,6 +71,35 @@ def hook_upsert(counter: CounterShardDS) -> Callable[[], Any]:
     return lambda: gateway._commit([mutation], None)  # type: ignore[attr-defined]
 
 
+def stub_storage(gateway: Any) -> None:
+    """Answer ``gateway``'s commit hook with a stub that stores nothing but
+    each shard's running count (what an increment transform returns): the
+    counter layer alone, rules included, with no storage under it."""
+    counts: dict[Any, int] = {}
+
+    def commit(mutations: list[Any], txn: Any) -> list[tuple[Any, tuple[int, ...]]]:
+        written = []
+        for mutation in mutations:
+            key = mutation.entity.key
+            counts[key] = counts.get(key, 0) + sum(t.amount for t in mutation.transforms)
+            written.append((key, (counts[key],) if mutation.transforms else ()))
+        return written
+
+    gateway._commit = commit
+
+
+def measure_stubbed(calls: int, rounds: int) -> dict[str, Any]:
+    """A lone ``add(1)`` on a ``memory://`` gateway of its own (not the
+    shared one the other rows use) with the storage stubbed out."""
+    counter = CounterShardDS("Lone", 1, 20, gateway=open_gateway("memory://"))
+    counter.add(1)
+    stub_storage(counter.gateway)
+    call = lambda: counter.add(1)  # noqa: E731
+    cpu, wall = per_call(call, calls, rounds)
+    return {"backend": "memory, storage stubbed", "add": {"cpu_us": round(cpu, 1), "wall_us": round(wall, 1),
+                                                          "python_calls": round(python_calls(call), 1)}}
+
+
 def measure(label: str, url: Any, calls: int, rounds: int) -> dict[str, Any]:
     counter = CounterShardDS("Lone", 1, 20, gateway=url)
     counter.add(1)
@@ -88,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--emulator-host", help="also on the emulator already running at HOST:PORT (not started here)")
     parser.add_argument("--json", type=Path, help="write the rows here too")
     args = parser.parse_args(argv)
-    rows = [measure("memory", "memory://", args.calls, args.rounds)]
+    rows = [measure("memory", "memory://", args.calls, args.rounds), measure_stubbed(args.calls, args.rounds)]
     with tempfile.TemporaryDirectory() as folder:
         rows.append(measure("sqlite file", f"sqlite:///{folder}/lone.sqlite3", args.calls // 2, args.rounds))
     if args.emulator_host:
@@ -105,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'backend':20} {'call':12} {'cpu µs':>8} {'wall µs':>8} {'py calls':>9}")
     for row in rows:
         for name in ("add", "get_count", "increment", "hook_upsert"):
+            if name not in row:
+                continue
             found = row[name]
             print(f"{row['backend']:20} {name:12} {found['cpu_us']:8.1f} {found['wall_us']:8.1f} {found['python_calls']:9.1f}")
     if args.json:

@@ -172,10 +172,12 @@ _SEALABLE = (type(None), bool, int, float, str, bytes, _dt.datetime, Key, Geopoi
 def seal(entity: RawEntity) -> RawEntity:
     """A copy of ``entity``, checked now (``validate_entity``: ``BadValueError``
     as at a commit), whose properties can no longer change
-    (``SealedProperties``); only a top-level entity of immutable values."""
-    if entity.key is None or any(not isinstance(value, _SEALABLE) for value in entity.properties.values()):
-        raise BadValueError(f"only an entity with a key and immutable values can be sealed, got {entity!r}")
+    (``SealedProperties``). Only a top-level entity of immutable values is
+    sealed; another (a list or an embedded entity could change after the
+    check) comes back a plain copy, checked again at each write."""
     validate_entity(entity)
+    if entity.key is None or any(not isinstance(value, _SEALABLE) for value in entity.properties.values()):
+        return RawEntity(entity.key, dict(entity.properties), entity.unindexed)
     sealed = RawEntity(entity.key, {}, entity.unindexed)
     sealed.properties = SealedProperties(entity.properties, sealed.key, sealed.unindexed)
     return sealed

@@ -36,9 +36,19 @@ def test_an_entity_is_checked_when_it_is_sealed():
         seal(RawEntity(Key.of("__kind__", "Sealed"), {"a": 1}))
     with pytest.raises(BadValueError, match="64 bits"):
         seal(RawEntity(Key.of("Sealed", "one"), {"a": 2**63}))
-    # Only immutable values: a list could change after the check.
-    with pytest.raises(BadValueError, match="immutable"):
-        seal(RawEntity(Key.of("Sealed", "one"), {"a": [1]}))
+
+
+def test_an_entity_with_a_list_is_not_sealed_and_is_checked_at_each_write(make_gateway):
+    """A list (or an embedded entity) could change after the check: such an
+    entity comes back a plain copy, and a change to it is refused at the
+    write, before anything is written."""
+    gateway = make_gateway("memory")
+    copied = seal(RawEntity(_key(gateway), {"a": [1]}))
+    assert type(copied.properties) is dict and copied.properties == {"a": [1]}
+    copied.properties["a"].append(2**63)
+    with pytest.raises(BadValueError, match="64 bits"):
+        gateway.commit([Upsert(copied)])
+    assert gateway.lookup([copied.key]) == [None]
 
 
 def test_sealed_properties_refuse_every_change_and_equal_the_plain_entity():

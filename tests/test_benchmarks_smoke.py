@@ -189,6 +189,17 @@ def test_reads_on_sqlite(tmp_path):
     assert batch["rpcs"] == 1 and batch["entity_reads"] == 25 * 21
 
 
+def test_counter_layer_on_memory_and_a_file(tmp_path):
+    _run("counter_layer.py", "--calls", "20", "--rounds", "1", "--json", str(tmp_path / "lone.json"))
+    record = json.loads((tmp_path / "lone.json").read_text())
+    assert [row["backend"] for row in record["rows"]] == ["memory", "memory, storage stubbed", "sqlite file"]
+    assert record["rows"][1]["add"]["python_calls"] > 0
+    del record["rows"][1]
+    for row in record["rows"]:
+        for call in ("add", "get_count", "increment", "hook_upsert"):
+            assert row[call]["cpu_us"] >= 0 and row[call]["python_calls"] > 0
+
+
 @pytest.mark.emulator
 @pytest.mark.full  # the quick run: the other benchmarks' smokes
 def test_mapper_overhead_on_the_datastore_emulator(tmp_path):

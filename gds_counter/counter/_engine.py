@@ -38,14 +38,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from typing import Any, Callable, Hashable, Iterator, Sequence
+from typing import Any, Callable, ContextManager, Hashable, Iterator, Sequence
 
 import attrs
 
 from gds_counter._checks import INT64_MAX, check_int
 from gds_counter._process import deadlines
 from gds_counter.counter._arguments import check_name, check_num_shards
-from gds_counter.counter._lone import Combine, SharedRead
+from gds_counter.counter._lone import Combine, HashedKey, SharedRead
 from gds_counter.counter._reset import reset_plan
 from gds_counter.counter._totals import counts_plan, read_shards_plan, through_cache
 from gds_counter.counter.cache import TotalCache
@@ -66,6 +66,13 @@ from gds_counter.gds.transaction import retry_plan
 __all__ = ["CounterCore"]
 
 log = logging.getLogger("gds_counter.counter.sharded")  # the name logging configuration knows
+
+
+@contextlib.contextmanager
+def _both(outer: ContextManager[None], inner: ContextManager[None]) -> Iterator[None]:
+    """``outer`` around ``inner``: both caches' brackets around one write."""
+    with outer, inner:
+        yield
 
 class CounterCore:
     """One counter's state and rules, stored as shards in ``layout``, on
@@ -100,6 +107,8 @@ class CounterCore:
         self._retry = retry
         self._gateway = gateway
         self.namespace = namespace
+        #: Which counter this is, for caches and shard choosers (made once).
+        self._ident: Hashable = (namespace, layout.shard_kind, name)
         #: What the counters of this process share on this gateway.
         self._runtime = runtime = Runtime.of(gateway)
         #: Every write of this process through the gateway passes through its
@@ -131,22 +140,22 @@ class CounterCore:
         self._keys: list[Key] = []
         #: What a strategy is given for each shard written so far.
         self._shard_objects: dict[int, Shard] = {}
+        #: The article's query for this counter's shards (``_query_shards``).
+        self._target_query: Query | None = None
         #: Shard key name -> shard number (None: not a shard), as queries find them.
         self._numbers: dict[str, int | None] = {}
         #: Callers of one process whose writes go by this key are combined
         #: into one write (``_commit``): the same counter written the same
         #: way, whichever counter object each holds. None: a strategy that
         #: cannot be a key (unhashable) writes each amount alone.
-        self._combining: Hashable | None = (
-            "commit", layout, self._identity(), self._strategy, retry, self._auto_grow,
-            self._follow_config, self._min_shards, self._chooser,
-        )
-        try:
-            hash(self._combining)
-        except TypeError:
-            self._combining = None
-        if not runtime.combine_writes:
-            self._combining = None
+        #: (A ``HashedKey``: its hash, which walks the layout and the
+        #: policy, is worked out once, not at each of a call's lookups.)
+        self._combining: Hashable | None = HashedKey.of(
+            ("commit", layout, self._identity(), self._strategy, retry, self._auto_grow,
+             self._follow_config, self._min_shards, self._chooser)
+        ) if runtime.combine_writes else None
+        #: The key of this counter's shared reads of its total.
+        self._total_key = HashedKey(("total", layout, self._ident))
 
     # --- where it lives -------------------------------------------------------
 
@@ -182,7 +191,7 @@ class CounterCore:
         return shard
 
     def _identity(self) -> Hashable:
-        return (self.namespace, self.layout.shard_kind, self.name)
+        return self._ident
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self} shards={self._num_shards}>"
@@ -232,11 +241,17 @@ class CounterCore:
 
         self._learn((yield from retry_plan(attempt, self._retry, what=f"recording the shards of {self}")))
 
+    def _must_record(self) -> bool:
+        """Whether this process writes beyond the default shards more than
+        the config is known to record (``_ensure_recorded``)."""
+        wanted = self._num_shards
+        return wanted > self.layout.default_shards and wanted > self._recorded
+
     def _ensure_recorded(self) -> plan.Plan[None]:
         """Before writing beyond the default shards, make sure the config
         says so, or a reader built with the default would miss those shards."""
         wanted = self._num_shards
-        if wanted > self.layout.default_shards and wanted > self._recorded:
+        if self._must_record():
             yield from self._record(lambda stored: max(stored or 0, wanted))
 
     # --- reads ------------------------------------------------------------------
@@ -284,9 +299,8 @@ class CounterCore:
             runtime = self._runtime
             if not runtime.share_reads:
                 return (yield from read())
-            key = ("total", self.layout, self._identity())
             total: int = yield from plan.ask(
-                SharedRead(runtime.shared, runtime.async_shared, key, read, lambda: self._gateway.stats.bump("shared_reads"))
+                SharedRead(runtime.shared, runtime.async_shared, self._total_key, read, lambda: self._gateway.stats.bump("shared_reads"))
             )
             return total
 
@@ -297,21 +311,32 @@ class CounterCore:
         """Every stored shard of this counter, by the article's target query.
         The total is their sum, as PHP's ``getCount()`` sums whatever its
         query finds."""
-        assert self.layout.target_property is not None
-        query = Query(
-            self.layout.shard_kind,
-            namespace=self.namespace,
-            filter=PropertyFilter(self.layout.target_property, "=", self.name),
-        )
+        query = self._target_query
+        if query is None:
+            assert self.layout.target_property is not None
+            query = self._target_query = Query(  # immutable: built once per counter
+                self.layout.shard_kind,
+                namespace=self.namespace,
+                filter=PropertyFilter(self.layout.target_property, "=", self.name),
+            )
         found = yield from plan.query_all(query)
-        shards = [(shard.key, self.layout.count_of(shard)) for shard in found if shard.key]
-        # Which shards other processes write, for this process's next choice.
+        # One pass over the rows: each shard's count, and by shard number,
+        # which shards other processes write, for this process's next choice.
+        count_of, numbers = self.layout.count_of, self._numbers
+        shards: list[tuple[Key, int]] = []
         counts: dict[int, int] = {}
-        for key, count in shards:
-            number = self._number_of(key)
+        for shard in found:
+            key = shard.key
+            if not key:
+                continue
+            count = count_of(shard)
+            shards.append((key, count))
+            number = numbers.get(key.name or "", -1)
+            if number == -1:
+                number = self._number_of(key)
             if number is not None:
                 counts[number] = count
-        tell_seen(self._chooser, self._identity(), counts, every=True)
+        tell_seen(self._chooser, self._ident, counts, every=True)
         return shards
 
     def _number_of(self, key: Key) -> int | None:
@@ -351,23 +376,22 @@ class CounterCore:
         yield from deadlines.bounded(self._adding(amount), self._retry.deadline)
 
     def _adding(self, amount: int) -> plan.Plan[None]:
-        yield from self._writable()
-        yield from self._ensure_recorded()
+        if not self._config_seen:
+            yield from self._writable()
+        if self._must_record():
+            yield from self._ensure_recorded()
         with self._seen_by_caches(amount):
             yield from self._commit(amount)
 
-    @contextlib.contextmanager
-    def _seen_by_caches(self, amount: int | None) -> Iterator[None]:
+    def _seen_by_caches(self, amount: int | None) -> ContextManager[None]:
         """Around a write that adds ``amount`` (None: by an amount not known,
         as a reset does): the gateway's shared cache and this counter's own
-        cache, if it has another, learn how it ended (``CountCache.writing``)."""
-        key = self._identity()
-        with self._shared_cache.writing(key, amount):
-            if self._cache is None or self._cache is self._shared_cache:
-                yield
-            else:
-                with self._cache.writing(key, amount):
-                    yield
+        cache, if it has another, learn how it ended (``CountCache.writing``).
+        Without another cache, the shared cache's bracket itself."""
+        shared = self._shared_cache.writing(self._ident, amount)
+        if self._cache is None or self._cache is self._shared_cache:
+            return shared
+        return _both(shared, self._cache.writing(self._ident, amount))
 
     def _increment(self, amount: int = 1) -> plan.Plan[int]:
         """Add ``amount`` and return the total after it: one read after the
@@ -475,11 +499,11 @@ class CounterCore:
         what = f"increment of counter {self} by {amount}{together}"
 
         def attempt() -> plan.Plan[None]:
-            with Holding(self._chooser, self._identity(), self.layout.shard_numbers(self._num_shards), moved) as number:
+            with Holding(self._chooser, self._ident, self.layout.shard_numbers(self._num_shards), moved) as number:
                 wrote = yield from self._planned.plan_add(self._shard(number), amount)
                 # What the shard held tells the chooser whether another
                 # process writes it too (then this process moves elsewhere).
-                if isinstance(wrote, Wrote) and tell_wrote(self._chooser, self._identity(), number, wrote.found, wrote.stored):
+                if isinstance(wrote, Wrote) and tell_wrote(self._chooser, self._ident, number, wrote.found, wrote.stored):
                     moved()
 
         grow = self._auto_grow

@@ -57,7 +57,38 @@ from gds_counter.counter._rounds import Lines, LoopLines, ThreadLines
 from gds_counter.counter._shared_reads import AsyncSharedReads, SharedReads
 from gds_counter.gateway import plan
 
-__all__ = ["Combine", "SharedRead"]
+__all__ = ["Combine", "HashedKey", "SharedRead"]
+
+
+class HashedKey:
+    """A key of the lines (a tuple naming a counter, its layout, its
+    policy...), its hash worked out once: a lone call looks its key up a
+    few times, and hashing the tuple walked the layout's and the policy's
+    fields each time. Equal when the tuples are equal, so the same counter
+    held by two objects still meets itself in the lines."""
+
+    __slots__ = ("value", "_hash")
+
+    def __init__(self, value: tuple[object, ...]) -> None:
+        self.value, self._hash = value, hash(value)
+
+    @classmethod
+    def of(cls, value: tuple[object, ...]) -> "HashedKey | None":
+        """The key of ``value``; None when a part of it cannot be hashed
+        (a user's own strategy may not be: it then has no line)."""
+        try:
+            return cls(value)
+        except TypeError:
+            return None
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, HashedKey) and self._hash == other._hash and self.value == other.value)
+
+    def __repr__(self) -> str:
+        return f"HashedKey({self.value!r})"
 
 
 def _thread_lines(holder: ThreadLines[Any]) -> tuple[Lines[Any], threading.Lock]:

@@ -157,6 +157,9 @@ class Layout:
         as php-gds reads it; anything else is ``CorruptDataError``."""
         if shard is None:
             return 0
+        value = shard.properties.get(self.count_property)
+        if type(value) is int:  # what every writer but an odd PHP one stores: nothing to convert or refuse
+            return value
         return self._stored_int(shard, self.count_property, low=None)
 
     def config_of(self, config: RawEntity | None) -> int | None:

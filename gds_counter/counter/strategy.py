@@ -38,7 +38,7 @@ from gds_counter.gateway import plan
 from gds_counter.gateway.base import Gateway
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Increment, Mutation, Upsert
-from gds_counter.gateway.values import RawEntity
+from gds_counter.gateway.values import RawEntity, seal
 
 __all__ = ["STRATEGIES", "PlannedStrategy", "Shard", "Strategy", "Wrote"]
 
@@ -61,11 +61,25 @@ class Shard:
         eq=False,
     )
 
+    #: What every server-side increment of this shard sends but its amount,
+    #: built once: the entity holding only the target, and the property
+    #: mask naming its properties (so the stored count is kept).
+    increment_base: tuple[RawEntity, tuple[str, ...]] = attrs.field(
+        init=False, eq=False, repr=False,
+        default=attrs.Factory(lambda self: _increment_base(self.entity(None)), takes_self=True),
+    )
+
     def entity(self, count: int | None) -> RawEntity:
         return self.layout.shard_entity_at(self.key, self.target, count)
 
     def __str__(self) -> str:
         return f"shard {self.number} of {self.layout.shard_kind} {self.target!r}"
+
+
+def _increment_base(entity: RawEntity) -> tuple[RawEntity, tuple[str, ...]]:
+    """Sealed (``values.seal``): checked here, once per shard, not at each
+    commit; the amount, which changes, is checked at each."""
+    return seal(entity), tuple(sorted(entity.properties))
 
 
 class Wrote(NamedTuple):
@@ -175,14 +189,14 @@ class ServerIncrement:
                 f"{shard.gateway!r} does not apply increment transforms, so the server-side increment of "
                 f"{shard} was not sent; nothing was counted (use strategy 'auto' or 'transactional')"
             )
+        return (yield from self.applied(shard, amount))
+
+    def applied(self, shard: Shard, amount: int) -> plan.Plan[Wrote]:
+        """The increment, on a gateway known to apply transforms."""
         # The entity carries only the target; the mask keeps the stored count
         # and the transform adds to it (a missing count counts as 0).
-        entity = shard.entity(None)
-        mutation = Upsert(
-            entity,
-            property_mask=tuple(sorted(entity.properties)),
-            transforms=(Increment(shard.layout.count_property, amount),),
-        )
+        entity, mask = shard.increment_base
+        mutation = Upsert(entity, property_mask=mask, transforms=(Increment(shard.layout.count_property, amount),))
         [result] = (yield from plan.commit([mutation])).mutation_results
         if result.transform_results is None:
             raise TransformsIgnored(f"the server ignored the increment of {shard} by {amount}; nothing was counted")
@@ -210,9 +224,10 @@ class Auto:
         plan.run(self.plan_add(shard, amount), shard.gateway)
 
     def plan_add(self, shard: Shard, amount: int) -> plan.Plan[Wrote]:
-        capabilities = yield from plan.capabilities()
-        chosen: Transactional | ServerIncrement = INCREMENT if capabilities.applies_transforms else TRANSACTIONAL
-        return (yield from chosen.plan_add(shard, amount))
+        capabilities = yield from plan.capabilities()  # asked once: the chosen one does not ask again
+        if capabilities.applies_transforms:
+            return (yield from INCREMENT.applied(shard, amount))
+        return (yield from TRANSACTIONAL.plan_add(shard, amount))
 
 
 _BUILT_IN = (Transactional, ServerIncrement, Auto)

@@ -239,7 +239,7 @@ class GatewayRules:
             chunks = [mutations]
         else:
             # Nothing to write and no transaction to end: no RPC at all.
-            chunks = [
+            chunks = [mutations] if 0 < len(mutations) <= MAX_MUTATIONS_PER_COMMIT else [
                 mutations[i : i + MAX_MUTATIONS_PER_COMMIT] for i in range(0, len(mutations), MAX_MUTATIONS_PER_COMMIT)
             ]
         results: list[MutationResult] = []

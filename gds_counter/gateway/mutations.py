@@ -11,7 +11,7 @@ from gds_counter._checks import check_int
 from gds_counter.errors import BadKeyError, BadValueError
 from gds_counter.gateway._paths import check_path
 from gds_counter.gateway.keys import Key, require_complete
-from gds_counter.gateway.values import RawEntity, validate_entity
+from gds_counter.gateway.values import RawEntity, SealedProperties, validate_entity
 
 __all__ = [
     "MAX_MUTATIONS_PER_COMMIT", "CommitResult", "Delete", "Increment", "Insert", "Mutation", "MutationResult", "Update",
@@ -107,6 +107,8 @@ def check_commit(mutations: Sequence[Mutation], *, transactional: bool) -> None:
     if transactional:
         check_sequences(mutations)
         return
+    if len(mutations) < 2:
+        return  # no key can be named twice
     named: set[Key] = set()
     for mutation in mutations:
         key = _key_of(mutation)
@@ -185,6 +187,8 @@ def map_keys(mutations: Sequence[Mutation], change: KeyMap) -> list[Mutation]:
 
 def _entity_keys(entity: RawEntity, change: KeyMap, top: bool = False) -> RawEntity:
     key = change(entity.key, None, None) if top and isinstance(entity.key, Key) else entity.key
+    if type(entity.properties) is SealedProperties and not entity.properties.holds_keys:
+        return entity if key is entity.key else RawEntity(key, dict(entity.properties), entity.unindexed)
     properties = {name: _value_keys(name, value, entity, change) for name, value in entity.properties.items()}
     if key is entity.key and all(properties[name] is value for name, value in entity.properties.items()):
         return entity

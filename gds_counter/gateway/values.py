@@ -19,7 +19,7 @@ from gds_counter._checks import INT64_MAX, INT64_MIN, utf8_size
 from gds_counter.errors import BadKeyError, BadValueError
 from gds_counter.gateway.keys import METADATA_KINDS, RESERVED_NAME, Key
 
-__all__ = ["EPOCH", "check_entity_limits", "epoch_micros", "index_values", "MAX_ENTITY_BYTES", "MAX_INDEXED_STRING_BYTES", "MAX_INDEXED_VALUES", "MAX_PROPERTY_NAME_BYTES", "MAX_VALUE_BYTES", "Geopoint", "RawEntity", "Value"]
+__all__ = ["EPOCH", "SealedProperties", "check_entity_limits", "seal", "epoch_micros", "index_values", "MAX_ENTITY_BYTES", "MAX_INDEXED_STRING_BYTES", "MAX_INDEXED_VALUES", "MAX_PROPERTY_NAME_BYTES", "MAX_VALUE_BYTES", "Geopoint", "RawEntity", "Value"]
 
 #: Datastore's limit on an indexed string or blob, in bytes.
 MAX_INDEXED_STRING_BYTES = 1500
@@ -135,9 +135,61 @@ def check_value(name: str, value: Any, indexed: bool) -> None:
     raise BadValueError(f"property {name!r}: cannot store a {type(value).__name__} ({reprlib.repr(value)})")
 
 
+class SealedProperties(dict[str, Any]):
+    """The properties of an entity checked once (``seal``): a dict that
+    refuses every change, and that remembers the key and index flags it was
+    checked with. ``validate_entity`` passes an entity holding it at once
+    while its key and flags are those very objects (both immutable), since
+    nothing it was checked on can have changed: an entity the library
+    builds once and writes many times (a counter's shard) is checked once,
+    not at every commit. Any other entity is checked in full."""
+
+    __slots__ = ("key", "unindexed", "holds_keys")
+
+    def __init__(self, properties: dict[str, Any], key: Key | None, unindexed: frozenset[str]) -> None:
+        super().__init__(properties)
+        self.key, self.unindexed = key, unindexed
+        #: Whether a value is a ``Key`` (``mutations.map_keys`` walks it then).
+        self.holds_keys = any(isinstance(value, Key) for value in properties.values())
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a sealed entity's properties cannot change; make a new entity from a copy")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> Any:
+        return dict, (dict(self),)  # a copy (pickled, deep-copied) is a plain dict: checked again where written
+
+    def sealed_for(self, entity: RawEntity) -> bool:
+        return self.key is entity.key and self.unindexed is entity.unindexed
+
+
+#: Values a sealed entity may hold: immutable ones (a list or an embedded
+#: entity could change after the check).
+_SEALABLE = (type(None), bool, int, float, str, bytes, _dt.datetime, Key, Geopoint)
+
+
+def seal(entity: RawEntity) -> RawEntity:
+    """A copy of ``entity``, checked now (``validate_entity``: ``BadValueError``
+    as at a commit), whose properties can no longer change
+    (``SealedProperties``). Only a top-level entity of immutable values is
+    sealed; another (a list or an embedded entity could change after the
+    check) comes back a plain copy, checked again at each write."""
+    validate_entity(entity)
+    if entity.key is None or any(not isinstance(value, _SEALABLE) for value in entity.properties.values()):
+        return RawEntity(entity.key, dict(entity.properties), entity.unindexed)
+    sealed = RawEntity(entity.key, {}, entity.unindexed)
+    sealed.properties = SealedProperties(entity.properties, sealed.key, sealed.unindexed)
+    return sealed
+
+
 def validate_entity(entity: RawEntity) -> None:
     """Check every property of an entity against Datastore's rules, and the
-    entity against its limits on size and indexed values."""
+    entity against its limits on size and indexed values (at once for a
+    sealed entity still as it was sealed: ``SealedProperties``)."""
+    properties = entity.properties
+    if type(properties) is SealedProperties and properties.sealed_for(entity):
+        return
     if entity.key is not None and any(e.kind in METADATA_KINDS for e in entity.key.path):
         raise BadKeyError(f"{entity.key} is a metadata key: Datastore makes those entities, nobody writes them")
     for name, value in entity.properties.items():

@@ -14,10 +14,16 @@ from typing import NoReturn
 
 from gds_counter import __version__
 from gds_counter import _demo as demo
-from gds_counter._checks import INT64_MAX, check_int
 from gds_counter.cli._context import DEFAULT_TIMEOUT, PROG
 from gds_counter.cli._counter_commands import CONFIRM_SHARDS_OVER
-from gds_counter.counter import DEFAULT_WRITES_PER_SHARD, PHP_ARTICLE, STRATEGIES, check_num_shards, make_target
+from gds_counter.counter import (
+    DEFAULT_WRITES_PER_SHARD,
+    PHP_ARTICLE,
+    STRATEGIES,
+    check_amount,
+    check_num_shards,
+    make_target,
+)
 
 
 def check_input(args: argparse.Namespace) -> None:
@@ -32,7 +38,7 @@ def check_input(args: argparse.Namespace) -> None:
         PHP_ARTICLE.config_key(target)
         PHP_ARTICLE.shard_key(target, PHP_ARTICLE.default_shards)
     if args.command in ("increment", "decrement"):
-        check_int(args.n, "amount", low=-INT64_MAX)
+        check_amount(args.n)
     if args.command == "increase-shards":
         check_num_shards(args.num_shards)
 

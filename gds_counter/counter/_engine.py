@@ -42,9 +42,8 @@ from typing import Any, Callable, ContextManager, Hashable, Iterator, Sequence
 
 import attrs
 
-from gds_counter._checks import INT64_MAX, check_int
 from gds_counter._process import deadlines
-from gds_counter.counter._arguments import check_name, check_num_shards
+from gds_counter.counter._arguments import check_amount, check_name, check_num_shards
 from gds_counter.counter._lone import Combine, HashedKey, SharedRead
 from gds_counter.counter._reset import reset_plan
 from gds_counter.counter._totals import counts_plan, read_shards_plan, through_cache
@@ -370,7 +369,7 @@ class CounterCore:
         """Add ``amount`` without reading anything back: the hot path. Returns
         once it is committed exactly once; raises otherwise. The policy's
         deadline bounds the whole call (``_process.deadlines.bounded``)."""
-        amount = check_int(amount, "amount", low=-INT64_MAX)
+        amount = check_amount(amount)
         if amount == 0:
             return
         yield from deadlines.bounded(self._adding(amount), self._retry.deadline)
@@ -412,7 +411,7 @@ class CounterCore:
 
     def _decrement(self, amount: int = 1) -> plan.Plan[int]:
         """Subtract ``amount``; one shard may go below zero, the total is exact."""
-        return self._increment(-check_int(amount, "amount", low=-INT64_MAX))
+        return self._increment(-check_amount(amount))
 
     def _reset(self) -> plan.Plan[None]:
         """Set every shard ``get_count()`` counts to 0 (the config entity's

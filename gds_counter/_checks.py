@@ -15,7 +15,7 @@ from typing_extensions import TypeIs
 
 from gds_counter.errors import BadValueError
 
-__all__ = ["INT64_MAX", "INT64_MIN", "check_int", "check_text", "is_int", "lone_surrogate", "utf8_size"]
+__all__ = ["INT64_MAX", "INT64_MIN", "check_amount", "check_int", "check_text", "is_int", "lone_surrogate", "utf8_size"]
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
@@ -44,6 +44,12 @@ def check_int(
     if high is not None and value > high:
         raise error(f"{what} must be at most {high}, got {value}")
     return int(value)
+
+
+def check_amount(amount: Any) -> int:
+    """An amount a counter may add: an int whose negation is one too (so a
+    ``decrement`` of it is), refused before anything is read or written."""
+    return check_int(amount, "amount", low=-INT64_MAX)
 
 
 #: A code point of the surrogate range: a Python ``str`` may hold one alone

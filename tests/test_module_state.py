@@ -21,6 +21,7 @@ REGISTRIES = {
 OTHER_STATE = {
     ("_process/forks.py", "_LOCK"): "the fork registry's lock, held across a fork",
     ("_process/forks.py", "_FORKING"): "the members of the fork in progress (empty between forks)",
+    ("_process/forks.py", "_RAISED"): "what a hook raised during the fork in progress (empty between forks)",
     ("gateway/embedded/_files.py", "ABANDONED"): (
         "connections a forked child inherited: kept for ever, since closing one (even when its gateway is "
         "collected) would release the parent's SQLite locks"

@@ -14,13 +14,13 @@ from typing import NoReturn
 
 from gds_counter import __version__
 from gds_counter import _demo as demo
+from gds_counter._checks import check_amount
 from gds_counter.cli._context import DEFAULT_TIMEOUT, PROG
 from gds_counter.cli._counter_commands import CONFIRM_SHARDS_OVER
 from gds_counter.counter import (
     DEFAULT_WRITES_PER_SHARD,
     PHP_ARTICLE,
     STRATEGIES,
-    check_amount,
     check_num_shards,
     make_target,
 )

@@ -1,7 +1,7 @@
 """Sharded counters: the PHP article's ``CounterShardDS`` and the Google
 article's named ``GeneralCounter``, one engine with two data layouts."""
 
-from gds_counter.counter._arguments import MAX_SHARDS, check_amount, check_counters, check_num_shards, locate
+from gds_counter.counter._arguments import MAX_SHARDS, check_counters, check_num_shards, locate
 from gds_counter.counter._engine import CounterCore
 from gds_counter.counter._inventory import counter_names_plan, rollup_all_plan
 from gds_counter.counter._sizing import DEFAULT_WRITES_PER_SHARD, ShardSizing, size_shards
@@ -53,7 +53,6 @@ __all__ = [
     "ShardSizing",
     "by_gateway",
     "check_counters",
-    "check_amount",
     "check_num_shards",
     "counter_names_plan",
     "get_counts_plan",

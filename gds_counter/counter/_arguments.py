@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Protocol, TypeVar
 
-from gds_counter._checks import INT64_MAX, check_int, check_text
+from gds_counter._checks import check_int, check_text
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.base import MAX_KEYS_PER_LOOKUP
 
-__all__ = ["MAX_SHARDS", "check_amount", "check_counters", "check_name", "check_num_shards", "check_store_kind", "locate"]
+__all__ = ["MAX_SHARDS", "check_counters", "check_name", "check_num_shards", "check_store_kind", "locate"]
 
 C = TypeVar("C")
 
@@ -32,12 +32,6 @@ class ShardKinds(Protocol):
 
     @property
     def shard_kind(self) -> str: ...
-
-
-def check_amount(amount: object) -> int:
-    """An amount a counter may add: an int whose negation is one too (so
-    ``decrement`` of it is), refused before anything is read or written."""
-    return check_int(amount, "amount", low=-INT64_MAX)
 
 
 def check_num_shards(num_shards: object, what: str = "num_shards") -> int:

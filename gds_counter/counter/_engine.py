@@ -42,8 +42,9 @@ from typing import Any, Callable, ContextManager, Hashable, Iterator, Sequence
 
 import attrs
 
+from gds_counter._checks import check_amount
 from gds_counter._process import deadlines
-from gds_counter.counter._arguments import check_amount, check_name, check_num_shards
+from gds_counter.counter._arguments import check_name, check_num_shards
 from gds_counter.counter._lone import Combine, HashedKey, SharedRead
 from gds_counter.counter._reset import reset_plan
 from gds_counter.counter._totals import counts_plan, read_shards_plan, through_cache

@@ -112,13 +112,14 @@ def final_error(
 ) -> GDSError:
     """The gds_counter error for a call whose retries ended in ``exc``
     (``failures``: every attempt's error), by the policy table; errors name
-    ``call`` even when another call's row (``rule``) applied, and what
-    ``request`` was about (``named_in``)."""
+    ``call`` even when another call's row (``rule``) applied, and, unless the
+    server refused the request (``BadValueError``: its words name what it
+    refused), what ``request`` was about (``named_in``)."""
     final = exc.cause if isinstance(exc, gexc.RetryError) and exc.cause is not None else exc
     earlier = [e for e in failures if e is not final]
     error = translate_error(final, call=rule, earlier_attempts=earlier)
     text = str(error).replace(rule, call, 1) if rule != call else str(error)
-    named = named_in(request)
+    named = "" if isinstance(error, BadValueError) else named_in(request)  # (a refusal's own text names what it refused)
     if named:
         text = f"{text} [{named}]"
     error.args = (text, *error.args[1:])

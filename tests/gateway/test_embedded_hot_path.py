@@ -12,8 +12,10 @@ import datetime as dt
 import enum
 import sqlite3
 import threading
+import uuid
 
 import pytest
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gds_counter.errors import BadValueError
@@ -213,3 +215,79 @@ def test_equality_queries_answered_by_the_index_alone_match_as_datastore_does(gw
     assert names(filter=PropertyFilter("__key__", "=", Key.of("E", "str"))) == ["str"]
     both = CompositeFilter("AND", (PropertyFilter("v", "=", 1), PropertyFilter("w", "=", 2)))
     assert names(filter=both) == ["hidden"]
+
+
+def _stored_text(gw, key: Key) -> str:
+    with gw._db() as conn:  # white box: the row as SQLite holds it
+        return conn.execute("SELECT data FROM entities WHERE key_bytes = ?", (key_bytes(key),)).fetchone()[0]
+
+
+def test_a_row_this_process_wrote_is_not_decoded_again(gw, monkeypatch):
+    """A lone ``add()`` writes a new text into its shard every time, and the
+    next write and the next read of that shard used to decode it back
+    (JSON, then a validated key: a fifth of the engine's time for the
+    write). The writer knows what the text says, so neither the next
+    increment nor a query nor a lookup decodes it."""
+    from gds_counter.gateway.embedded import _encoding
+
+    target = f"T_{uuid.uuid4().hex}"  # texts no earlier test wrote (decodings are remembered by text)
+    gw.commit([Upsert(shard("T_1_1", 0, target))])
+    increment(gw, "T_1_1", target=target)
+    decoded: list[str] = []
+    real_loads = _encoding.json.loads
+
+    def counting_loads(text, *args, **kwargs):
+        decoded.append(text)
+        return real_loads(text, *args, **kwargs)
+
+    monkeypatch.setattr(_encoding.json, "loads", counting_loads)
+    assert increment(gw, "T_1_1", target=target) == (2,)
+    assert [e.properties["count"] for e in by_target(gw, target)] == [2]
+    assert gw.lookup([Key.of("Shard", "T_1_1")])[0].properties == {"target": target, "count": 2}
+    assert decoded == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.dictionaries(st.sampled_from(["a", "b", "target"]), _values, max_size=3), st.booleans())
+def test_what_a_write_remembers_is_what_its_stored_text_decodes_to(properties, masked):
+    """What a write remembers of the text it stored is exactly what decoding
+    that text gives (type for type: a datetime comes back in UTC, an int
+    subclass as an int, a key without its project); a value that would not
+    come back equal is not remembered but decoded when read."""
+    from gds_counter.gateway.embedded import _encoding
+
+    gw = EmbeddedGateway(None)
+    try:
+        key = Key.of("E", "e")
+        entity = RawEntity(key, properties, frozenset({"b"}) & set(properties))
+        gw.commit([Upsert(RawEntity(key, {"c": 1}))])
+        mutation = Upsert(entity, property_mask=tuple(properties), transforms=(Increment("c", 2),)) if masked else Upsert(entity)
+        gw.commit([mutation])
+        text = _stored_text(gw, key)
+        fresh = _encoding._entity_from_json(_encoding.json.loads(text))
+        for read in (gw.lookup([key])[0], *run_query_all(gw, Query("E"))):
+            assert read == fresh
+            assert {n: type(v) for n, v in read.properties.items()} == {n: type(v) for n, v in fresh.properties.items()}
+    finally:
+        gw.close()
+
+
+def test_a_write_in_memory_sends_no_busy_handler_statements():
+    """A database in memory lives in its one connection, so no other
+    connection can hold its lock: a write there neither waits for one nor
+    switches SQLite's busy handler off and on around it (two statements
+    of the seven a lone write ran)."""
+    gw = EmbeddedGateway(None)
+    try:
+        gw.commit([Upsert(shard("T_1_1", 0))])
+        statements: list[str] = []
+        with gw._db() as conn:
+            conn.set_trace_callback(statements.append)
+        increment(gw, "T_1_1")
+        with gw._db() as conn:
+            conn.set_trace_callback(None)
+        assert statements[0] == "BEGIN IMMEDIATE" and statements[-1] == "COMMIT"
+        assert not [sql for sql in statements if "PRAGMA" in sql]
+        assert increment(gw, "T_1_1") == (2,)
+    finally:
+        gw.close()

@@ -163,6 +163,8 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
     def _freeze_pinned(self, main: sqlite3.Connection, committing: Transaction | None) -> None:
         """In memory, before a commit changes the one connection: give every
         other transaction reading it a copy of the database as it is."""
+        if not self._pinned:
+            return  # (the usual case, and listing a WeakValueDictionary is not free)
         waiting = [t for t in self._pinned.values() if t is not committing and t.snapshot is None]
         self._pinned.clear()
         if waiting:

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gds_counter.errors import BadValueError
+from gds_counter.errors import BadValueError, Contention
 from gds_counter.gateway.base import run_query_all
 from gds_counter.gateway.embedded import EmbeddedGateway
 from gds_counter.gateway.embedded._encoding import (
@@ -272,11 +272,14 @@ def test_what_a_write_remembers_is_what_its_stored_text_decodes_to(properties, m
         gw.close()
 
 
-def test_a_write_in_memory_sends_no_busy_handler_statements():
+def test_a_write_in_memory_sends_no_busy_handler_or_commit_counter_statements():
     """A database in memory lives in its one connection, so no other
     connection can hold its lock: a write there neither waits for one nor
-    switches SQLite's busy handler off and on around it (two statements
-    of the seven a lone write ran)."""
+    switches SQLite's busy handler off and on around it, and its commit
+    number comes from the gateway, which knows the last one, not from
+    ``meta`` (three statements of the seven a lone write ran). Versions
+    still grow with every commit, so a transaction that read before another
+    commit wrote its entity is refused."""
     gw = EmbeddedGateway(None)
     try:
         gw.commit([Upsert(shard("T_1_1", 0))])
@@ -287,7 +290,13 @@ def test_a_write_in_memory_sends_no_busy_handler_statements():
         with gw._db() as conn:
             conn.set_trace_callback(None)
         assert statements[0] == "BEGIN IMMEDIATE" and statements[-1] == "COMMIT"
-        assert not [sql for sql in statements if "PRAGMA" in sql]
+        assert not [sql for sql in statements if "PRAGMA" in sql or "meta" in sql]
         assert increment(gw, "T_1_1") == (2,)
+        txn = gw.begin_transaction()
+        gw.lookup([Key.of("Shard", "T_1_1")], transaction=txn)
+        increment(gw, "T_1_1")
+        with pytest.raises(Contention):
+            gw.commit([Upsert(shard("T_1_1", 0))], transaction=txn)
+        assert increment(gw, "T_1_1") == (4,)
     finally:
         gw.close()

@@ -300,3 +300,21 @@ def test_a_write_in_memory_sends_no_busy_handler_or_commit_counter_statements():
         assert increment(gw, "T_1_1") == (4,)
     finally:
         gw.close()
+
+
+def test_a_counters_target_query_reads_its_shards_from_the_index_in_key_order(gw):
+    """An equality on one property (the article's target query) finds each
+    key once, in key order, in the index's rows for that value: its SQL
+    neither removes duplicates nor sorts (no temporary b-tree; they were 2.6
+    of the 13 us SQLite spent on a read of 20 shards). The answer is still
+    every shard of the target, in key order, and a cursor from the middle
+    of it resumes after the row it was taken at."""
+    gw.commit([Upsert(shard(f"T_1_{n}", n)) for n in range(1, 21)] + [Upsert(shard(f"T_2_{n}", n, "T_2")) for n in range(1, 6)])
+    query = Query("Shard", filter=PropertyFilter("target", "=", "T_1"))
+    assert "TEMP B-TREE" not in gw.explain_query(query)
+    names = [e.key.name for e in by_target(gw, "T_1")]
+    assert sorted(names, key=lambda name: key_bytes(Key.of("Shard", name))) == names
+    assert set(names) == {f"T_1_{n}" for n in range(1, 21)}
+    first = gw.run_query(query.replace(limit=7))
+    rest = list(run_query_all(gw, query.replace(start_cursor=first.end_cursor)))
+    assert [e.key.name for e in first.entities] + [e.key.name for e in rest] == names

@@ -101,8 +101,9 @@ def measure(storage: str, folder: str, calls: int) -> dict[str, tuple[float, flo
 def parts(storage: str, folder: str) -> dict[str, float]:
     """CPU microseconds (user and system: ``time.process_time``, whose
     total is exact where ``getrusage``'s split between them is sampled) of
-    each step of the engine's commit of one ``add()``; for the whole commit
-    also its wall time (on a file mostly ``COMMIT``'s fsync)."""
+    each step of the engine's commit of one ``add()``, for the whole commit
+    also its wall time (on a file mostly ``COMMIT``'s fsync); then of the
+    query of one ``get_count()``: the whole, its SQL, its rows made."""
     import timeit
 
     from gds_counter.gateway.embedded import EmbeddedGateway, _storage
@@ -162,6 +163,26 @@ def parts(storage: str, folder: str) -> dict[str, float]:
                 lambda: _storage.upsert(conn, mutation, key, 1, 0.0))
         finally:
             conn.execute("ROLLBACK")
+    # get_count()'s query: the target query over the 20 shards
+    from gds_counter.gateway.embedded._encoding import load_indexed
+    from gds_counter.gateway.embedded._filter_check import Doc
+    from gds_counter.gateway.query import PropertyFilter, Query
+
+    gateway._commit([Upsert(RawEntity(Key.of(key.kind, f"Contention_1_{n}"), {"target": "Contention_1", "count": n},
+                                      frozenset({"count"}))) for n in range(1, 21)], None)
+    query = Query(key.kind, filter=PropertyFilter("target", "=", "Contention_1"))
+    compiled = gateway._queries.compiled(query)
+    out["the whole query of get_count() (EmbeddedGateway._run_query, 20 rows)"] = best(lambda: gateway._run_query(query, None), 1000)
+    with gateway._db() as conn:
+        out["  its SQL, executed and fetched"] = best(lambda: conn.execute(compiled.sql, compiled.params).fetchall(), 1000)
+        rows = conn.execute(compiled.sql, compiled.params).fetchall()
+
+    def make_rows() -> None:
+        for kb, version, data in rows:
+            entity, index = load_indexed(data)
+            compiled.scan.key_row(Doc(kb, version, entity, index))
+
+    out["  its 20 rows made (entity, Doc, Row each)"] = best(make_rows, 1000)
     gateway.close()
     return out
 

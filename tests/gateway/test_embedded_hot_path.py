@@ -318,3 +318,26 @@ def test_a_counters_target_query_reads_its_shards_from_the_index_in_key_order(gw
     first = gw.run_query(query.replace(limit=7))
     rest = list(run_query_all(gw, query.replace(start_cursor=first.end_cursor)))
     assert [e.key.name for e in first.entities] + [e.key.name for e in rest] == names
+
+
+def test_a_key_ordered_query_pages_in_batches_at_the_batch_size(gw):
+    """A key-ordered query with nothing to check in Python (its SQL's rows
+    are its answer) is read a batch at a time: up to ``BATCH_SIZE`` rows,
+    and ``more_results`` only while a row is left and the limit allows;
+    the batch after a cursor continues where the first ended."""
+    from gds_counter.gateway.embedded._query_batches import BATCH_SIZE
+
+    count = BATCH_SIZE + 1
+    gw.commit([Upsert(shard(f"s{n:04d}", n, "T")) for n in range(count)])
+    query = Query("Shard", filter=PropertyFilter("target", "=", "T"))
+    for limit, sizes in ((None, [BATCH_SIZE, 1]), (BATCH_SIZE, [BATCH_SIZE]), (count, [BATCH_SIZE, 1]), (5, [5])):
+        got, cursor = [], None
+        while True:
+            result = gw.run_query(query.replace(limit=None if limit is None else limit - sum(got), start_cursor=cursor))
+            got.append(len(result.entities))
+            if not result.more_results:
+                break
+            cursor = result.end_cursor
+        assert got == sizes, limit
+    names = [e.key.name for e in by_target(gw, "T")]
+    assert names == [f"s{n:04d}" for n in range(count)]

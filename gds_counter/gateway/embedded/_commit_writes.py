@@ -171,8 +171,10 @@ class CommitWrites:
         to date (``stored_texts``)."""
         if txn is not None and txn.seq is not None:
             self._validate(conn, txn)
-        if seq is None:
-                seq = conn.execute("UPDATE meta SET value = value + 1 WHERE name = 'commit_seq' RETURNING value").fetchall()[0][0]
+        if seq is None and self.path is None:
+            seq = self._memory_seq + 1  # (nothing reads the counter in memory's ``meta``: one connection knows it)
+        elif seq is None:
+            seq = conn.execute("UPDATE meta SET value = value + 1 WHERE name = 'commit_seq' RETURNING value").fetchall()[0][0]
         partial = [m for m in mutations if isinstance(m, Upsert) and m.entity.key is not None and m.entity.key.is_partial]
         new_ids = iter(allocate(conn, len(partial)))
         results: list[tuple[Key | None, tuple[Any, ...] | None]] = []

@@ -128,8 +128,10 @@ class ConnectionPool(ConnectionLife):
         parent's threads, which the child does not have, for ever."""
         if self._refused:
             raise GatewayError(self._refused)
+        # In memory no other connection can hold a lock: no busy handler (``write_transaction``).
         conn, found = open_connection(
-            self.path, read_only=self.read_only, create=create, known=self._file, busy_timeout=BUSY_TIMEOUT_S,
+            self.path, read_only=self.read_only, create=create, known=self._file,
+            busy_timeout=BUSY_TIMEOUT_S if self.path is not None else 0.0,
         )
         if self._file is None:
             self._file = found

@@ -289,13 +289,42 @@ _SHAREABLE = (bool, int, float, str, bytes, _dt.datetime, Key, Geopoint)
 _Decoded = tuple[Key | None, dict[str, Any], frozenset[str], Index]
 
 
-@functools.lru_cache(maxsize=8192)
+#: How many decoded texts are remembered (oldest forgotten first).
+_REMEMBERED_ENTRIES = 8192
+
+#: text -> its decoding (``_decode``), a pure function of the text, so a
+#: remembered decoding is never stale: a row another process rewrote holds
+#: another text. Shared by the threads (each step on it is one dict call
+#: under the GIL) and kept by a forked child (it still holds true there).
+_remembered: dict[str, _Decoded | None] = {}
+
+
 def _decoded(text: str) -> _Decoded | None:
-    """A stored text decoded, with its index values: a pure function of the
-    text, remembered because a hot entity (a counter shard) is read far more
-    often than it changes, and decoding it (JSON, then a validated Key) was
-    most of a query's time. None for entities holding a mutable value (a
-    list, an embedded entity), which are decoded afresh on every read."""
+    """``_decode(text)``, remembered because a hot entity (a counter shard)
+    is read far more often than it changes, and decoding it (JSON, then a
+    validated Key) was most of a query's time."""
+    try:
+        return _remembered[text]
+    except KeyError:
+        pass
+    decoded = _decode(text)
+    _remember(text, decoded)
+    return decoded
+
+
+def _remember(text: str, decoded: _Decoded | None) -> None:
+    if len(_remembered) >= _REMEMBERED_ENTRIES:
+        try:  # the oldest; another thread may forget it first
+            del _remembered[next(iter(_remembered))]
+        except (KeyError, RuntimeError, StopIteration):
+            pass
+    _remembered[text] = decoded
+
+
+def _decode(text: str) -> _Decoded | None:
+    """A stored text decoded, with its index values. None for entities
+    holding a mutable value (a list, an embedded entity), which are
+    decoded afresh on every read."""
     entity = _entity_from_json(json.loads(text))
     if not all(value is None or isinstance(value, _SHAREABLE) for value in entity.properties.values()):
         return None
@@ -304,6 +333,28 @@ def _decoded(text: str) -> _Decoded | None:
     except BadValueError:
         return None  # not indexable here: the query that needs it says so itself
     return entity.key, entity.properties, entity.unindexed, index
+
+
+#: Values whose JSON round trip gives back an equal value of the same type
+#: (a datetime comes back in UTC, a Key without its project).
+_ROUND_TRIP = frozenset({type(None), bool, int, float, str})
+
+
+def remember_written(text: str, entity: RawEntity, entries: Iterable[tuple[str, bytes, Any]]) -> None:
+    """Remember that ``text``, just made by ``dump_entity(entity)``, decodes
+    to ``entity`` with the index ``entries`` (``index_entries(entity)``),
+    so that the next write or read of the row need not decode what this
+    process wrote: a counter shard's ``add()`` writes a new text every time,
+    and decoding it back was a fifth of a lone ``add()``'s engine time. Only
+    when decoding the text would give exactly that (values of plain JSON
+    types, a key without a project, which the text does not hold); else
+    nothing is remembered and the text is decoded when it is read."""
+    key = entity.key
+    if len(text) > _REMEMBERED_TEXT or key is None or key.project is not None:
+        return
+    if not all(type(value) in _ROUND_TRIP for value in entity.properties.values()):
+        return
+    _remember(text, (key, dict(entity.properties), entity.unindexed, _index(entries)))
 
 
 def _index(entries: Iterable[tuple[str, bytes, Any]]) -> Index:

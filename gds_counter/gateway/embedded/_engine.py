@@ -30,7 +30,7 @@ from gds_counter.gateway.embedded._encoding import key_bytes, load_entity
 from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, GroupCommit, for_another
 from gds_counter.gateway.embedded._metadata import metadata_batch
 from gds_counter.gateway.embedded._projects import Projects, check_home, check_home_mutations, resolved
-from gds_counter.gateway.embedded._query_batches import BATCH_SIZE, BatchRead, QueryBatches, answer, explain
+from gds_counter.gateway.embedded._query_batches import BATCH_SIZE, BatchRead, Compiled, QueryBatches, answer, explain
 from gds_counter.gateway.embedded._storage import (
     Transaction,
     allocate,
@@ -163,6 +163,8 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
     def _freeze_pinned(self, main: sqlite3.Connection, committing: Transaction | None) -> None:
         """In memory, before a commit changes the one connection: give every
         other transaction reading it a copy of the database as it is."""
+        if not self._pinned:
+            return  # (the usual case, and listing a WeakValueDictionary is not free)
         waiting = [t for t in self._pinned.values() if t is not committing and t.snapshot is None]
         self._pinned.clear()
         if waiting:
@@ -204,12 +206,13 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
                 entities, cursors, cursor, more = metadata_batch(conn, query)
             self._record("run_query", reads=len(entities))
             return QueryResult(tuple(entities), cursor, more, cursors)
+        compiled = self._queries.compiled(query)  # once for the batch and its cursors
         if txn is None:
-            batch, last, more = self._read_batch(query)
+            batch, last, more = self._read_batch(query, compiled)
             self._record("run_query", reads=len(batch))
-            return self._queries.result(query, batch, last, more)
+            return self._queries.result(query, batch, last, more, compiled)
         with self._snapshot(txn) as conn:
-            batch, last, more = self._queries.batch(conn, query)
+            batch, last, more = self._queries.batch(conn, query, compiled)
         for row in batch:
             key = row.doc.entity.key
             assert key is not None  # a stored entity always has its key
@@ -217,11 +220,11 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
         if not txn.read_only:  # checked again at commit: a phantom changes the answer
             txn.queries.append((query, answer(batch, last, more)))
         self._record("run_query", reads=len(batch))
-        return self._queries.result(query, batch, last, more)
+        return self._queries.result(query, batch, last, more, compiled)
 
-    def _read_batch(self, query: Query) -> BatchRead:
+    def _read_batch(self, query: Query, compiled: Compiled) -> BatchRead:
         with self._db() as conn:
-            return self._queries.batch(conn, query)
+            return self._queries.batch(conn, query, compiled)
 
     def explain_query(self, query: Query) -> str:
         """SQLite's plan for the SQL a query runs, so a workshop (and the

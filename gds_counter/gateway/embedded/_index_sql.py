@@ -60,7 +60,10 @@ def _source(f: Filter, ns: str, kind: str | None, depth: int = 0) -> _Source | N
             condition, values = f"{_SQL_OPS[f.op]} ?", (target,)
         if f.name == KEY_PROPERTY:
             return _Source(f"SELECT key_bytes FROM entities WHERE {scope_sql} AND key_bytes {condition}", (*scope, *values), rank)
-        return _Source(f"SELECT DISTINCT key_bytes FROM props WHERE {scope_sql} AND name = ? AND value {condition}", (*scope, f.name, *values), rank)
+        # One value's rows name each key once (the primary key ends in it), already in key order:
+        # no DISTINCT, so SQLite reads them straight from the index, without sorting (a counter's target query).
+        distinct = "" if f.op == "=" else "DISTINCT "
+        return _Source(f"SELECT {distinct}key_bytes FROM props WHERE {scope_sql} AND name = ? AND value {condition}", (*scope, f.name, *values), rank)
     if depth >= _MAX_SQL_DEPTH:
         return None
     children = [_source(child, ns, kind, depth + 1) for child in f.filters]
@@ -94,7 +97,9 @@ def candidate_sql(query: Query, scan: Scan, start: tuple[bytes, ...] | None) -> 
         # Entities lacking the sorted property are not in its index, so the index is the candidate set.
         source = _source(PropertyFilter(scan.first_property, ">=", None), ns, kind)
     columns = "SELECT e.key_bytes, e.version, e.data"
+    order_key = "e.key_bytes"
     if source is not None:
+        order_key = "c.key_bytes"  # (equal to e's: in the source's order, which SQLite may already read in)
         sql = f"{columns} FROM ({source.sql}) AS c CROSS JOIN entities AS e ON e.key_bytes = c.key_bytes WHERE 1"
         params: tuple[Any, ...] = source.params
     else:
@@ -107,9 +112,9 @@ def candidate_sql(query: Query, scan: Scan, start: tuple[bytes, ...] | None) -> 
     if scan.streams:
         is_descending = bool(scan.orders) and scan.orders[0].descending
         if start is not None:
-            sql += f" AND e.key_bytes {'<' if is_descending else '>'} ?"
+            sql += f" AND {order_key} {'<' if is_descending else '>'} ?"
             params += (start[-1],)
-        sql += f" ORDER BY e.key_bytes {'DESC' if is_descending else 'ASC'}"
+        sql += f" ORDER BY {order_key} {'DESC' if is_descending else 'ASC'}"
     return sql, params
 
 

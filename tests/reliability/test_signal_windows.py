@@ -183,3 +183,58 @@ def test_an_interrupt_after_any_call_of_the_group_commit_leaves_no_later_commit_
         finally:
             gateway.close()
     assert reached
+
+
+def test_an_interrupt_inside_a_lookup_leaves_no_read_open_that_refuses_later_writes(tmp_path):
+    """A lookup read its rows in a loop over SQLite's statement; an interrupt
+    landing in that loop left the statement part-read on the pooled
+    connection whenever the traceback kept the frame (a REPL, a caller that
+    stores its errors). The statement held its read snapshot, so once
+    another connection had committed, every later write on that connection
+    was refused "database is locked" at the end of its deadline, for good:
+    a fresh user's threads stopped writing after a Ctrl-C. Now the rows are
+    read whole, in one call."""
+    from gds_counter.errors import GDSError
+    from gds_counter.gateway.keys import Key
+    from gds_counter.gateway.mutations import Upsert
+    from gds_counter.gateway.values import RawEntity
+
+    db = tmp_path / "lookup.sqlite3"
+    gateway, other = EmbeddedGateway(db), EmbeddedGateway(db)
+    keys = [Key.of("K", f"k{i}") for i in range(50)]
+    gateway.commit([Upsert(RawEntity(key, {"n": 1})) for key in keys])
+    lookup_code = type(gateway)._lookup.__code__
+    fired: list[BaseException] = []
+
+    def tracer(frame: FrameType, event: str, arg: Any) -> Any:
+        code = frame.f_code
+        if code is lookup_code or (code.co_name == "<dictcomp>" and frame.f_back is not None
+                                   and frame.f_back.f_code is lookup_code):
+            return local
+        return None
+
+    def local(frame: FrameType, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_code.co_name == "<dictcomp>" and not fired:
+            fired.append(KeyboardInterrupt("as the lookup reads its rows"))
+            raise fired[0]
+        return local
+
+    kept: list[BaseException] = []
+    sys.settrace(tracer)
+    try:
+        gateway.lookup(keys)
+    except KeyboardInterrupt as exc:
+        kept.append(exc)  # its traceback keeps the lookup's frame, as a REPL's last traceback does
+    finally:
+        sys.settrace(None)
+    other.commit([Upsert(RawEntity(keys[0], {"n": 2}))])
+    try:
+        gateway.commit([Upsert(RawEntity(keys[1], {"n": 3}))])
+    except GDSError as exc:
+        pytest.fail(f"a write after the interrupted lookup was refused: {exc!r}")
+    finally:
+        gateway.close()
+        other.close()
+    check = EmbeddedGateway(db)
+    assert [e.properties["n"] for e in check.lookup(keys[:2])] == [2, 3]
+    check.close()

@@ -186,7 +186,12 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
         if encoded:
             marks = ", ".join("?" * len(encoded))  # distinct: BaseGateway.lookup removed repeats
             with self._db() if txn is None else self._snapshot(txn) as conn:
-                rows = conn.execute(f"SELECT key_bytes, version, data FROM entities WHERE key_bytes IN ({marks})", encoded)
+                # Read whole, in one call: a statement left part-read (an interrupt landing in a loop over
+                # it, its frame kept by the traceback) holds its read snapshot on the pooled connection,
+                # and every later write on that connection is refused, "database is locked".
+                rows = conn.execute(
+                    f"SELECT key_bytes, version, data FROM entities WHERE key_bytes IN ({marks})", encoded
+                ).fetchall()
                 found = {kb: (version, data) for kb, version, data in rows}
         out: list[RawEntity | None] = []
         for key, kb in zip(keys, encoded):

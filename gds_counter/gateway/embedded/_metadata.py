@@ -50,14 +50,14 @@ def metadata_entities(conn: sqlite3.Connection, query: Query) -> list[RawEntity]
     _check(query)
     ns = query.namespace
     if query.kind == "__namespace__":
-        found = [_namespace_key(row[0], ns) for row in conn.execute("SELECT DISTINCT ns FROM entities")]
+        found = [_namespace_key(row[0], ns) for row in conn.execute("SELECT DISTINCT ns FROM entities").fetchall()]
         entities = [RawEntity(key) for key in found]
     elif query.kind == "__kind__":
-        rows = conn.execute("SELECT DISTINCT kind FROM entities WHERE ns = ?", (ns,))
+        rows = conn.execute("SELECT DISTINCT kind FROM entities WHERE ns = ?", (ns,)).fetchall()
         entities = [RawEntity(Key.of("__kind__", kind, namespace=ns)) for (kind,) in rows]
     else:
         kinds: dict[tuple[str, str], set[str]] = {}
-        for kind, name, tag in conn.execute("SELECT kind, name, substr(value, 1, 1) FROM props WHERE ns = ?", (ns,)):
+        for kind, name, tag in conn.execute("SELECT kind, name, substr(value, 1, 1) FROM props WHERE ns = ?", (ns,)).fetchall():
             kinds.setdefault((kind, name), set()).add(_REPRESENTATIONS.get(tag[0], "UNKNOWN") if tag else "UNKNOWN")
         entities = [
             RawEntity(Key.of("__kind__", kind, "__property__", name, namespace=ns),

@@ -146,7 +146,9 @@ class SealedProperties(dict[str, Any]):
 
     __slots__ = ("key", "unindexed", "holds_keys")
 
-    def __init__(self, properties: dict[str, Any], key: Key | None, unindexed: frozenset[str]) -> None:
+    def __init__(self, properties: dict[str, Any], key: Key | None, unindexed: frozenset[str], *, by: object = None) -> None:
+        if by is not _SEALING:  # made by ``seal`` alone, after its check: else an unchecked entity would pass as checked
+            raise TypeError("SealedProperties are made by seal(entity), which checks the entity first")
         super().__init__(properties)
         self.key, self.unindexed = key, unindexed
         #: Whether a value is a ``Key`` (``mutations.map_keys`` walks it then).
@@ -164,6 +166,9 @@ class SealedProperties(dict[str, Any]):
         return self.key is entity.key and self.unindexed is entity.unindexed
 
 
+#: What ``seal`` passes to ``SealedProperties``, which no one else has.
+_SEALING = object()
+
 #: Values a sealed entity may hold: immutable ones (a list or an embedded
 #: entity could change after the check).
 _SEALABLE = (type(None), bool, int, float, str, bytes, _dt.datetime, Key, Geopoint)
@@ -179,7 +184,7 @@ def seal(entity: RawEntity) -> RawEntity:
     if entity.key is None or any(not isinstance(value, _SEALABLE) for value in entity.properties.values()):
         return RawEntity(entity.key, dict(entity.properties), entity.unindexed)
     sealed = RawEntity(entity.key, {}, entity.unindexed)
-    sealed.properties = SealedProperties(entity.properties, sealed.key, sealed.unindexed)
+    sealed.properties = SealedProperties(entity.properties, sealed.key, sealed.unindexed, by=_SEALING)
     return sealed
 
 

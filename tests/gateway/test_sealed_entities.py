@@ -134,3 +134,17 @@ def test_a_counter_checks_its_shard_entity_once_per_shard_not_per_write(make_gat
     assert counter.get_count() == 6
     written = [number for number, count in counter.shards() if count]
     assert checked.count("target") == len(written)  # once for each shard written
+
+
+def test_sealed_properties_are_made_only_by_seal_which_checks_first():
+    """Built directly (or re-initialised with other values), SealedProperties
+    passed an unchecked entity as checked: a reserved name, an oversized
+    indexed string, a metadata key were written unchecked (a fresh user's
+    attack). Only ``seal`` may make them, after its check."""
+    bad = {"__evil__": 1}
+    with pytest.raises(TypeError, match="made by seal"):
+        SealedProperties(bad, Key.of("K", "a"), frozenset())
+    sealed = seal(RawEntity(Key.of("K", "a"), {"n": 1}))
+    with pytest.raises(TypeError, match="made by seal"):
+        sealed.properties.__init__(bad, sealed.key, sealed.unindexed)
+    assert dict(sealed.properties) == {"n": 1}

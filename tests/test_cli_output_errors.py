@@ -119,3 +119,12 @@ def test_ctrl_c_while_printing_a_stored_increment_says_it_was_stored(tmp_path):
     assert code == 130
     assert len(err.getvalue().splitlines()) == 1
     assert "interrupted" in err.getvalue() and "the increment by 4 of 'a_1' WAS stored" in err.getvalue()
+
+
+def test_a_rollup_that_cannot_be_printed_says_its_rollups_were_written(tmp_path, env):
+    """``rollup > /dev/full`` wrote the rollups and said only that writing to
+    stdout failed."""
+    assert to_full(["increment", "a", "1", "-n", "3"], tmp_path, env).returncode == 1  # (stored; its print failed)
+    done = to_full(["rollup"], tmp_path, env)
+    assert done.returncode == 1
+    assert "1 rollups WERE written, but writing the result to stdout failed" in done.stderr, done.stderr

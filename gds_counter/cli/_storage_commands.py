@@ -47,6 +47,8 @@ def _rollup(ctx: Context) -> int:
     writes = rolled.writes
     data = {"counters": len(names), "fresh": fresh, "read": len(names) - fresh, "written": writes.written,
             "failed": writes.failed}
+    if writes.written:
+        ctx.was_stored(f"{writes.written} rollups WERE written")
     ctx.emit(data, f"{len(names)} counters: {fresh} rollups fresh, {len(names) - fresh} read from their shards, "
                    f"{writes.written} rollups written" + (f", {writes.failed} failed" if writes.failed else ""))
     for failure in writes.not_written:

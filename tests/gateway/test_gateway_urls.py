@@ -99,3 +99,12 @@ def test_a_url_with_a_user_or_password_is_refused_without_repeating_the_secret(u
     assert "s3cret" not in str(caught.value) and "***@" in str(caught.value)
     assert "s3cret" not in capfd.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_emulator_host_with_a_user_or_password_is_refused_without_repeating_it(monkeypatch, capfd):
+    """``DATASTORE_EMULATOR_HOST=u:pw@host:port`` was tried as a host name,
+    and the resolver's error printed the password twice."""
+    monkeypatch.setenv("DATASTORE_EMULATOR_HOST", "u:s3cret@127.0.0.1:9")
+    with pytest.raises(BadValueError, match=r"'\*\*\*@127\.0\.0\.1:9'.*names a user or a password") as caught:
+        CounterShardDS("a", 1).add(1)
+    assert "s3cret" not in str(caught.value) and "s3cret" not in capfd.readouterr().err

@@ -201,6 +201,11 @@ class DatastoreRequests(GatewayRules):
         self._codec = Codec(self.project, self.database)
         host = emulator_host if emulator_host is not None else os.environ.get("DATASTORE_EMULATOR_HOST")
         self.emulator_host = strip_scheme(host) if host else None
+        if self.emulator_host and "@" in self.emulator_host:
+            raise BadValueError(
+                f"emulator host {'***@' + self.emulator_host.rpartition('@')[2]!r} (DATASTORE_EMULATOR_HOST or "
+                "emulator_host) names a user or a password: an emulator takes none; give HOST:PORT"
+            )
         if self.emulator_host and credentials is not None:
             log.warning("credentials are ignored: talking to the emulator at %s", self.emulator_host)
 

@@ -160,11 +160,10 @@ def parts(storage: str, folder: str) -> dict[str, float]:
             out["UPDATE the row"] = best(lambda: conn.execute(
                 "UPDATE entities SET version = ?, written_at = ?, data = ? WHERE key_bytes = ?", (1, 0.0, text, kb)))
             out["upsert() whole: mask, transform, checks, JSON, index, 2 statements"] = best(
-                lambda: _storage.upsert(conn, mutation, key, 1, 0.0))
+                lambda: _storage.upsert(conn, mutation, key, 1, 0.0, gateway._decodings))
         finally:
             conn.execute("ROLLBACK")
     # get_count()'s query: the target query over the 20 shards
-    from gds_counter.gateway.embedded._encoding import load_indexed
     from gds_counter.gateway.embedded._filter_check import Doc
     from gds_counter.gateway.query import PropertyFilter, Query
 
@@ -179,7 +178,7 @@ def parts(storage: str, folder: str) -> dict[str, float]:
 
     def make_rows() -> None:
         for kb, version, data in rows:
-            entity, index = load_indexed(data)
+            entity, index = gateway._decodings.load_indexed(data)
             compiled.scan.key_row(Doc(kb, version, entity, index))
 
     out["  its 20 rows made (entity, Doc, Row each)"] = best(make_rows, 1000)

@@ -27,10 +27,6 @@ OTHER_STATE = {
         "collected) would release the parent's SQLite locks"
     ),
     ("_process/deadlines.py", "_AT"): "the running call's deadline: per call (a context variable), not per gateway",
-    ("gateway/embedded/_encoding.py", "_remembered"): (
-        "stored texts -> their decoding (was a functools.lru_cache): a pure function of the text, true for "
-        "every gateway of the process and on both sides of a fork, so nothing in it belongs to one gateway"
-    ),
 }
 
 #: Module-level tables that are never changed after import (names, rules).

@@ -22,7 +22,7 @@ from typing import Any
 
 from gds_counter.errors import AlreadyExists, CommitUnknown, Contention, GDSError, NotFound
 from gds_counter.gateway.embedded._connections import Connection, ConnectionPool, Lease
-from gds_counter.gateway.embedded._encoding import key_bytes
+from gds_counter.gateway.embedded._encoding import Decodings, key_bytes
 from gds_counter.gateway.embedded._group_commit import Batch
 from gds_counter.gateway.embedded._query_batches import QueryBatches, answer
 from gds_counter.gateway.embedded._storage import (
@@ -52,6 +52,7 @@ class CommitWrites:
     stats: Stats
     _pool: ConnectionPool
     _queries: QueryBatches
+    _decodings: Decodings
     #: In memory: the last commit's number, known without asking (one connection).
     _memory_seq: int
     #: The entity write rate model's least gap between two writes (0: off).
@@ -200,7 +201,7 @@ class CommitWrites:
                         raise
                     raise Stopped(exc, seq) from None
                 self._check_write_rate(conn, key, now)
-                results.append(upsert(conn, mutation, key, seq, now, stored))
+                results.append(upsert(conn, mutation, key, seq, now, self._decodings, stored))
         return seq, results
 
     def _validate(self, conn: sqlite3.Connection, txn: Transaction) -> None:

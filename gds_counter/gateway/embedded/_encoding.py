@@ -270,10 +270,10 @@ def dump_entity(entity: RawEntity) -> str:
 
 
 def load_entity(text: str, key: Key | None = None) -> RawEntity:
-    """The entity stored as ``text``; ``key``, when the caller already holds
-    the very key it was found under (a lookup), is used instead of parsing
-    and validating the stored one again."""
-    return load_indexed(text, key)[0]
+    """The entity stored as ``text``, decoded afresh (a gateway's reads go
+    through its ``Decodings``); ``key``, when the caller already holds the
+    very key it was found under, is used instead of parsing the stored one."""
+    return _entity_from_json(json.loads(text), key)
 
 
 #: Index values by property name, as ``index_entries`` gives them.
@@ -289,36 +289,75 @@ _SHAREABLE = (bool, int, float, str, bytes, _dt.datetime, Key, Geopoint)
 _Decoded = tuple[Key | None, dict[str, Any], frozenset[str], Index]
 
 
-#: How many decoded texts are remembered (oldest forgotten first).
+#: How many decoded texts a gateway remembers (oldest forgotten first).
 _REMEMBERED_ENTRIES = 8192
 
-#: text -> its decoding (``_decode``), a pure function of the text, so a
-#: remembered decoding is never stale: a row another process rewrote holds
-#: another text. Shared by the threads (each step on it is one dict call
-#: under the GIL) and kept by a forked child (it still holds true there).
-_remembered: dict[str, _Decoded | None] = {}
 
+class Decodings:
+    """One gateway's stored texts -> their decoding (``_decode``): a hot
+    entity (a counter shard) is read far more often than it changes, and
+    decoding it (JSON, then a validated Key) was most of a query's time.
+    The decoding is a pure function of the text, so a remembered one is
+    never stale: a row another process rewrote holds another text. Shared
+    by the gateway's threads (each step is one dict call under the GIL) and
+    kept by a forked child (it still holds true there). Owned by the
+    gateway, not the module: it goes when the gateway does."""
 
-def _decoded(text: str) -> _Decoded | None:
-    """``_decode(text)``, remembered because a hot entity (a counter shard)
-    is read far more often than it changes, and decoding it (JSON, then a
-    validated Key) was most of a query's time."""
-    try:
-        return _remembered[text]
-    except KeyError:
-        pass
-    decoded = _decode(text)
-    _remember(text, decoded)
-    return decoded
+    __slots__ = ("_remembered",)
 
+    def __init__(self) -> None:
+        self._remembered: dict[str, _Decoded | None] = {}
 
-def _remember(text: str, decoded: _Decoded | None) -> None:
-    if len(_remembered) >= _REMEMBERED_ENTRIES:
-        try:  # the oldest; another thread may forget it first
-            del _remembered[next(iter(_remembered))]
-        except (KeyError, RuntimeError, StopIteration):
+    def _decoded(self, text: str) -> _Decoded | None:
+        try:
+            return self._remembered[text]
+        except KeyError:
             pass
-    _remembered[text] = decoded
+        decoded = _decode(text)
+        self._remember(text, decoded)
+        return decoded
+
+    def _remember(self, text: str, decoded: _Decoded | None) -> None:
+        remembered = self._remembered
+        if len(remembered) >= _REMEMBERED_ENTRIES:
+            try:  # the oldest; another thread may forget it first
+                del remembered[next(iter(remembered))]
+            except (KeyError, RuntimeError, StopIteration):
+                pass
+        remembered[text] = decoded
+
+    def remember_written(self, text: str, entity: RawEntity, entries: Iterable[tuple[str, bytes, Any]]) -> None:
+        """Remember that ``text``, just made by ``dump_entity(entity)``, decodes
+        to ``entity`` with the index ``entries`` (``index_entries(entity)``),
+        so that the next write or read of the row need not decode what this
+        gateway wrote: a counter shard's ``add()`` writes a new text every
+        time, and decoding it back was a fifth of a lone ``add()``'s engine
+        time. Only when decoding the text would give exactly that (values of
+        plain JSON types, a key without a project, which the text does not
+        hold); else nothing is remembered and the text is decoded when read."""
+        key = entity.key
+        if len(text) > _REMEMBERED_TEXT or key is None or key.project is not None:
+            return
+        if not all(type(value) in _ROUND_TRIP for value in entity.properties.values()):
+            return
+        self._remember(text, (key, dict(entity.properties), entity.unindexed, _index(entries)))
+
+    def load_indexed(self, text: str, key: Key | None = None) -> tuple[RawEntity, Index | None]:
+        """``load_entity``, and the entity's index values when they are known
+        (None: compute them from the entity). Each call returns its own
+        ``RawEntity`` and properties dict, so a caller that changes one
+        changes nobody else's; the values in it are immutable and shared."""
+        decoded = self._decoded(text) if len(text) <= _REMEMBERED_TEXT else None
+        if decoded is None:
+            return _entity_from_json(json.loads(text), key), None
+        stored_key, properties, unindexed, index = decoded
+        return RawEntity(key if key is not None else stored_key, dict(properties), unindexed), index
+
+    def load_entity(self, text: str, key: Key | None = None) -> RawEntity:
+        """The entity stored as ``text``; ``key``, when the caller already holds
+        the very key it was found under (a lookup), is used instead of parsing
+        and validating the stored one again."""
+        return self.load_indexed(text, key)[0]
 
 
 def _decode(text: str) -> _Decoded | None:
@@ -340,23 +379,6 @@ def _decode(text: str) -> _Decoded | None:
 _ROUND_TRIP = frozenset({type(None), bool, int, float, str})
 
 
-def remember_written(text: str, entity: RawEntity, entries: Iterable[tuple[str, bytes, Any]]) -> None:
-    """Remember that ``text``, just made by ``dump_entity(entity)``, decodes
-    to ``entity`` with the index ``entries`` (``index_entries(entity)``),
-    so that the next write or read of the row need not decode what this
-    process wrote: a counter shard's ``add()`` writes a new text every time,
-    and decoding it back was a fifth of a lone ``add()``'s engine time. Only
-    when decoding the text would give exactly that (values of plain JSON
-    types, a key without a project, which the text does not hold); else
-    nothing is remembered and the text is decoded when it is read."""
-    key = entity.key
-    if len(text) > _REMEMBERED_TEXT or key is None or key.project is not None:
-        return
-    if not all(type(value) in _ROUND_TRIP for value in entity.properties.values()):
-        return
-    _remember(text, (key, dict(entity.properties), entity.unindexed, _index(entries)))
-
-
 def _index(entries: Iterable[tuple[str, bytes, Any]]) -> Index:
     """``index_entries`` grouped by property name."""
     index: Index = {}
@@ -365,13 +387,3 @@ def _index(entries: Iterable[tuple[str, bytes, Any]]) -> Index:
     return index
 
 
-def load_indexed(text: str, key: Key | None = None) -> tuple[RawEntity, Index | None]:
-    """``load_entity``, and the entity's index values when they are known
-    (None: compute them from the entity). Each call returns its own
-    ``RawEntity`` and properties dict, so a caller that changes one changes
-    nobody else's; the values in it are immutable and shared."""
-    decoded = _decoded(text) if len(text) <= _REMEMBERED_TEXT else None
-    if decoded is None:
-        return _entity_from_json(json.loads(text), key), None
-    stored_key, properties, unindexed, index = decoded
-    return RawEntity(key if key is not None else stored_key, dict(properties), unindexed), index

@@ -26,7 +26,7 @@ from gds_counter.gateway.base import BaseGateway
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.embedded._commit_writes import CommitWrites
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, ConnectionPool, HeldLease, Lease
-from gds_counter.gateway.embedded._encoding import key_bytes, load_entity
+from gds_counter.gateway.embedded._encoding import Decodings, key_bytes
 from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, GroupCommit, for_another
 from gds_counter.gateway.embedded._metadata import metadata_batch
 from gds_counter.gateway.embedded._projects import Projects, check_home, check_home_mutations, resolved
@@ -99,7 +99,8 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
         # commit, and need a copy of it before the next commit changes it.
         self._pinned: weakref.WeakValueDictionary[bytes, Transaction] = weakref.WeakValueDictionary()
         self._memory_seq = 0  # in memory: the last commit's number, known without asking (one connection)
-        self._queries = QueryBatches(self.stats)
+        self._decodings = Decodings()  # stored texts this gateway decoded or wrote
+        self._queries = QueryBatches(self.stats, self._decodings)
         self._group = GroupCommit()
 
     # -- connections -------------------------------------------------------
@@ -198,7 +199,7 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
             version, data = found.get(kb, (0, None))
             if txn is not None:
                 txn.saw(kb, version, key)
-            out.append(load_entity(data, key) if data is not None else None)
+            out.append(self._decodings.load_entity(data, key) if data is not None else None)
         self._record("lookup", reads=len(keys))  # Datastore bills a missing key as a read
         return out
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Generator, Hashable
 import attrs
 
 from gds_counter.gateway.embedded._cursors import BatchCursors, Point, cursor_owner, encode_cursor, read_cursor
-from gds_counter.gateway.embedded._encoding import load_indexed
+from gds_counter.gateway.embedded._encoding import Decodings
 from gds_counter.gateway.embedded._filter_check import Doc, compile_filter
 from gds_counter.gateway.embedded._index_sql import candidate_sql, sql_is_exact
 from gds_counter.gateway.embedded._scans import Row, Scan
@@ -60,8 +60,8 @@ class QueryBatches:
     """One gateway's compiled query shapes, and the batches read with them;
     ``stats`` is the gateway's (rows examined)."""
 
-    def __init__(self, stats: Stats) -> None:
-        self._stats = stats
+    def __init__(self, stats: Stats, decodings: Decodings) -> None:
+        self._stats, self._decodings = stats, decodings
         self._shapes: dict[str, Compiled] = {}
 
     def result(
@@ -127,7 +127,7 @@ class QueryBatches:
         finally:
             cursor.close()  # (on a file, a statement left open keeps its read transaction)
         self._stats.bump("rows_examined", len(fetched))
-        key_row = compiled.scan.key_row
+        key_row, load_indexed = compiled.scan.key_row, self._decodings.load_indexed
         batch = [key_row(Doc(kb, version, *load_indexed(data))) for kb, version, data in fetched[:wanted]]
         more = len(fetched) > wanted and (limit is None or limit > wanted)
         return batch, batch[-1].position if batch else None, more
@@ -183,7 +183,7 @@ class QueryBatches:
             docs = []
             for kb, version, data in cursor:
                 examined += 1
-                entity, index = load_indexed(data)
+                entity, index = self._decodings.load_indexed(data)
                 doc = Doc(kb, version, entity, index)
                 if matches is not None and not matches(doc):
                     continue

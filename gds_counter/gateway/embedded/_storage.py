@@ -53,12 +53,11 @@ from gds_counter.errors import AlreadyExists, Contention, GatewayError, GDSError
 from gds_counter.gateway import _paths as paths
 from gds_counter.gateway.base import TransactionState
 from gds_counter.gateway.embedded._encoding import (
+    Decodings,
     Index,
     dump_entity,
     index_entries,
     key_bytes,
-    load_indexed,
-    remember_written,
 )
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Insert, Update, Upsert
@@ -361,7 +360,8 @@ def incremented(current: Any, amount: int | float) -> int | float:
 
 
 def upsert(
-    conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now: float, stored: dict[bytes, str | None] | None = None
+    conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now: float, decodings: Decodings,
+    stored: dict[bytes, str | None] | None = None,
 ) -> tuple[Key, tuple[Any, ...]]:
     """Write one entity (after its property mask and transforms) and its index
     rows; return the key and the transform results.
@@ -387,7 +387,7 @@ def upsert(
         properties = dict(entity.properties)
         unindexed = set(entity.unindexed) & set(properties)
     else:
-        old, old_index = load_indexed(row[0], key) if row else (RawEntity(key), None)
+        old, old_index = decodings.load_indexed(row[0], key) if row else (RawEntity(key), None)
         properties, unindexed = dict(old.properties), set(old.unindexed)
         for name in mutation.property_mask:  # a path: "e.x" is x inside the entity value e
             members = paths.parse(name)
@@ -409,7 +409,7 @@ def upsert(
     indexed = list(index_entries(written))
     entries = {(name, enc) for name, enc, _ in indexed}
     text = dump_entity(written)
-    remember_written(text, written, indexed)  # the next write or read of this row need not decode it
+    decodings.remember_written(text, written, indexed)  # the next write or read of this row need not decode it
     if row is None:
         conn.execute(
             "INSERT INTO entities (key_bytes, ns, kind, version, written_at, data) VALUES (?, ?, ?, ?, ?, ?)",
@@ -417,7 +417,7 @@ def upsert(
         )
     else:
         # Before the first write: a single mutation raises before it writes.
-        known = _stored_index(row[0]) if old_index is None else _index_rows(old_index)
+        known = _stored_index(row[0], decodings) if old_index is None else _index_rows(old_index)
         conn.execute("UPDATE entities SET version = ?, written_at = ?, data = ? WHERE key_bytes = ?", (seq, now, text, kb))
     if stored is not None:
         stored[kb] = text
@@ -437,12 +437,12 @@ def upsert(
 _STABLE = (str, bytes, int, Key, type(None))
 
 
-def _stored_index(text: str) -> set[tuple[str, bytes]] | None:
+def _stored_index(text: str, decodings: Decodings) -> set[tuple[str, bytes]] | None:
     """The index rows an entity stored as ``text`` has, known without reading
     them when every indexed value is of a type whose encoding never changed
     (None: read them)."""
     try:
-        index = load_indexed(text)[1]
+        index = decodings.load_indexed(text)[1]
     except (GDSError, ValueError, LookupError, TypeError):  # unreadable: its rows are read instead
         return None
     return None if index is None else _index_rows(index)

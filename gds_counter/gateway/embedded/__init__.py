@@ -28,11 +28,13 @@ The engine is split by idea, each module explaining its own part:
   (the base of ``EmbeddedGateway``).
 * ``_query_batches``: a query's batches: each query shape compiled once,
   and one batch's rows read in the query's order between its cursors.
-* ``_files``: opening a file, and its identity (``file_id``: the shared
-  cache names a SQLite file by it, whatever path reaches it).
+* ``_files``: opening a file, and SQLite's failures as gds_counter errors.
+* ``_file_ids``: a file's identity (``file_id``: checked before every
+  commit; the shared cache names a SQLite file by it, whatever path
+  reaches it), asked without the file's times.
 """
 
 from gds_counter.gateway.embedded._engine import CAPABILITIES, EmbeddedGateway
-from gds_counter.gateway.embedded._files import file_id
+from gds_counter.gateway.embedded._file_ids import file_id
 
 __all__ = ["CAPABILITIES", "EmbeddedGateway", "file_id"]

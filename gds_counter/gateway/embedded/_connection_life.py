@@ -38,7 +38,8 @@ import weakref
 
 from gds_counter._process import forks, interrupts
 from gds_counter.errors import GatewayError
-from gds_counter.gateway.embedded._files import ABANDONED, Connection, FileId, close_connection, file_gone, file_id
+from gds_counter.gateway.embedded._file_ids import FileId, file_id
+from gds_counter.gateway.embedded._files import ABANDONED, Connection, close_connection, file_gone
 
 log = logging.getLogger("gds_counter.gateway.embedded")
 

@@ -1,6 +1,6 @@
 """One SQLite file as the embedded engine sees it: the connection class
 that remembers who opened it, how a connection to it is opened and
-prepared, how a file is identified (to notice it was deleted or replaced),
+prepared (its identity, to notice it was deleted or replaced, is ``_file_ids``),
 and how SQLite's failures become gds_counter errors that name the file
 and, where it can be told, why; and how one is closed (never one a
 forked child inherited, whose closing could release the parent's locks)."""
@@ -15,17 +15,15 @@ from pathlib import Path
 
 from gds_counter._process import forks
 from gds_counter.errors import Contention, GatewayError, GDSError
+from gds_counter.gateway.embedded._file_ids import FileId, file_id
 from gds_counter.gateway.embedded._storage import create_schema, is_busy, schema_ready
 
 __all__ = [
-    "ABANDONED", "Connection", "FileId", "close_connection", "file_gone", "file_id", "open_connection", "translate",
+    "ABANDONED", "Connection", "close_connection", "file_gone", "open_connection", "translate",
     "why_unopenable",
 ]
 
 log = logging.getLogger("gds_counter.gateway.embedded")
-
-FileId = tuple[int, int]
-
 
 class Connection(sqlite3.Connection):
     """A SQLite connection that knows which process opened it, how long it
@@ -123,15 +121,6 @@ def file_gone(path: str | None, found: FileId | None, what: str) -> str:
     if found is None:
         return f"{path} was deleted while the gateway had it open; {what}"
     return f"{path} was replaced by another file while the gateway had it open; {what}"
-
-
-def file_id(path: str) -> FileId | None:
-    """(device, inode) of ``path``, or None when nothing is there."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 def translate(exc: sqlite3.Error, where: str) -> GDSError:

@@ -80,6 +80,9 @@ class ConnectionLife:
     _lent: dict[Connection, tuple[int, weakref.ref[object]]]
     #: connection -> the transaction holding it (see ``hold``), oldest first
     _held: dict[Connection, weakref.ref[object]]
+    #: Connections whose transaction ended while a call on it still ran
+    #: (``unhold``): that call's lease gives them back as it ends.
+    _unheld: set[Connection]
     _opening: int  # connections being opened now, outside the lock
     _waiting: int  # threads waiting in _acquire
     _reclaimed: int  # connections ``_reclaim_lost`` took back, not yet logged
@@ -109,6 +112,7 @@ class ConnectionLife:
         self.write_lock = threading.RLock()
         self._lent = {}
         self._held = {}
+        self._unheld = set()
         self._opening = self._waiting = self._reclaimed = 0
         self._forking = self._fork_inside = False
         self._fork_trouble = None

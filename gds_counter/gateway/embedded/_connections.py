@@ -271,11 +271,21 @@ class ConnectionPool(ConnectionLife):
 
     def unhold(self, conn: Connection) -> None:
         """The transaction holding ``conn`` ended: its snapshot is rolled
-        back and the connection goes back to the pool."""
+        back and the connection goes back to the pool; at the end of the
+        call on it that still runs, if one does. (An asyncio task cancelled
+        during its transaction's read rolls the transaction back while the
+        read goes on in a worker thread: given back at once, the connection
+        was lent to another call while the read began its snapshot on it,
+        and every write on it then failed, "cannot start a transaction
+        within a transaction".)"""
         with self._lock:
             if self._held.pop(conn, None) is None:
                 return  # taken already (evicted, closed at a fork): not counted any more
-            self._lent.pop(conn, None)
+            lent = self._lent.get(conn)
+            if lent is not None and lent[1]() is not None:
+                self._unheld.add(conn)  # ``HeldLease._give_back`` gives it back
+                return
+            self._lent.pop(conn, None)  # (a lease that died with it: nothing runs on it)
         _surely_release(self, conn)
 
     def _reclaim_lost(self) -> bool:
@@ -295,6 +305,7 @@ class ConnectionPool(ConnectionLife):
             self._reclaimed += 1
             # Out of ``_lent`` only once it is somewhere else: an interrupt
             # on the way leaves it lent to no one, to be taken back again.
+            self._unheld.discard(conn)  # (its transaction ended during the lost call: given back here)
             if conn not in self._held:  # (else its transaction still holds it)
                 if forks.owned_here(conn.pid) and not self._closed and (self._rolled_back(conn) or self.path is None):
                     if conn not in self._idle:  # (a memory database lives in its connection: never dropped)
@@ -394,10 +405,13 @@ class HeldLease:
             raise translate(exc, self._pool.where) from exc
 
     def _give_back(self) -> None:
-        pool = self._pool
+        pool, conn = self._pool, self._conn
         try:
             with locked(pool._lock):
-                pool._lent.pop(self._conn, None)
+                if conn in pool._unheld:  # its transaction ended during this call (``unhold``)
+                    pool._put_back(conn)  # rolled back, into the pool; out of ``_lent``
+                    pool._unheld.discard(conn)
+                pool._lent.pop(conn, None)
                 if pool._waiting:
                     pool._cond.notify_all()
         finally:

@@ -201,9 +201,18 @@ def test_write_skew_is_refused(gw):
 
 
 @pytest.mark.parametrize("gw", ISOLATING, indirect=True)
-def test_read_only_transactions_see_one_snapshot(gw):
+def test_read_only_transactions_see_one_snapshot(gw, request):
     """A mover moves one unit from x to y in transactions while readers read
-    x, then y, in read-only transactions: the sum is always the total."""
+    x, then y, in read-only transactions: the sum is always the total.
+
+    The Firestore emulator itself breaks this now and then: with Google's
+    own client and no gds_counter, 2 of 1,500 read-only transactions saw a
+    move between their two lookups
+    (``tests/conformance/emulator_read_only_snapshots.py``). So on the
+    emulator up to two torn sums are its own (about one run in six saw
+    one); a gateway that left the transaction out of its lookups tears
+    most of them. The project's own backends (the embedded engine, serve)
+    tear none."""
     x, y = key(gw, "Balance", "x"), key(gw, "Balance", "y")
     put(gw, x, n=1000)
     put(gw, y, n=0)
@@ -241,7 +250,8 @@ def test_read_only_transactions_see_one_snapshot(gw):
         stop.set()
         thread.join()
     assert moves[0] > 0
-    assert torn == [], f"{len(torn)} of {reads} read-only transactions saw a torn sum"
+    allowed = 2 if request.node.callspec.params["gw"] == "firestore" else 0  # the emulator's own (docstring)
+    assert len(torn) <= allowed, f"{len(torn)} of {reads} read-only transactions saw a torn sum: {torn}"
 
 
 @pytest.mark.parametrize("gw", WITH_LEGACY, indirect=True)

@@ -46,7 +46,6 @@ from typing import Any, Hashable, Iterable, Iterator
 
 import attrs
 
-from gds_counter._checks import INT64_MAX, INT64_MIN
 from gds_counter._process import deadlines, forks
 from gds_counter._process.interrupts import surely
 from gds_counter.errors import AlreadyExists, Contention, GatewayError, GDSError, NotFound
@@ -59,6 +58,7 @@ from gds_counter.gateway.embedded._encoding import (
     index_entries,
     key_bytes,
 )
+from gds_counter.gateway.embedded._masked_writes import incremented, index_rows, masked_plain
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Insert, Update, Upsert
 from gds_counter.gateway.query import Query
@@ -346,19 +346,6 @@ def upserted_keys(batch: Iterable[Any]) -> Iterator[bytes]:
                 yield key_bytes(mutation.entity.key)
 
 
-def incremented(current: Any, amount: int | float) -> int | float:
-    """Datastore's increment transform, as the Firestore emulator applies
-    it: integers add and saturate at the 64-bit bounds (never an error, so
-    a result at a bound may have been cut short); a double on either side
-    makes a double (1.5 + 1 is 2.5); anything else stored (nothing, null, a
-    string, a bool, a list, a timestamp) is replaced by the amount."""
-    if not isinstance(current, (int, float)) or isinstance(current, bool):
-        return amount
-    if isinstance(current, float) or isinstance(amount, float):
-        return float(current) + float(amount)
-    return min(max(current + amount, INT64_MIN), INT64_MAX)
-
-
 def upsert(
     conn: sqlite3.Connection, mutation: Upsert, key: Key, seq: int, now: float, decodings: Decodings,
     stored: dict[bytes, str | None] | None = None,
@@ -382,6 +369,17 @@ def upsert(
         row = None if text is None else (text,)
     else:
         row = conn.execute("SELECT data FROM entities WHERE key_bytes = ?", (kb,)).fetchone()
+    if row is not None and mutation.property_mask is not None:
+        plain = masked_plain(mutation, key, row[0], decodings)  # a counter's add(): no entity rebuilt
+        if plain is not None:
+            text, results, index, changed = plain
+            conn.execute("UPDATE entities SET version = ?, written_at = ?, data = ? WHERE key_bytes = ?", (seq, now, text, kb))
+            if stored is not None:
+                stored[kb] = text
+            if changed:
+                entries = {(name, enc) for name, values in index.items() for enc, _ in values}
+                _write_index(conn, key, kb, entries, fresh=False)
+            return key, results
     old_index: Index | None = None  # the stored entity's index values, when decoded
     if mutation.property_mask is None:
         properties = dict(entity.properties)
@@ -415,26 +413,30 @@ def upsert(
             "INSERT INTO entities (key_bytes, ns, kind, version, written_at, data) VALUES (?, ?, ?, ?, ?, ?)",
             (kb, key.namespace, key.kind, seq, now, text),
         )
+        known: set[tuple[str, bytes]] | None = None
     else:
         # Before the first write: a single mutation raises before it writes.
-        known = _stored_index(row[0], decodings) if old_index is None else _index_rows(old_index)
+        known = _stored_index(row[0], decodings) if old_index is None else index_rows(old_index)
         conn.execute("UPDATE entities SET version = ?, written_at = ?, data = ? WHERE key_bytes = ?", (seq, now, text, kb))
     if stored is not None:
         stored[kb] = text
-    if row is not None:
-        if known == entries or set(conn.execute("SELECT name, value FROM props WHERE key_bytes = ?", (kb,))) == entries:
-            return key, tuple(transform_results)
+    if row is None or known != entries:  # (known: the rows the stored text implies, None if not known)
+        _write_index(conn, key, kb, entries, fresh=row is None)
+    return key, tuple(transform_results)
+
+
+def _write_index(conn: sqlite3.Connection, key: Key, kb: bytes, entries: set[tuple[str, bytes]], *, fresh: bool) -> None:
+    """Make ``entries`` the index rows of the entity ``kb``: of a row just
+    inserted (``fresh``), or of one whose rows are read and replaced unless
+    they are these already."""
+    if not fresh:
+        if set(conn.execute("SELECT name, value FROM props WHERE key_bytes = ?", (kb,))) == entries:
+            return
         conn.execute("DELETE FROM props WHERE key_bytes = ?", (kb,))
     conn.executemany(
         "INSERT OR IGNORE INTO props (ns, kind, name, value, key_bytes) VALUES (?, ?, ?, ?, ?)",
         [(key.namespace, key.kind, name, enc, kb) for name, enc in entries],
     )
-    return key, tuple(transform_results)
-
-
-#: Index values whose encoding never changed: rows written for them are the
-#: ones ``index_entries`` gives today (floats' NaN and -0.0 changed).
-_STABLE = (str, bytes, int, Key, type(None))
 
 
 def _stored_index(text: str, decodings: Decodings) -> set[tuple[str, bytes]] | None:
@@ -445,12 +447,4 @@ def _stored_index(text: str, decodings: Decodings) -> set[tuple[str, bytes]] | N
         index = decodings.load_indexed(text)[1]
     except (GDSError, ValueError, LookupError, TypeError):  # unreadable: its rows are read instead
         return None
-    return None if index is None else _index_rows(index)
-
-
-def _index_rows(index: Index) -> set[tuple[str, bytes]] | None:
-    """The index rows of an entity with the index values ``index``, when
-    every value is of a type whose encoding never changed (None: read them)."""
-    if not all(isinstance(value, _STABLE) for values in index.values() for _, value in values):
-        return None
-    return {(name, enc) for name, values in index.items() for enc, _ in values}
+    return None if index is None else index_rows(index)

@@ -391,6 +391,13 @@ class Decodings:
         stored_key, properties, unindexed, index, _ = decoded
         return RawEntity(key if key is not None else stored_key, dict(properties), unindexed), index
 
+    def finder(self) -> Callable[[str], _Decoded | None]:
+        """A function giving the remembered decoding of a text (None: none
+        remembered, or one that is not remembered because it cannot be,
+        both read through ``load_indexed``), for a loop over many rows
+        (``_query_batches``: a counter's total reads twenty)."""
+        return self._remembered.get
+
     def load_entity(self, text: str, key: Key | None = None) -> RawEntity:
         """The entity stored as ``text``; ``key``, when the caller already holds
         the very key it was found under (a lookup), is used instead of parsing

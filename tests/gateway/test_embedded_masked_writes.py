@@ -1,5 +1,5 @@
 """A masked write of plain values onto a remembered stored entity (the
-counter's every ``add()``) takes a shortcut (``_masked_writes.masked_plain``)
+counter's every ``add()``) takes a shortcut (``_storage.masked_plain``)
 that must store exactly what the general path stores: the same text, the
 same transform results, the same index rows, the same refusals.
 
@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gds_counter.errors import BadValueError
-from gds_counter.gateway.embedded import EmbeddedGateway, _encoding, _masked_writes, _storage
+from gds_counter.gateway.embedded import EmbeddedGateway, _encoding, _storage
 from gds_counter.gateway.embedded._encoding import dump_entity, key_bytes
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Increment, Upsert
@@ -145,8 +145,8 @@ def test_the_plain_text_limit_is_inside_datastores_limits():
     """The bound ``PLAIN_TEXT_LIMIT``'s note derives: an entity of plain
     values is at most 48 + 5 x its text's length in ``entity_size`` and
     has at most a quarter of its text's length in indexed values."""
-    assert 48 + 5 * _masked_writes.PLAIN_TEXT_LIMIT < MAX_ENTITY_BYTES
-    assert _masked_writes.PLAIN_TEXT_LIMIT // 4 < MAX_INDEXED_VALUES
+    assert 48 + 5 * _storage.PLAIN_TEXT_LIMIT < MAX_ENTITY_BYTES
+    assert _storage.PLAIN_TEXT_LIMIT // 4 < MAX_INDEXED_VALUES
 
 
 @settings(max_examples=300, deadline=None)

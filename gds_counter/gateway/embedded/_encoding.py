@@ -307,7 +307,7 @@ _SHAREABLE = (bool, int, float, str, bytes, _dt.datetime, Key, Geopoint)
 
 
 #: A remembered decoding: the key, properties, unindexed names and index
-#: values, and whether it is plain (``_plain``: what ``_masked_writes``
+#: values, and whether it is plain (``_plain``: what ``_storage.masked_plain``
 #: needs to write onto it without rebuilding it).
 _Decoded = tuple[Key | None, dict[str, Any], frozenset[str], Index, bool]
 
@@ -369,7 +369,7 @@ class Decodings:
     def remember_plain(self, text: str, key: Key, properties: dict[str, Any], unindexed: frozenset[str], index: Index) -> None:
         """``remember_written`` for a caller that knows already that every
         value is of a ``ROUND_TRIP`` type, ``key`` has no project and
-        ``index`` is the entity's (``_masked_writes``); ``properties`` is
+        ``index`` is the entity's (``_storage.masked_plain``); ``properties`` is
         given to this memory, never changed by the caller again."""
         if len(text) <= _REMEMBERED_TEXT:
             self._remember(text, (key, properties, unindexed, index, _plain(index)))
@@ -429,7 +429,7 @@ def _plain(index: Index) -> bool:
     """Of an entity whose values are all of ``ROUND_TRIP`` types: whether
     no indexed value is a float, whose index rows a file written before
     NaN and -0.0 took their encodings may hold in the older one (so
-    ``_masked_writes`` cannot tell them unchanged without reading them)."""
+    ``_storage.masked_plain`` cannot tell them unchanged without reading them)."""
     for values in index.values():
         for _, value in values:
             if type(value) is float:

@@ -300,7 +300,7 @@ def load_entity(text: str, key: Key | None = None) -> RawEntity:
 Index = dict[str, list[tuple[bytes, Any]]]
 
 #: Stored texts up to this many characters are decoded once and remembered.
-_REMEMBERED_TEXT = 4096
+REMEMBERED_TEXT = 4096
 
 #: Values a remembered entity may hold: immutable, so callers can share them.
 _SHAREABLE = (bool, int, float, str, bytes, _dt.datetime, Key, Geopoint)
@@ -359,7 +359,7 @@ class Decodings:
         plain JSON types, a key without a project, which the text does not
         hold); else nothing is remembered and the text is decoded when read."""
         key = entity.key
-        if len(text) > _REMEMBERED_TEXT or key is None or key.project is not None:
+        if len(text) > REMEMBERED_TEXT or key is None or key.project is not None:
             return
         if not all(type(value) in ROUND_TRIP for value in entity.properties.values()):
             return
@@ -371,13 +371,13 @@ class Decodings:
         value is of a ``ROUND_TRIP`` type, ``key`` has no project and
         ``index`` is the entity's (``_storage.masked_plain``); ``properties`` is
         given to this memory, never changed by the caller again."""
-        if len(text) <= _REMEMBERED_TEXT:
+        if len(text) <= REMEMBERED_TEXT:
             self._remember(text, (key, properties, unindexed, index, _plain(index)))
 
     def plain(self, text: str) -> _Decoded | None:
         """The remembered decoding of ``text`` (decoded now if it is not
         remembered yet) when it is plain (``_plain``); else None."""
-        decoded = self._decoded(text) if len(text) <= _REMEMBERED_TEXT else None
+        decoded = self._decoded(text) if len(text) <= REMEMBERED_TEXT else None
         return decoded if decoded is not None and decoded[4] else None
 
     def load_indexed(self, text: str, key: Key | None = None) -> tuple[RawEntity, Index | None]:
@@ -385,7 +385,7 @@ class Decodings:
         (None: compute them from the entity). Each call returns its own
         ``RawEntity`` and properties dict, so a caller that changes one
         changes nobody else's; the values in it are immutable and shared."""
-        decoded = self._decoded(text) if len(text) <= _REMEMBERED_TEXT else None
+        decoded = self._decoded(text) if len(text) <= REMEMBERED_TEXT else None
         if decoded is None:
             return _entity_from_json(json.loads(text), key), None
         stored_key, properties, unindexed, index, _ = decoded
@@ -395,7 +395,9 @@ class Decodings:
         """A function giving the remembered decoding of a text (None: none
         remembered, or one that is not remembered because it cannot be,
         both read through ``load_indexed``), for a loop over many rows
-        (``_query_batches``: a counter's total reads twenty)."""
+        (``_query_batches``: a counter's total reads twenty). Only for texts
+        of at most ``REMEMBERED_TEXT`` characters: a longer one is never
+        remembered, and finding it would hash it whole."""
         return self._remembered.get
 
     def load_entity(self, text: str, key: Key | None = None) -> RawEntity:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Generator, Hashable
 import attrs
 
 from gds_counter.gateway.embedded._cursors import BatchCursors, Point, cursor_owner, encode_cursor, read_cursor
-from gds_counter.gateway.embedded._encoding import Decodings
+from gds_counter.gateway.embedded._encoding import REMEMBERED_TEXT, Decodings
 from gds_counter.gateway.embedded._filter_check import Doc, compile_filter
 from gds_counter.gateway.embedded._index_sql import candidate_sql, sql_is_exact
 from gds_counter.gateway.embedded._scans import Row, Scan
@@ -133,7 +133,7 @@ class QueryBatches:
         width, keys_only = compiled.scan.key_width, compiled.scan.keys_only
         assert width is not None
         for kb, version, data in fetched[:wanted]:  # (``Scan.key_row`` and ``load_indexed``, in line: twenty a total)
-            decoded = found(data)
+            decoded = found(data) if len(data) <= REMEMBERED_TEXT else None
             if decoded is None:
                 entity, index = load_indexed(data)
             else:  # an entity and a properties dict of its own for each caller, as ``load_indexed``

@@ -164,7 +164,6 @@ def parts(storage: str, folder: str) -> dict[str, float]:
         finally:
             conn.execute("ROLLBACK")
     # get_count()'s query: the target query over the 20 shards
-    from gds_counter.gateway.embedded._filter_check import Doc
     from gds_counter.gateway.query import PropertyFilter, Query
 
     gateway._commit([Upsert(RawEntity(Key.of(key.kind, f"Contention_1_{n}"), {"target": "Contention_1", "count": n},
@@ -174,14 +173,8 @@ def parts(storage: str, folder: str) -> dict[str, float]:
     out["the whole query of get_count() (EmbeddedGateway._run_query, 20 rows)"] = best(lambda: gateway._run_query(query, None), 1000)
     with gateway._db() as conn:
         out["  its SQL, executed and fetched"] = best(lambda: conn.execute(compiled.sql, compiled.params).fetchall(), 1000)
-        rows = conn.execute(compiled.sql, compiled.params).fetchall()
-
-    def make_rows() -> None:
-        for kb, version, data in rows:
-            entity, index = gateway._decodings.load_indexed(data)
-            compiled.scan.key_row(Doc(kb, version, entity, index))
-
-    out["  its 20 rows made (entity, Doc, Row each)"] = best(make_rows, 1000)
+        out["  its SQL and its 20 rows made (QueryBatches.batch: entity, Doc, Row each)"] = best(
+            lambda: gateway._queries.batch(conn, query, compiled), 1000)
     gateway.close()
     return out
 

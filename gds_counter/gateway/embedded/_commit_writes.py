@@ -176,13 +176,15 @@ class CommitWrites:
             seq = self._memory_seq + 1  # (nothing reads the counter in memory's ``meta``: one connection knows it)
         elif seq is None:
             seq = conn.execute("UPDATE meta SET value = value + 1 WHERE name = 'commit_seq' RETURNING value").fetchall()[0][0]
-        partial = [m for m in mutations if isinstance(m, Upsert) and m.entity.key is not None and m.entity.key.is_partial]
-        new_ids = iter(allocate(conn, len(partial)))
+        partial = len([m for m in mutations if isinstance(m, Upsert) and m.entity.key is not None and m.entity.key.is_partial])
+        new_ids = iter(allocate(conn, partial) if partial else ())
         results: list[tuple[Key | None, tuple[Any, ...] | None]] = []
         now = time.time()
+        rate = self._min_write_gap
         for mutation in mutations:
             if isinstance(mutation, Delete):
-                self._check_write_rate(conn, mutation.key, now)
+                if rate:
+                    self._check_write_rate(conn, mutation.key, now)
                 kb = key_bytes(mutation.key)
                 conn.execute("DELETE FROM entities WHERE key_bytes = ?", (kb,))
                 conn.execute("DELETE FROM props WHERE key_bytes = ?", (kb,))
@@ -200,7 +202,8 @@ class CommitWrites:
                     if not written:
                         raise
                     raise Stopped(exc, seq) from None
-                self._check_write_rate(conn, key, now)
+                if rate:
+                    self._check_write_rate(conn, key, now)
                 results.append(upsert(conn, mutation, key, seq, now, self._decodings, stored))
         return seq, results
 
@@ -216,8 +219,7 @@ class CommitWrites:
                 raise Contention(f"the results of a query on {query.kind!r} changed since this transaction ran it", attempts=1)
 
     def _check_write_rate(self, conn: sqlite3.Connection, key: Key, now: float) -> None:
-        if not self._min_write_gap:
-            return
+        """The teaching model of the entity write rate (when it is on)."""
         row = conn.execute("SELECT written_at FROM entities WHERE key_bytes = ?", (key_bytes(key),)).fetchone()
         if row is not None and now - row[0] < self._min_write_gap:
             self.stats.bump("write_rate_aborts")

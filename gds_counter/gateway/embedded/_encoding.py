@@ -37,7 +37,8 @@ import functools
 import json
 import math
 import struct
-from typing import Any, Iterable, Iterator
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
+from typing import Any, Callable, Iterable, Iterator
 
 import attrs
 
@@ -260,13 +261,32 @@ def _entity_from_json(data: dict[str, Any], key: Key | None = None) -> RawEntity
     return RawEntity(key, {name: _from_json(v) for name, v in data["p"].items()}, frozenset(data["u"]))
 
 
-#: ``json.dumps(..., separators=(",", ":"))`` builds an encoder per call; every write uses this one.
-_encode = json.JSONEncoder(separators=(",", ":")).encode
+def _encoder() -> Callable[[Any], str]:
+    """``json.dumps(..., separators=(",", ":"))``, its encoder built once:
+    ``JSONEncoder.encode`` builds its C encoder again at every call (half
+    of a shard's encoding). The same text (``test_encoding``); the Python
+    encoder where the C one is missing. No check for circular values: an
+    entity's JSON is made afresh by ``_entity_to_json``, which never makes one."""
+    python = json.JSONEncoder(separators=(",", ":"))
+    if c_make_encoder is None:
+        return python.encode
+    chunks = c_make_encoder(None, python.default, encode_basestring_ascii, None, ":", ",", False, False, True)
+    return lambda value: "".join(chunks(value, 0))
+
+
+#: Every write's encoder (``_encoder``).
+_encode = _encoder()
 
 
 def dump_entity(entity: RawEntity) -> str:
     """The text stored in ``entities.data``."""
     return _encode(_entity_to_json(entity))
+
+
+def dump_plain(key: Key, properties: dict[str, Any], unindexed: frozenset[str]) -> str:
+    """``dump_entity`` of an entity whose values are all of ``ROUND_TRIP``
+    types, which are their own JSON (``_to_json`` gives them back as they are)."""
+    return _encode({"k": _key_to_json(key), "p": properties, "u": sorted(unindexed)})
 
 
 def load_entity(text: str, key: Key | None = None) -> RawEntity:
@@ -280,13 +300,16 @@ def load_entity(text: str, key: Key | None = None) -> RawEntity:
 Index = dict[str, list[tuple[bytes, Any]]]
 
 #: Stored texts up to this many characters are decoded once and remembered.
-_REMEMBERED_TEXT = 4096
+REMEMBERED_TEXT = 4096
 
 #: Values a remembered entity may hold: immutable, so callers can share them.
 _SHAREABLE = (bool, int, float, str, bytes, _dt.datetime, Key, Geopoint)
 
 
-_Decoded = tuple[Key | None, dict[str, Any], frozenset[str], Index]
+#: A remembered decoding: the key, properties, unindexed names and index
+#: values, and whether it is plain (``_plain``: what ``_storage.masked_plain``
+#: needs to write onto it without rebuilding it).
+_Decoded = tuple[Key | None, dict[str, Any], frozenset[str], Index, bool]
 
 
 #: How many decoded texts a gateway remembers (oldest forgotten first).
@@ -336,22 +359,46 @@ class Decodings:
         plain JSON types, a key without a project, which the text does not
         hold); else nothing is remembered and the text is decoded when read."""
         key = entity.key
-        if len(text) > _REMEMBERED_TEXT or key is None or key.project is not None:
+        if len(text) > REMEMBERED_TEXT or key is None or key.project is not None:
             return
-        if not all(type(value) in _ROUND_TRIP for value in entity.properties.values()):
+        if not all(type(value) in ROUND_TRIP for value in entity.properties.values()):
             return
-        self._remember(text, (key, dict(entity.properties), entity.unindexed, _index(entries)))
+        index = _index(entries)
+        self._remember(text, (key, dict(entity.properties), entity.unindexed, index, _plain(index)))
+
+    def remember_plain(self, text: str, key: Key, properties: dict[str, Any], unindexed: frozenset[str], index: Index) -> None:
+        """``remember_written`` for a caller that knows already that every
+        value is of a ``ROUND_TRIP`` type, ``key`` has no project and
+        ``index`` is the entity's (``_storage.masked_plain``); ``properties`` is
+        given to this memory, never changed by the caller again."""
+        if len(text) <= REMEMBERED_TEXT:
+            self._remember(text, (key, properties, unindexed, index, _plain(index)))
+
+    def plain(self, text: str) -> _Decoded | None:
+        """The remembered decoding of ``text`` (decoded now if it is not
+        remembered yet) when it is plain (``_plain``); else None."""
+        decoded = self._decoded(text) if len(text) <= REMEMBERED_TEXT else None
+        return decoded if decoded is not None and decoded[4] else None
 
     def load_indexed(self, text: str, key: Key | None = None) -> tuple[RawEntity, Index | None]:
         """``load_entity``, and the entity's index values when they are known
         (None: compute them from the entity). Each call returns its own
         ``RawEntity`` and properties dict, so a caller that changes one
         changes nobody else's; the values in it are immutable and shared."""
-        decoded = self._decoded(text) if len(text) <= _REMEMBERED_TEXT else None
+        decoded = self._decoded(text) if len(text) <= REMEMBERED_TEXT else None
         if decoded is None:
             return _entity_from_json(json.loads(text), key), None
-        stored_key, properties, unindexed, index = decoded
+        stored_key, properties, unindexed, index, _ = decoded
         return RawEntity(key if key is not None else stored_key, dict(properties), unindexed), index
+
+    def finder(self) -> Callable[[str], _Decoded | None]:
+        """A function giving the remembered decoding of a text (None: none
+        remembered, or one that is not remembered because it cannot be,
+        both read through ``load_indexed``), for a loop over many rows
+        (``_query_batches``: a counter's total reads twenty). Only for texts
+        of at most ``REMEMBERED_TEXT`` characters: a longer one is never
+        remembered, and finding it would hash it whole."""
+        return self._remembered.get
 
     def load_entity(self, text: str, key: Key | None = None) -> RawEntity:
         """The entity stored as ``text``; ``key``, when the caller already holds
@@ -371,12 +418,25 @@ def _decode(text: str) -> _Decoded | None:
         index = _index(index_entries(entity))
     except BadValueError:
         return None  # not indexable here: the query that needs it says so itself
-    return entity.key, entity.properties, entity.unindexed, index
+    plain = all(type(value) in ROUND_TRIP for value in entity.properties.values()) and _plain(index)
+    return entity.key, entity.properties, entity.unindexed, index, plain
 
 
 #: Values whose JSON round trip gives back an equal value of the same type
 #: (a datetime comes back in UTC, a Key without its project).
-_ROUND_TRIP = frozenset({type(None), bool, int, float, str})
+ROUND_TRIP = frozenset({type(None), bool, int, float, str})
+
+
+def _plain(index: Index) -> bool:
+    """Of an entity whose values are all of ``ROUND_TRIP`` types: whether
+    no indexed value is a float, whose index rows a file written before
+    NaN and -0.0 took their encodings may hold in the older one (so
+    ``_storage.masked_plain`` cannot tell them unchanged without reading them)."""
+    for values in index.values():
+        for _, value in values:
+            if type(value) is float:
+                return False
+    return True
 
 
 def _index(entries: Iterable[tuple[str, bytes, Any]]) -> Index:

@@ -270,7 +270,7 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
         finally:
             if txn is not None:
                 self._end(txn)
-        upserts = sum(isinstance(m, Upsert) for m in mutations)
+        upserts = len([m for m in mutations if isinstance(m, Upsert)])
         self._record("commit", writes=upserts, deletes=len(mutations) - upserts)
         return results
 

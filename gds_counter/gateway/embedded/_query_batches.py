@@ -19,12 +19,13 @@ from typing import Any, Callable, Generator, Hashable
 import attrs
 
 from gds_counter.gateway.embedded._cursors import BatchCursors, Point, cursor_owner, encode_cursor, read_cursor
-from gds_counter.gateway.embedded._encoding import Decodings
+from gds_counter.gateway.embedded._encoding import REMEMBERED_TEXT, Decodings
 from gds_counter.gateway.embedded._filter_check import Doc, compile_filter
 from gds_counter.gateway.embedded._index_sql import candidate_sql, sql_is_exact
 from gds_counter.gateway.embedded._scans import Row, Scan
 from gds_counter.gateway.query import Query, QueryResult
 from gds_counter.gateway.stats import Stats
+from gds_counter.gateway.values import RawEntity
 
 __all__ = ["BATCH_SIZE", "COMPILED_QUERIES", "BatchRead", "Compiled", "QueryBatches", "answer", "explain"]
 
@@ -73,7 +74,7 @@ class QueryBatches:
         compiled = compiled or self.compiled(query)
         end = query.start_cursor if last is None else encode_cursor(last, compiled.owner, compiled.scan, batch=more)
         cursors = BatchCursors([r.position for r in batch], compiled.owner, compiled.scan, more)
-        return QueryResult(tuple(r.entity for r in batch), end, more, cursors)
+        return QueryResult(tuple([r.entity for r in batch]), end, more, cursors)
 
     def batch(self, conn: sqlite3.Connection, query: Query, compiled: Compiled | None = None) -> BatchRead:
         """One batch of a query: its rows, the position of the last row
@@ -127,8 +128,17 @@ class QueryBatches:
         finally:
             cursor.close()  # (on a file, a statement left open keeps its read transaction)
         self._stats.bump("rows_examined", len(fetched))
-        key_row, load_indexed = compiled.scan.key_row, self._decodings.load_indexed
-        batch = [key_row(Doc(kb, version, *load_indexed(data))) for kb, version, data in fetched[:wanted]]
+        batch = []
+        found, load_indexed = self._decodings.finder(), self._decodings.load_indexed
+        width, keys_only = compiled.scan.key_width, compiled.scan.keys_only
+        assert width is not None
+        for kb, version, data in fetched[:wanted]:  # (``Scan.key_row`` and ``load_indexed``, in line: twenty a total)
+            decoded = found(data) if len(data) <= REMEMBERED_TEXT else None
+            if decoded is None:
+                entity, index = load_indexed(data)
+            else:  # an entity and a properties dict of its own for each caller, as ``load_indexed``
+                entity, index = RawEntity(decoded[0], dict(decoded[1]), decoded[2]), decoded[3]
+            batch.append(Row((kb,) * width, Doc(kb, version, entity, index), RawEntity(entity.key) if keys_only else entity))
         more = len(fetched) > wanted and (limit is None or limit > wanted)
         return batch, batch[-1].position if batch else None, more
 

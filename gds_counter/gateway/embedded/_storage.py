@@ -53,11 +53,14 @@ from gds_counter.errors import AlreadyExists, Contention, GatewayError, GDSError
 from gds_counter.gateway import _paths as paths
 from gds_counter.gateway.base import TransactionState
 from gds_counter.gateway.embedded._encoding import (
+    ROUND_TRIP,
     Decodings,
     Index,
     dump_entity,
+    dump_plain,
     index_entries,
     key_bytes,
+    sortable,
 )
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Insert, Update, Upsert
@@ -209,7 +212,8 @@ class write_transaction:
         Not on a connection of the parent's, in a child forked inside the
         transaction: the parent goes on with it (it is never used here again)."""
         conn = self._conn
-        if not forks.owned_here(getattr(conn, "pid", forks.here())):
+        pid = getattr(conn, "pid", None)  # (a plain sqlite3 connection has none: its own)
+        if pid is not None and not forks.owned_here(pid):
             return
         if conn.in_transaction:
             conn.execute("ROLLBACK")
@@ -346,6 +350,14 @@ def upserted_keys(batch: Iterable[Any]) -> Iterator[bytes]:
                 yield key_bytes(mutation.entity.key)
 
 
+#: Longest text ``masked_plain`` writes without counting the limits: of
+#: plain values (JSON with ASCII escapes) each property costs at most its
+#: text plus 8 bytes of ``entity_size``, a key its text plus 8 per element,
+#: and each takes 4 characters or more: under 48 + 5 x 4,096 bytes, and
+#: at most 1,024 indexed values (tests/gateway/test_embedded_masked_writes.py).
+PLAIN_TEXT_LIMIT = 4096
+
+
 def incremented(current: Any, amount: int | float) -> int | float:
     """Datastore's increment transform, as the Firestore emulator applies
     it: integers add and saturate at the 64-bit bounds (never an error, so
@@ -357,6 +369,89 @@ def incremented(current: Any, amount: int | float) -> int | float:
     if isinstance(current, float) or isinstance(amount, float):
         return float(current) + float(amount)
     return min(max(current + amount, INT64_MIN), INT64_MAX)
+
+
+#: Index values whose encoding never changed: rows written for them are the
+#: ones ``index_entries`` gives today (floats' NaN and -0.0 changed).
+_STABLE = (str, bytes, int, Key, type(None))
+
+
+def index_rows(index: Index) -> set[tuple[str, bytes]] | None:
+    """The index rows of an entity with the index values ``index``, when
+    every value is of a type whose encoding never changed (None: read them)."""
+    if not all(isinstance(value, _STABLE) for values in index.values() for _, value in values):
+        return None
+    return {(name, enc) for name, values in index.items() for enc, _ in values}
+
+
+#: What ``masked_plain`` answers: the text to store, the transforms'
+#: results, the written entity's index, and whether its index rows changed.
+Plain = tuple[str, tuple[Any, ...], Index, bool]
+
+
+def masked_plain(mutation: Upsert, key: Key, text: str, decodings: Decodings) -> Plain | None:
+    """``upsert``'s masked write, for the counter's every ``add()``, without
+    rebuilding the entity: the same text, results and index, when the
+    stored text's decoding is remembered (``Decodings.plain``: a pure
+    function of the text SQLite returned, so never stale), every value is
+    plain (``ROUND_TRIP``) and every path names a top-level property. The
+    stored properties with the named ones set, dropped or incremented; only
+    their index entries remade (the rows change only if their encodings
+    do); no limits counted (``PLAIN_TEXT_LIMIT``). None when it does not
+    apply (a dotted path, a list, a datetime, an indexed float whose row
+    may be of an older encoding...): ``upsert`` takes the general path."""
+    if key.project is not None:
+        return None
+    decoded = decodings.plain(text)
+    if decoded is None:
+        return None
+    _, stored, stored_unindexed, stored_index, _ = decoded
+    assert mutation.property_mask is not None
+    given, excluded = mutation.entity.properties, mutation.entity.unindexed
+    properties, unindexed, index = dict(stored), set(stored_unindexed), dict(stored_index)
+    changed = False
+    for name in mutation.property_mask:
+        if "." in name or "`" in name:
+            return None
+        if name in given:
+            value = given[name]
+            if type(value) not in ROUND_TRIP:
+                return None
+            changed |= _put(properties, unindexed, index, name, value, name in excluded)
+        else:  # in the mask but not the entity: Datastore removes it
+            properties.pop(name, None)
+            unindexed.discard(name)
+            changed |= index.pop(name, None) is not None
+    results = []
+    for transform in mutation.transforms:
+        name = transform.name
+        if "." in name or "`" in name:
+            return None
+        total = incremented(properties.get(name), transform.amount)
+        changed |= _put(properties, unindexed, index, name, total, name in excluded)
+        results.append(total)
+    unindexed.intersection_update(properties)
+    written_unindexed = frozenset(unindexed)
+    text = dump_plain(key, properties, written_unindexed)
+    if len(text) > PLAIN_TEXT_LIMIT:
+        return None
+    index = {name: index[name] for name in properties if name in index}  # (in the entity's order, as index_entries)
+    decodings.remember_plain(text, key, properties, written_unindexed, index)
+    return text, tuple(results), index, changed
+
+
+def _put(properties: dict[str, Any], unindexed: set[str], index: Index, name: str, value: Any, unindex: bool) -> bool:
+    """Set ``name`` to the plain ``value`` (``paths.put`` of one member),
+    remaking its index entry; whether its index rows changed."""
+    properties[name] = value
+    before = index.pop(name, None)
+    if unindex:
+        unindexed.add(name)
+        return before is not None
+    unindexed.discard(name)
+    entry = sortable(value)
+    index[name] = [(entry, value)]
+    return before is None or len(before) != 1 or before[0][0] != entry
 
 
 def upsert(
@@ -382,6 +477,17 @@ def upsert(
         row = None if text is None else (text,)
     else:
         row = conn.execute("SELECT data FROM entities WHERE key_bytes = ?", (kb,)).fetchone()
+    if row is not None and mutation.property_mask is not None:
+        plain = masked_plain(mutation, key, row[0], decodings)  # a counter's add(): no entity rebuilt
+        if plain is not None:
+            text, results, index, changed = plain
+            conn.execute("UPDATE entities SET version = ?, written_at = ?, data = ? WHERE key_bytes = ?", (seq, now, text, kb))
+            if stored is not None:
+                stored[kb] = text
+            if changed:
+                entries = {(name, enc) for name, values in index.items() for enc, _ in values}
+                _write_index(conn, key, kb, entries, fresh=False)
+            return key, results
     old_index: Index | None = None  # the stored entity's index values, when decoded
     if mutation.property_mask is None:
         properties = dict(entity.properties)
@@ -415,26 +521,30 @@ def upsert(
             "INSERT INTO entities (key_bytes, ns, kind, version, written_at, data) VALUES (?, ?, ?, ?, ?, ?)",
             (kb, key.namespace, key.kind, seq, now, text),
         )
+        known: set[tuple[str, bytes]] | None = None
     else:
         # Before the first write: a single mutation raises before it writes.
-        known = _stored_index(row[0], decodings) if old_index is None else _index_rows(old_index)
+        known = _stored_index(row[0], decodings) if old_index is None else index_rows(old_index)
         conn.execute("UPDATE entities SET version = ?, written_at = ?, data = ? WHERE key_bytes = ?", (seq, now, text, kb))
     if stored is not None:
         stored[kb] = text
-    if row is not None:
-        if known == entries or set(conn.execute("SELECT name, value FROM props WHERE key_bytes = ?", (kb,))) == entries:
-            return key, tuple(transform_results)
+    if row is None or known != entries:  # (known: the rows the stored text implies, None if not known)
+        _write_index(conn, key, kb, entries, fresh=row is None)
+    return key, tuple(transform_results)
+
+
+def _write_index(conn: sqlite3.Connection, key: Key, kb: bytes, entries: set[tuple[str, bytes]], *, fresh: bool) -> None:
+    """Make ``entries`` the index rows of the entity ``kb``: of a row just
+    inserted (``fresh``), or of one whose rows are read and replaced unless
+    they are these already."""
+    if not fresh:
+        if set(conn.execute("SELECT name, value FROM props WHERE key_bytes = ?", (kb,))) == entries:
+            return
         conn.execute("DELETE FROM props WHERE key_bytes = ?", (kb,))
     conn.executemany(
         "INSERT OR IGNORE INTO props (ns, kind, name, value, key_bytes) VALUES (?, ?, ?, ?, ?)",
         [(key.namespace, key.kind, name, enc, kb) for name, enc in entries],
     )
-    return key, tuple(transform_results)
-
-
-#: Index values whose encoding never changed: rows written for them are the
-#: ones ``index_entries`` gives today (floats' NaN and -0.0 changed).
-_STABLE = (str, bytes, int, Key, type(None))
 
 
 def _stored_index(text: str, decodings: Decodings) -> set[tuple[str, bytes]] | None:
@@ -445,12 +555,4 @@ def _stored_index(text: str, decodings: Decodings) -> set[tuple[str, bytes]] | N
         index = decodings.load_indexed(text)[1]
     except (GDSError, ValueError, LookupError, TypeError):  # unreadable: its rows are read instead
         return None
-    return None if index is None else _index_rows(index)
-
-
-def _index_rows(index: Index) -> set[tuple[str, bytes]] | None:
-    """The index rows of an entity with the index values ``index``, when
-    every value is of a type whose encoding never changed (None: read them)."""
-    if not all(isinstance(value, _STABLE) for values in index.values() for _, value in values):
-        return None
-    return {(name, enc) for name, values in index.items() for enc, _ in values}
+    return None if index is None else index_rows(index)

@@ -35,7 +35,7 @@ import asyncio
 import logging
 import time
 from types import TracebackType
-from typing import Awaitable, Callable, Sequence, TypeVar, cast
+from typing import Awaitable, Callable, Sequence, TypeVar
 
 from gds_counter.errors import GDSError
 from gds_counter.gateway._calls import (
@@ -294,7 +294,8 @@ def run(plan: Plan[T], gateway: Gateway | None, *, wait: Callable[[float], None]
                     raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
             except BaseException as exc:  # thrown into the plan, which may handle it
                 frames.error = exc
-        return cast(T, frames.result)
+        result: T = frames.result  # type: ignore[assignment]  # (what the plan returned: a T)
+        return result
 
 
 async def arun(plan: Plan[T], gateway: AsyncGateway) -> T:
@@ -327,4 +328,5 @@ async def arun(plan: Plan[T], gateway: AsyncGateway) -> T:
                     raise TypeError(f"a plan yielded {effect!r}, which is not an effect")
             except BaseException as exc:  # thrown into the plan, which may handle it
                 frames.error = exc
-        return cast(T, frames.result)
+        result: T = frames.result  # type: ignore[assignment]  # (what the plan returned: a T)
+        return result

@@ -27,17 +27,23 @@ __all__ = ["bounded", "limit", "remaining", "restore"]
 _AT: contextvars.ContextVar[float | None] = contextvars.ContextVar("gds_counter_deadline", default=None)
 
 
-def limit(at: float) -> contextvars.Token[float | None]:
+def limit(at: float) -> contextvars.Token[float | None] | None:
     """Bound the current context's storage waits by ``at`` (monotonic
     seconds), or by the deadline already set when that is sooner; undo with
-    ``restore``."""
+    ``restore``. None: a deadline as soon or sooner was set already, and
+    nothing changed (a counter's call states its deadline first, and its
+    retry loop's is then never sooner)."""
     current = _AT.get()
-    return _AT.set(at if current is None else min(current, at))
+    if current is not None and current <= at:
+        return None
+    return _AT.set(at)
 
 
-def restore(token: contextvars.Token[float | None]) -> None:
+def restore(token: contextvars.Token[float | None] | None) -> None:
     """Undo ``limit``. (A plan resumed in another context, which the drivers
     never do, cannot reset its token: the deadline then simply lapses.)"""
+    if token is None:
+        return
     try:
         _AT.reset(token)
     except ValueError:
@@ -55,8 +61,7 @@ def bounded(work: Generator[Y, S, T], seconds: float | None) -> Generator[Y, S, 
     try:
         return (yield from work)
     finally:
-        if token is not None:
-            restore(token)
+        restore(token)
 
 
 def remaining(bound: float) -> float:

@@ -293,7 +293,7 @@ class CounterCore:
 
         def read() -> plan.Plan[int]:
             shards = yield from self._query_shards()
-            return sum(count for _, count in shards)
+            return sum([count for _, count in shards])
 
         def shared_read() -> plan.Plan[int]:  # begun after each sharer asked: strongly consistent
             runtime = self._runtime
@@ -322,16 +322,20 @@ class CounterCore:
         found = yield from plan.query_all(query)
         # One pass over the rows: each shard's count, and by shard number,
         # which shards other processes write, for this process's next choice.
-        count_of, numbers = self.layout.count_of, self._numbers
+        # A count stored as an int (every writer's but an odd PHP one's) is
+        # taken as it is; any other value is ``count_of``'s to read or refuse.
+        count_of, numbers, count_property = self.layout.count_of, self._numbers, self.layout.count_property
         shards: list[tuple[Key, int]] = []
         counts: dict[int, int] = {}
         for shard in found:
             key = shard.key
             if not key:
                 continue
-            count = count_of(shard)
+            count = shard.properties.get(count_property)
+            if type(count) is not int:
+                count = count_of(shard)
             shards.append((key, count))
-            number = numbers.get(key.name or "", -1)
+            number = numbers.get(key.path[-1].name or "", -1)
             if number == -1:
                 number = self._number_of(key)
             if number is not None:

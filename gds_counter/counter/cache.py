@@ -35,10 +35,10 @@ articles' memcache.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-from typing import Any, Callable, ContextManager, Hashable, Iterator, Optional, Protocol, Tuple
+from types import TracebackType
+from typing import Any, Callable, ContextManager, Hashable, Optional, Protocol, Tuple
 
 import attrs
 
@@ -162,8 +162,7 @@ class CountCache:
                               if s.writing or self._fresh(s, now) or self._doubtful(s, now)}
             return True
 
-    @contextlib.contextmanager
-    def writing(self, key: Hashable, amount: int | None) -> Iterator[None]:
+    def writing(self, key: Hashable, amount: int | None) -> "_Writing":
         """Around a write that adds ``amount`` (None: changes the total by
         an amount not known here, as a reset does). Stored: the cached total
         gains ``amount`` (or is dropped). ``Contention`` or ``Unavailable``
@@ -172,32 +171,35 @@ class CountCache:
         ``CancelledError``, ``KeyboardInterrupt`` or ``GeneratorExit``: the
         write may still land, so the total is dropped and none is kept for
         ``ttl`` seconds."""
+        return _Writing(self, key, amount)
+
+    def _begin(self, key: Hashable) -> _Key:
+        """A write of ``key`` begins (``_Writing``): reads go to storage."""
         with self._lock:
-            state = self._keys.setdefault(key, _Key())
+            state = self._keys.get(key)
+            if state is None:
+                state = self._keys[key] = _Key()
             state.writing += 1
             state.generation += 1
-        outcome = "unknown"
-        try:
-            yield
-            outcome = "stored"
-        except _NOT_STORED:
-            outcome = "not stored"
-            raise
-        finally:
-            with self._lock:
-                state.writing -= 1
-                state.generation += 1
-                now = self._clock()
-                if outcome == "unknown":
-                    state.total = None
-                    state.doubtful_until = now + self.ttl
-                elif amount is None:
-                    state.total = None
-                elif outcome == "stored" and state.total is not None:
-                    state.total += amount  # the cached total was read before this write began
-                if not state.writing and state.total is None and not self._doubtful(state, now) \
-                        and self._keys.get(key) is state:
-                    del self._keys[key]  # nothing to remember: counters only written take no room
+        return state
+
+    def _end(self, key: Hashable, state: _Key, amount: int | None, outcome: str) -> None:
+        """The write of ``key`` that ``_begin`` gave ``state`` ended with
+        ``outcome`` ("stored", "not stored" or "unknown")."""
+        with self._lock:
+            state.writing -= 1
+            state.generation += 1
+            now = self._clock()
+            if outcome == "unknown":
+                state.total = None
+                state.doubtful_until = now + self.ttl
+            elif amount is None:
+                state.total = None
+            elif outcome == "stored" and state.total is not None:
+                state.total += amount  # the cached total was read before this write began
+            if not state.writing and state.total is None and not self._doubtful(state, now) \
+                    and self._keys.get(key) is state:
+                del self._keys[key]  # nothing to remember: counters only written take no room
 
     def invalidate(self, key: Hashable) -> None:
         with self._lock:
@@ -211,3 +213,21 @@ class CountCache:
             for state in self._keys.values():
                 state.total = None
                 state.generation += 1
+
+
+class _Writing:
+    """``CountCache.writing``'s bracket: a class, not a ``contextlib``
+    generator, which cost a lone ``add()`` four calls more (the write runs
+    inside ``with``, so its outcome is what ``__exit__`` is given)."""
+
+    __slots__ = ("cache", "key", "amount", "state")
+
+    def __init__(self, cache: CountCache, key: Hashable, amount: int | None) -> None:
+        self.cache, self.key, self.amount = cache, key, amount
+
+    def __enter__(self) -> None:
+        self.state = self.cache._begin(self.key)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        outcome = "stored" if exc is None else "not stored" if isinstance(exc, _NOT_STORED) else "unknown"
+        self.cache._end(self.key, self.state, self.amount, outcome)

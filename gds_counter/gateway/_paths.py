@@ -46,7 +46,8 @@ def check_path(path: object, what: str) -> None:
     """A mask's or transform's path, refused before anything is sent."""
     if not isinstance(path, str):
         raise BadValueError(f"{what} must be a string property path, got {path!r}")
-    check_text(path, what)
+    if not path.isascii():  # (ASCII, every counter's path, holds no surrogate: no call to ask)
+        check_text(path, what)
     for member in parse(path):
         if not member:
             raise BadValueError(f"{what} {path!r}: an empty property path member (Datastore refuses it)")

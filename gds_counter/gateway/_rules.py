@@ -227,7 +227,7 @@ class GatewayRules:
         own = self._own_project()
         mutations = map_keys(mutations, lambda key, _holder, _name: plain_key(key, own))  # one key, named or not
         check_commit(mutations, transactional=transaction is not None)
-        txn = self._transaction(transaction, use_up=True)
+        txn = None if transaction is None else self._transaction(transaction, use_up=True)
         if txn is not None:
             if txn.read_only and mutations:
                 raise BadValueError("a read-only transaction cannot commit mutations; begin a read-write transaction")

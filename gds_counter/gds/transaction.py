@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 import attrs
 from google.api_core.retry import exponential_sleep_generator
@@ -24,6 +24,9 @@ from gds_counter.gateway import plan
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: What every retry loop retries (``also_retry`` adds to it).
+_CONTENTION: tuple[type[BaseException], ...] = (Contention,)
 
 
 @attrs.frozen
@@ -102,8 +105,11 @@ def retry_plan(
     are retried the same way (within the same attempts); the last one is
     re-raised as it is when attempts run out.
     """
-    delays = exponential_sleep_generator(policy.initial, policy.maximum, policy.multiplier)
-    retried: tuple[type[BaseException], ...] = (Contention, *also_retry)
+    # Nothing here is built for a retry until one is needed: the backoff's
+    # delays are drawn from the first failure on (a lone call that succeeds
+    # at once, the common case, pays for none of it).
+    delays: Iterator[float] | None = None
+    retried: tuple[type[BaseException], ...] = (Contention, *also_retry) if also_retry else _CONTENTION
     started = time.monotonic()
     for number in range(1, policy.attempts + 1):
         # Storage waits inside the attempt (another process's lock) end at
@@ -113,6 +119,8 @@ def retry_plan(
             result: T = yield from attempt()
             return result
         except retried as exc:
+            if delays is None:
+                delays = exponential_sleep_generator(policy.initial, policy.maximum, policy.multiplier)
             delay = next(delays)
             out_of_time = (
                 policy.deadline is not None and time.monotonic() - started + delay > policy.deadline

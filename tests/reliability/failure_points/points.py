@@ -21,6 +21,7 @@ GC = "gds_counter.gateway.embedded._group_commit"
 WR = "gds_counter.gateway.embedded._commit_writes"
 SR = "gds_counter.counter._shared_reads"
 CA = "gds_counter.counter.cache"
+EN = "gds_counter.counter._engine"
 AF = "gds_counter.counter.shard_choice"
 CP = "gds_counter.gateway.embedded._connections"
 TH = "gds_counter.aio._threaded"
@@ -114,11 +115,11 @@ POINTS: tuple[Point, ...] = (
     Point("shared_reads.async_reads", SR, "AsyncSharedReads.run", r"line:result = await read\(\)",
           "the leading task reads for every caller", AIO, crowd=10),
     # -- the count cache ------------------------------------------------------------------
-    Point("cache.write_begins", CA, "CountCache.writing", r"line:state\.writing \+= 1",
+    Point("cache.write_begins", CA, "CountCache._begin", r"line:state\.writing \+= 1",
           "a write is marked in flight (reads go to storage)", BOTH),
-    Point("cache.write_runs", CA, "CountCache.writing", r"line:^\s+yield$",
+    Point("cache.write_runs", EN, "CounterCore._adding", r"line:^\s+yield from self\._commit\(amount\)$",
           "the commit runs inside the cache's bracket", BOTH),
-    Point("cache.write_ends", CA, "CountCache.writing", r"line:state\.writing -= 1",
+    Point("cache.write_ends", CA, "CountCache._end", r"line:state\.writing -= 1",
           "the write's outcome adjusts the cached total", BOTH),
     Point("cache.stores", CA, "CountCache.store", "call",
           "a total read from storage is offered to the cache", BOTH),

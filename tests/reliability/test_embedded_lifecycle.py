@@ -398,6 +398,37 @@ def test_a_database_deleted_while_open_acknowledges_nothing_more(tmp_path, remov
 
 
 
+def test_a_database_opened_through_a_symlink_notices_its_log_deleted(tmp_path, tally):
+    """SQLite keeps the log beside the file a symbolic link resolves to
+    (``real.sqlite3-wal``), not beside the link: the check before each
+    commit looked for ``link.sqlite3-wal``, found none, and so checked
+    nothing; after the real log was deleted, every add was acknowledged
+    into it (5 of 5 in the fresh user's run)."""
+    real = tmp_path / "real.sqlite3"
+    link = tmp_path / "link.sqlite3"
+    link.symlink_to(real)
+    gateway = EmbeddedGateway(link)
+    counter = CounterShardDS("life", 1, gateway=gateway)
+    for _ in range(3):
+        counter.add(1)
+    assert Path(f"{real}-wal").exists() and not Path(f"{link}-wal").exists()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{real}{suffix}").unlink()
+    acknowledged = 0
+    errors: list[BaseException] = []
+    for _ in range(3):
+        try:
+            counter.add(1)
+            acknowledged += 1
+        except GDSError as exc:
+            errors.append(exc)
+    gateway.close()
+    tally.add("embedded: database file deleted or replaced while open", operations=3, faults_injected=1,
+              increments_lost=acknowledged)
+    assert acknowledged == 0
+    assert len(errors) == 3 and all(isinstance(e, GatewayError) and f"{real}-wal" in str(e) for e in errors), errors
+
+
 def test_a_new_file_another_connection_holds_is_opened_once_it_is_let_go(tmp_path):
     """SQLite answers a journal mode change with "database is locked" at
     once, without waiting, while another connection holds the file: a

@@ -174,9 +174,9 @@ class ConnectionLife:
         found = file_id(self.path)
         if found != self._file:
             raise GatewayError(file_gone(self.path, found, "this commit was not written, as no one could ever read it"))
-        if conn.wal is not None and file_id(self.path + "-wal") != conn.wal:
+        if conn.wal_path is not None and file_id(conn.wal_path) != conn.wal:
             raise GatewayError(
-                f"{self.path}-wal, the write-ahead log this connection commits into, was deleted or replaced by "
+                f"{conn.wal_path}, the write-ahead log this connection commits into, was deleted or replaced by "
                 "another connection (was the database opened across a fork?); this commit was not written"
             )
 

@@ -32,6 +32,9 @@ class Connection(sqlite3.Connection):
     pid: forks.Owner
     busy_timeout: float
     wal: FileId | None
+    #: Where SQLite keeps that log: beside the file the path resolves to
+    #: (through symbolic links), not beside the path itself.
+    wal_path: str | None
     #: Why this connection was taken from the transaction that held it
     #: (closed at a fork, or given to another transaction); None while usable.
     dropped: str | None
@@ -57,7 +60,7 @@ def open_connection(
     except sqlite3.Error as exc:
         raise _open_error(exc, path, known) from exc
     assert isinstance(conn, Connection)
-    conn.pid, conn.wal, conn.dropped, conn.busy_timeout = forks.here(), None, None, busy_timeout
+    conn.pid, conn.wal, conn.wal_path, conn.dropped, conn.busy_timeout = forks.here(), None, None, None, busy_timeout
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
         wal = False
@@ -76,7 +79,8 @@ def open_connection(
         if known is not None and found != known:
             raise GatewayError(file_gone(path, found, "no connection was opened to it"))
         if wal:
-            conn.wal = file_id(path + "-wal")  # open now: the reads above started it
+            conn.wal_path = os.path.realpath(path) + "-wal"  # (SQLite's: a symlink's target's log)
+            conn.wal = file_id(conn.wal_path)  # open now: the reads above started it
         return conn, found
     except BaseException as exc:
         conn.close()  # our own, just opened in this process

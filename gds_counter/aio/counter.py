@@ -11,10 +11,13 @@ gateway of its own).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any, Iterable, TypeVar
 
 from typing_extensions import Unpack
 
+from gds_counter._process import deadlines
 from gds_counter.aio._gateway import AsyncGateway, resolve_gateway
 from gds_counter.aio.store import Store
 from gds_counter.counter import CounterCore, by_gateway, check_counters, get_counts_plan, locate
@@ -22,9 +25,9 @@ from gds_counter.counter.article import article_counter_args
 from gds_counter.counter.layout import NDB_GENERAL, Layout
 from gds_counter.counter.options import CounterChanges, CounterOptions, options_of
 from gds_counter.counter.rollup import TotalAsOf, check_max_age
-from gds_counter.counter.runtime import Runtime
+from gds_counter.counter.runtime import DEFAULT_IN_FLIGHT, Runtime
 from gds_counter.counter.strategy import is_planned
-from gds_counter.errors import BadValueError
+from gds_counter.errors import BadValueError, Contention
 from gds_counter.gateway import plan
 
 __all__ = ["CounterShardDS", "GeneralCounter", "ShardedCounter", "get_counts"]
@@ -32,12 +35,35 @@ __all__ = ["CounterShardDS", "GeneralCounter", "ShardedCounter", "get_counts"]
 T = TypeVar("T")
 
 
-async def _run(planned: plan.Plan[T], gateway: Any) -> T:
+async def _run(planned: plan.Plan[T], gateway: Any, deadline: float | None) -> T:
     """Run one counter operation in one of the gateway's in-flight slots
     (``Runtime.in_flight_slot``: at most so many at once keep the loop
-    responsive)."""
-    async with Runtime.of(gateway).in_flight_slot(gateway):
-        return await plan.arun(planned, gateway)
+    responsive), within ``deadline`` seconds (the counter's retry policy's)
+    counted from now: the wait for a slot counts too. (Counted from the
+    plan's start, 100 tasks on a stalled file with a 0.5 s deadline took
+    up to 2 s: four turns of 32 slots.) A call whose deadline passes before
+    it gets a slot raises ``Contention``; nothing of it was sent."""
+    bound = deadlines.limit(time.monotonic() + deadline) if deadline is not None else None
+    try:
+        slots = Runtime.of(gateway).in_flight_slot(gateway)
+        if bound is None or not slots.locked():
+            await slots.acquire()
+        else:
+            waited = deadlines.remaining(float(deadline or 0))
+            try:
+                await asyncio.wait_for(slots.acquire(), waited)
+            except asyncio.TimeoutError:
+                raise Contention(
+                    f"the call's {deadline:g} s deadline passed while it waited for one of the "
+                    f"{getattr(gateway, 'max_in_flight', DEFAULT_IN_FLIGHT)} operations in flight on this "
+                    "event loop to end; nothing of it was sent", attempts=0,
+                ) from None
+        try:
+            return await plan.arun(planned, gateway)
+        finally:
+            slots.release()
+    finally:
+        deadlines.restore(bound)
 
 
 class ShardedCounter(CounterCore):
@@ -79,37 +105,37 @@ class ShardedCounter(CounterCore):
 
     async def get_count(self, method: str = "auto", *, max_age: float | None = None) -> int:
         """The total (``gds_counter.ShardedCounter.get_count``; ``max_age``: from the rollup)."""
-        return await _run(self._get_count(method, max_age), self._gateway)
+        return await _run(self._get_count(method, max_age), self._gateway, self._retry.deadline)
 
     async def get_count_as_of(self, method: str = "auto", *, max_age: float | None = None) -> TotalAsOf:
         """The total and when it was true (``gds_counter.ShardedCounter.get_count_as_of``)."""
-        return await _run(self._get_count_as_of(method, max_age), self._gateway)
+        return await _run(self._get_count_as_of(method, max_age), self._gateway, self._retry.deadline)
 
     async def shards(self, method: str = "auto") -> list[tuple[int, int]]:
         """``(shard number, count)`` per shard (``ShardedCounter.shards``)."""
-        return await _run(self._shards(method), self._gateway)
+        return await _run(self._shards(method), self._gateway, self._retry.deadline)
 
     async def add(self, amount: int = 1) -> None:
         """Add ``amount``, counted exactly once or raised; no read back."""
-        await _run(self._add(amount), self._gateway)
+        await _run(self._add(amount), self._gateway, self._retry.deadline)
 
     async def increment(self, amount: int = 1) -> int:
         """Add ``amount`` and return the total after it."""
-        return await _run(self._increment(amount), self._gateway)
+        return await _run(self._increment(amount), self._gateway, self._retry.deadline)
 
     async def decrement(self, amount: int = 1) -> int:
         """Subtract ``amount`` and return the total after it."""
-        return await _run(self._decrement(amount), self._gateway)
+        return await _run(self._decrement(amount), self._gateway, self._retry.deadline)
 
     async def reset(self) -> None:
         """Set every shard ``get_count()`` counts to 0, at most 25 shards per
         transaction (``gds_counter.ShardedCounter.reset``: ``PartialReset``
         when only some were)."""
-        await _run(self._reset(), self._gateway)
+        await _run(self._reset(), self._gateway, self._retry.deadline)
 
     async def increase_shards(self, num_shards: int) -> int:
         """Spread future writes over ``num_shards`` shards (never fewer)."""
-        return await _run(self._increase_shards(num_shards), self._gateway)
+        return await _run(self._increase_shards(num_shards), self._gateway, self._retry.deadline)
 
 
 class CounterShardDS(ShardedCounter):
@@ -169,7 +195,11 @@ async def get_counts(
     max_age = None if max_age is None else check_max_age(max_age)  # also when no counter is listed
     totals = [0] * len(listed)
     for gateway, indexes in by_gateway(listed).items():
-        found = await _run(get_counts_plan([listed[i] for i in indexes], use_cache=use_cache, max_age=max_age), gateway)
+        bounds = [bound for i in indexes if (bound := listed[i]._retry.deadline) is not None]
+        found = await _run(
+            get_counts_plan([listed[i] for i in indexes], use_cache=use_cache, max_age=max_age), gateway,
+            min(bounds) if bounds else None,  # (the soonest of their policies' deadlines)
+        )
         for i, total in zip(indexes, found):
             totals[i] = total
     return totals

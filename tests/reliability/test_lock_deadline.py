@@ -71,6 +71,36 @@ def test_an_async_add_gives_up_at_its_retry_deadline(url: str, held: None) -> No
     assert asyncio.run(attempt()) < 1.0 + SLACK_S
 
 
+def test_async_calls_queued_for_an_in_flight_slot_give_up_at_their_deadline(url: str, held: None) -> None:
+    """More tasks than the loop's in-flight slots (32 on the embedded
+    engine): the wait for a slot counts toward each call's deadline. (It
+    did not: 100 tasks with a 0.5 s deadline ended at 0.5, 1.0, 1.5 and 2 s,
+    four turns of 32.) Those that never got a slot raise ``Contention``
+    too, and nothing of any was stored."""
+    tasks = 100
+
+    async def attempt() -> tuple[list[float], list[BaseException]]:
+        async with aio.open_gateway(url) as gateway:
+            assert gateway.max_in_flight * 2 < tasks
+            counter = aio.CounterShardDS("stuck", 1, gateway=gateway, retry=RetryPolicy(deadline=0.5))
+
+            async def one() -> tuple[float, BaseException | None]:
+                started = time.monotonic()
+                try:
+                    await counter.add(1)
+                except Contention as exc:
+                    return time.monotonic() - started, exc
+                return time.monotonic() - started, None
+
+            out = await asyncio.gather(*(one() for _ in range(tasks)))
+            return [took for took, _ in out], [exc for _, exc in out if exc is not None]
+
+    took, errors = asyncio.run(attempt())
+    assert len(errors) == tasks
+    assert any("in flight" in str(exc) and "nothing of it was sent" in str(exc) for exc in errors)
+    assert max(took) < 0.5 + SLACK_S / 4, sorted(took)[-5:]
+
+
 def test_the_command_line_timeout_bounds_a_locked_file(url: str, held: None) -> None:
     out, err = io.StringIO(), io.StringIO()
     started = time.monotonic()
@@ -91,4 +121,23 @@ def test_nothing_was_stored_by_the_calls_that_gave_up(url: str) -> None:
     finally:
         holder.execute("ROLLBACK")
         holder.close()
+    assert _stored(url) == 1
+
+
+def test_nothing_was_stored_by_async_calls_that_gave_up_waiting_for_a_slot(url: str) -> None:
+    holder = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+
+    async def attempt() -> int:
+        async with aio.open_gateway(url) as gateway:
+            counter = aio.CounterShardDS("stuck", 1, gateway=gateway, retry=RetryPolicy(deadline=0.3))
+            out = await asyncio.gather(*(counter.add(1) for _ in range(3 * gateway.max_in_flight)), return_exceptions=True)
+            return sum(isinstance(x, Contention) for x in out)
+
+    try:
+        refused = asyncio.run(attempt())
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert refused > 0
     assert _stored(url) == 1

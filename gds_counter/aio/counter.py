@@ -46,18 +46,16 @@ async def _run(planned: plan.Plan[T], gateway: Any, deadline: float | None) -> T
     bound = deadlines.limit(time.monotonic() + deadline) if deadline is not None else None
     try:
         slots = Runtime.of(gateway).in_flight_slot(gateway)
-        if bound is None or not slots.locked():
-            await slots.acquire()
-        else:
-            waited = deadlines.remaining(float(deadline or 0))
-            try:
-                await asyncio.wait_for(slots.acquire(), waited)
-            except asyncio.TimeoutError:
-                raise Contention(
-                    f"the call's {deadline:g} s deadline passed while it waited for one of the "
-                    f"{getattr(gateway, 'max_in_flight', DEFAULT_IN_FLIGHT)} operations in flight on this "
-                    "event loop to end; nothing of it was sent", attempts=0,
-                ) from None
+        # (No timeout, so no task made for the wait, when a slot is free: the usual case.)
+        waited = None if deadline is None or not slots.locked() else deadlines.remaining(deadline)
+        try:
+            await asyncio.wait_for(slots.acquire(), waited)
+        except asyncio.TimeoutError:
+            raise Contention(
+                f"the call's {deadline:g} s deadline passed while it waited for one of the "
+                f"{getattr(gateway, 'max_in_flight', DEFAULT_IN_FLIGHT)} operations in flight on this "
+                "event loop to end; nothing of it was sent", attempts=0,
+            ) from None
         try:
             return await plan.arun(planned, gateway)
         finally:

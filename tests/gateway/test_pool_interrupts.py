@@ -12,13 +12,17 @@ that it still lends every connection it has.
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
+import time
 from types import FrameType
 from typing import Any, Callable
 
 import pytest
 
+from gds_counter._process import deadlines
+from gds_counter.errors import Contention
 from gds_counter.gateway.embedded import EmbeddedGateway
 from gds_counter.gateway.embedded._connections import ConnectionPool, Lease
 
@@ -128,4 +132,73 @@ def test_a_transaction_interrupted_while_giving_its_connection_back_loses_none(t
             sys.settrace(None)
         _balanced(pool)
     _every_connection_lendable(pool)
+    gateway.close()
+
+
+def _interrupted_in_exit(pool: ConnectionPool, line: int) -> bool:
+    """One call whose ``Lease.__exit__`` is interrupted at ``line``; the
+    interrupt is caught and dropped, but lives on in a reference cycle, as
+    the plan drivers' do (their frames hold the error they carry). Whether
+    it was raised."""
+    sys.settrace(_raise_at(Lease.__exit__, line))
+    try:
+        with pool.connection():
+            pass
+    except Injected as exc:
+        exc.cycle = [exc]  # type: ignore[attr-defined]
+        return True
+    finally:
+        sys.settrace(None)
+    return False
+
+
+@pytest.mark.parametrize("line", range(len(_lines_of(Lease.__exit__))), ids=lambda n: f"exit-line-{n}")
+def test_a_lease_kept_alive_by_its_interrupts_traceback_does_not_stall_its_threads_next_call(line: int) -> None:
+    """An interrupt inside ``Lease.__exit__``, before the connection went
+    back, leaves it lent to a lease that only a reference cycle keeps alive
+    (the interrupt, its traceback's frames, the lease). ``_reclaim_lost``
+    takes a connection back once its lease is gone, so on ``memory://`` (one
+    connection) the thread's next call waited for the garbage collector,
+    then raised ``Contention`` at its deadline (30 s; the fresh user's
+    SIGALRM run: at the 472nd interrupt). Now that call collects garbage
+    once and takes the connection back."""
+    gateway = EmbeddedGateway(None)
+    pool = gateway._pool
+    gc_was = gc.isenabled()
+    gc.disable()  # (so that only the pool's own collection can free the lease)
+    try:
+        _interrupted_in_exit(pool, _lines_of(Lease.__exit__)[line])
+        started = time.monotonic()
+        bound = deadlines.limit(started + 2.0)  # (the wait's bound: 30 s otherwise)
+        try:
+            with pool.connection() as conn:
+                conn.execute("SELECT 1")
+        finally:
+            deadlines.restore(bound)
+        assert time.monotonic() - started < 1.0
+    finally:
+        if gc_was:
+            gc.enable()
+    _balanced(pool)
+    gateway.close()
+
+
+def test_a_lease_still_in_use_is_never_taken_back_by_its_own_thread() -> None:
+    """A lease its thread is still inside (a call made from a signal's
+    handler while another call of the same thread holds the connection)
+    stays that call's: the collection frees only what nothing uses, and the
+    nested call waits, then raises ``Contention`` at its deadline, nothing
+    written."""
+    gateway = EmbeddedGateway(None)
+    pool = gateway._pool
+    with pool.connection() as outer:
+        bound = deadlines.limit(time.monotonic() + 0.3)
+        try:
+            with pytest.raises(Contention, match="stayed in use"):
+                with pool.connection():
+                    pass
+        finally:
+            deadlines.restore(bound)
+        outer.execute("SELECT 1")  # still its own
+    _balanced(pool)
     gateway.close()

@@ -30,6 +30,7 @@ Reliability section):
 
 from __future__ import annotations
 
+import gc
 import logging
 import sqlite3
 import threading
@@ -41,10 +42,10 @@ from gds_counter._process import deadlines, forks
 from gds_counter._process.interrupts import locked, own_again, release_if_held, surely
 from gds_counter.errors import Contention, GatewayError
 from gds_counter.gateway.embedded._connection_life import BUSY_TIMEOUT_S, ConnectionLife
+from gds_counter.gateway.embedded._file_ids import FileId
 from gds_counter.gateway.embedded._files import (
     ABANDONED,
     Connection,
-    FileId,
     close_connection,
     open_connection,
     translate,
@@ -153,11 +154,14 @@ class ConnectionPool(ConnectionLife):
         if not self._no_fork_pending.is_set() and not self.write_lock._is_owned():  # type: ignore[attr-defined]
             self._no_fork_pending.wait(deadlines.remaining(LEND_WAIT_S))
 
-    def _acquire(self, owner: object | None = None, into: "Lease | None" = None) -> Connection:
+    def _acquire(self, owner: object | None = None, into: "Lease | None" = None, collected: bool = False) -> Connection:
         """A connection lent to this thread (or held for ``owner``). An
         interrupt at any line gives back what was taken (a connection, or
         the place reserved to open one): a place lost shrinks the pool for
-        good, and a stuck ``_opening`` makes every later fork refuse its child."""
+        good, and a stuck ``_opening`` makes every later fork refuse its child.
+        ``OwnLeaseKept`` (unless ``collected``): every connection is lent,
+        one of them to this thread; the caller collects garbage, outside the
+        lock, and asks again (see ``OwnLeaseKept``)."""
         me = threading.get_ident()
         conn: Connection | None = None
         reserved = opened = False
@@ -196,6 +200,8 @@ class ConnectionPool(ConnectionLife):
                         self._count, self._opening, reserved = self._count + 1, self._opening + 1, True
                         break
                     elif not self._reclaim_lost():
+                        if not collected and any(thread == me for thread, _ in self._lent.values()):
+                            raise OwnLeaseKept(self.where)  # (nothing taken yet: nothing to give back)
                         until = until or time.monotonic() + deadlines.remaining(LEND_WAIT_S)
                         if (left := until - time.monotonic()) <= 0:
                             raise Contention(
@@ -267,7 +273,11 @@ class ConnectionPool(ConnectionLife):
         """A connection for the transaction ``owner`` until ``unhold``; each
         call on it goes through ``HeldLease``. File pools only."""
         assert self.path is not None
-        return self._acquire(owner)
+        try:
+            return self._acquire(owner)
+        except OwnLeaseKept:
+            gc.collect()
+            return self._acquire(owner, collected=True)
 
     def unhold(self, conn: Connection) -> None:
         """The transaction holding ``conn`` ended: its snapshot is rolled
@@ -368,6 +378,19 @@ class ConnectionPool(ConnectionLife):
             self._cond.notify_all()
 
 
+class OwnLeaseKept(Exception):
+    """Every connection of the pool is lent, one of them to the thread
+    asking. That lease may be one this thread left, kept alive only by a
+    reference cycle: an interrupt in its ``__exit__`` before the connection
+    went back, whose traceback holds its frames, which hold the lease.
+    ``_reclaim_lost`` takes a connection back only once its lease is gone,
+    so on ``memory://`` (one connection) the thread's next call waited for
+    the garbage collector, or 30 s, then raised ``Contention`` (the fresh
+    user's SIGALRM run: at its 472nd interrupt). So the caller collects
+    garbage once, outside the pool's lock (a finalizer may take other
+    locks), and asks again; a lease still in use stays its caller's."""
+
+
 class HeldLease:
     """One call on a transaction's connection (``ConnectionPool.hold``), lent
     like any other (a fork waits for it); Contention if it was taken away."""
@@ -434,7 +457,11 @@ class Lease:
         # traceback (a REPL's ``sys.last_traceback``) keeps the lease alive for ``_reclaim_lost``.
         self._conn: Connection | None = None
         try:
-            conn = self._pool._acquire(into=self)
+            try:
+                conn = self._pool._acquire(into=self)
+            except OwnLeaseKept:
+                gc.collect()
+                conn = self._pool._acquire(into=self, collected=True)
             if not forks.owned_here(conn.pid):  # lent by a call this thread forked inside (a signal's handler)
                 self._pool._check_usable()  # the child is refused the file
             if self._pool._reclaimed:

@@ -163,7 +163,7 @@ POINTS: tuple[Point, ...] = (
           "a task hands a blocking call to the worker pool and awaits it", AIO),
     Point("aio.in_worker", TH, "ThreadedGateway.commit", "call",
           "a worker thread starts a task's commit", AIO),
-    Point("aio.slot", AG, "_run", r"line:async with Runtime\.of\(gateway\)\.in_flight_slot\(gateway\)",
+    Point("aio.slot", AG, "_run", r"line:await asyncio\.wait_for\(slots\.acquire\(\), waited\)",
           "a task waits for one of the gateway's in-flight slots", AIO),
 )
 

@@ -123,6 +123,13 @@ def in_transaction(work: Callable[[bytes], Plan[Sequence[Mutation]]]) -> Plan[No
     try:
         mutations = yield from work(token)
         yield from commit(mutations, transaction=token)
+    except GeneratorExit:
+        # Closed, not driven any more (its event loop closed with the task
+        # pending): no rollback can be sent from here. The gateway ends a
+        # transaction nothing references (the embedded engine) or it times
+        # out (Datastore); yielding here raised "generator ignored
+        # GeneratorExit" and kept it open.
+        raise
     except BaseException:
         try:
             yield from rollback(token)  # a no-op once the commit used it up

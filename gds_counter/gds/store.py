@@ -235,6 +235,8 @@ class Store(StoreCore):
             token = yield from self._open_block(False)
             try:
                 result = yield from plan.call(lambda: work(self))
+            except GeneratorExit:
+                raise  # closed, not driven: nothing can be sent (``plan.in_transaction``)
             except BaseException:
                 yield from self._abort_block(token)
                 raise

@@ -126,3 +126,21 @@ def test_an_interrupt_between_two_effects_closes_the_suspended_plans_at_once_inn
         plan.run(suspended, Blocking())
     assert cleaned == ["inner", "outer"]
     assert suspended.gi_frame is None
+
+
+def test_a_transaction_plan_closed_midway_closes_without_asking_for_anything():
+    """A plan is closed, not driven, when its event loop is closed with its
+    task pending. Its transaction's rollback cannot be sent then; asking for
+    it raised "generator ignored GeneratorExit" (asyncio's warning of a
+    destroyed task, then this RuntimeError) and left the transaction open
+    for the gateway's lifetime (the fresh user's closed loops: 5
+    transactions still holding their connections)."""
+
+    def work(token: bytes) -> plan.Plan[list[Any]]:
+        yield from plan.lookup([Key.of("K", 1)], transaction=token)
+        return []
+
+    planned = plan.in_transaction(work)
+    assert isinstance(next(planned), plan.GatewayCall)  # begin
+    assert isinstance(planned.send(b"token"), plan.GatewayCall)  # the lookup, in the transaction
+    planned.close()  # raised RuntimeError before

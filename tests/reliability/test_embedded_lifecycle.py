@@ -366,6 +366,19 @@ def test_a_path_without_permission_raises_a_gds_error_naming_it(shared_dir, tall
 # --- a file deleted or replaced while open ---------------------------------------------------------
 
 
+def _three_adds(counter: CounterShardDS) -> tuple[int, list[BaseException]]:
+    """Three adds: how many were acknowledged, and the errors of the others."""
+    acknowledged = 0
+    errors: list[BaseException] = []
+    for _ in range(3):
+        try:
+            counter.add(1)
+            acknowledged += 1
+        except GDSError as exc:
+            errors.append(exc)
+    return acknowledged, errors
+
+
 @pytest.mark.parametrize("removed", [("",), ("", "-wal", "-shm"), ("-wal", "-shm"), ("replaced",)])
 def test_a_database_deleted_while_open_acknowledges_nothing_more(tmp_path, removed, tally):
     db = tmp_path / "gone.sqlite3"
@@ -379,14 +392,7 @@ def test_a_database_deleted_while_open_acknowledges_nothing_more(tmp_path, remov
     else:
         for suffix in removed:
             Path(f"{db}{suffix}").unlink()
-    acknowledged = 0
-    errors: list[BaseException] = []
-    for _ in range(3):
-        try:
-            counter.add(1)
-            acknowledged += 1
-        except GDSError as exc:
-            errors.append(exc)
+    acknowledged, errors = _three_adds(counter)
     errors += in_threads(lambda: counter.add(1), 3)  # new threads do not start a new database either
     gateway.close()
     tally.add("embedded: database file deleted or replaced while open", operations=6, faults_injected=1,
@@ -414,14 +420,7 @@ def test_a_database_opened_through_a_symlink_notices_its_log_deleted(tmp_path, t
     assert Path(f"{real}-wal").exists() and not Path(f"{link}-wal").exists()
     for suffix in ("-wal", "-shm"):
         Path(f"{real}{suffix}").unlink()
-    acknowledged = 0
-    errors: list[BaseException] = []
-    for _ in range(3):
-        try:
-            counter.add(1)
-            acknowledged += 1
-        except GDSError as exc:
-            errors.append(exc)
+    acknowledged, errors = _three_adds(counter)
     gateway.close()
     tally.add("embedded: database file deleted or replaced while open", operations=3, faults_injected=1,
               increments_lost=acknowledged)

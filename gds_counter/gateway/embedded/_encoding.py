@@ -307,7 +307,7 @@ _SHAREABLE = (bool, int, float, str, bytes, _dt.datetime, Key, Geopoint)
 
 
 #: A remembered decoding: the key, properties, unindexed names and index
-#: values, and whether it is plain (``_plain``: what ``_storage.masked_plain``
+#: values, and whether it is plain (``stable_index``: what ``_storage.masked_plain``
 #: needs to write onto it without rebuilding it).
 _Decoded = tuple[Key | None, dict[str, Any], frozenset[str], Index, bool]
 
@@ -364,7 +364,7 @@ class Decodings:
         if not all(type(value) in ROUND_TRIP for value in entity.properties.values()):
             return
         index = _index(entries)
-        self._remember(text, (key, dict(entity.properties), entity.unindexed, index, _plain(index)))
+        self._remember(text, (key, dict(entity.properties), entity.unindexed, index, stable_index(index)))
 
     def remember_plain(self, text: str, key: Key, properties: dict[str, Any], unindexed: frozenset[str], index: Index) -> None:
         """``remember_written`` for a caller that knows already that every
@@ -372,11 +372,11 @@ class Decodings:
         ``index`` is the entity's (``_storage.masked_plain``); ``properties`` is
         given to this memory, never changed by the caller again."""
         if len(text) <= REMEMBERED_TEXT:
-            self._remember(text, (key, properties, unindexed, index, _plain(index)))
+            self._remember(text, (key, properties, unindexed, index, stable_index(index)))
 
     def plain(self, text: str) -> _Decoded | None:
         """The remembered decoding of ``text`` (decoded now if it is not
-        remembered yet) when it is plain (``_plain``); else None."""
+        remembered yet) when it is plain (``ROUND_TRIP`` values, ``stable_index``); else None."""
         decoded = self._decoded(text) if len(text) <= REMEMBERED_TEXT else None
         return decoded if decoded is not None and decoded[4] else None
 
@@ -418,7 +418,7 @@ def _decode(text: str) -> _Decoded | None:
         index = _index(index_entries(entity))
     except BadValueError:
         return None  # not indexable here: the query that needs it says so itself
-    plain = all(type(value) in ROUND_TRIP for value in entity.properties.values()) and _plain(index)
+    plain = all(type(value) in ROUND_TRIP for value in entity.properties.values()) and stable_index(index)
     return entity.key, entity.properties, entity.unindexed, index, plain
 
 
@@ -427,14 +427,22 @@ def _decode(text: str) -> _Decoded | None:
 ROUND_TRIP = frozenset({type(None), bool, int, float, str})
 
 
-def _plain(index: Index) -> bool:
-    """Of an entity whose values are all of ``ROUND_TRIP`` types: whether
-    no indexed value is a float, whose index rows a file written before
-    NaN and -0.0 took their encodings may hold in the older one (so
-    ``_storage.masked_plain`` cannot tell them unchanged without reading them)."""
+#: Values whose index encoding never changed: the index rows an older
+#: release wrote for them are the ones ``index_entries`` gives today (the
+#: encodings of floats, NaN and -0.0 among them, geopoints and timestamps
+#: changed), so rows can be known from the entity or the filter alone.
+STABLE_ENCODING = (str, bytes, int, Key, type(None))
+
+
+def stable_index(index: Index) -> bool:
+    """Whether every indexed value is of a ``STABLE_ENCODING`` type. Of a
+    plain entity (``ROUND_TRIP`` values): whether no indexed value is a
+    float, whose rows a file written before NaN and -0.0 took their
+    encodings may hold in the older one (so ``_storage.masked_plain``
+    cannot tell them unchanged without reading them)."""
     for values in index.values():
         for _, value in values:
-            if type(value) is float:
+            if not isinstance(value, STABLE_ENCODING):
                 return False
     return True
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from gds_counter.gateway.embedded._encoding import escaped
+from gds_counter.gateway.embedded._encoding import STABLE_ENCODING, escaped
 from gds_counter.gateway.embedded._filter_check import filter_target
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.query import KEY_PROPERTY, CompositeFilter, Filter, PropertyFilter, Query
@@ -118,17 +118,12 @@ def candidate_sql(query: Query, scan: Scan, start: tuple[bytes, ...] | None) -> 
     return sql, params
 
 
-#: Filter values whose index encoding never changed (floats, geopoints and
-#: timestamps may meet rows an older release indexed with another encoding).
-_STABLE_VALUES = (str, bytes, int, Key, type(None))
-
-
 def sql_is_exact(f: Filter | None) -> bool:
     """Whether the keys ``candidate_sql`` reads for ``f`` are exactly the
     entities ``compile_filter(f)`` matches (the index SQL of ``_source``,
     read here), so that no candidate needs the Python check: an equality on one property or on ``__key__`` (an index
     lookup of that very encoding), or an AND of such (SQL intersects them),
-    with values of a type whose encoding never changed."""
+    with values of a type whose encoding never changed (``STABLE_ENCODING``)."""
     if isinstance(f, PropertyFilter):
-        return f.op == "=" and isinstance(f.value, _STABLE_VALUES) and (f.name != KEY_PROPERTY or isinstance(f.value, Key))
+        return f.op == "=" and isinstance(f.value, STABLE_ENCODING) and (f.name != KEY_PROPERTY or isinstance(f.value, Key))
     return isinstance(f, CompositeFilter) and f.op == "AND" and bool(f.filters) and all(sql_is_exact(c) for c in f.filters)

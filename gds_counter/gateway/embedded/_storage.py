@@ -61,6 +61,7 @@ from gds_counter.gateway.embedded._encoding import (
     index_entries,
     key_bytes,
     sortable,
+    stable_index,
 )
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Insert, Update, Upsert
@@ -371,17 +372,15 @@ def incremented(current: Any, amount: int | float) -> int | float:
     return min(max(current + amount, INT64_MIN), INT64_MAX)
 
 
-#: Index values whose encoding never changed: rows written for them are the
-#: ones ``index_entries`` gives today (floats' NaN and -0.0 changed).
-_STABLE = (str, bytes, int, Key, type(None))
-
-
-def index_rows(index: Index) -> set[tuple[str, bytes]] | None:
-    """The index rows of an entity with the index values ``index``, when
-    every value is of a type whose encoding never changed (None: read them)."""
-    if not all(isinstance(value, _STABLE) for values in index.values() for _, value in values):
-        return None
+def _rows_of(index: Index) -> set[tuple[str, bytes]]:
+    """The index rows (name, encoding) the index values ``index`` give today."""
     return {(name, enc) for name, values in index.items() for enc, _ in values}
+
+
+def _index_rows(index: Index) -> set[tuple[str, bytes]] | None:
+    """The index rows an entity with the index values ``index`` has stored,
+    when every value's encoding never changed (None: read them)."""
+    return _rows_of(index) if stable_index(index) else None
 
 
 #: What ``masked_plain`` answers: the text to store, the transforms'
@@ -485,8 +484,7 @@ def upsert(
             if stored is not None:
                 stored[kb] = text
             if changed:
-                entries = {(name, enc) for name, values in index.items() for enc, _ in values}
-                _write_index(conn, key, kb, entries, fresh=False)
+                _write_index(conn, key, kb, _rows_of(index), fresh=False)
             return key, results
     old_index: Index | None = None  # the stored entity's index values, when decoded
     if mutation.property_mask is None:
@@ -524,7 +522,7 @@ def upsert(
         known: set[tuple[str, bytes]] | None = None
     else:
         # Before the first write: a single mutation raises before it writes.
-        known = _stored_index(row[0], decodings) if old_index is None else index_rows(old_index)
+        known = _stored_index(row[0], decodings) if old_index is None else _index_rows(old_index)
         conn.execute("UPDATE entities SET version = ?, written_at = ?, data = ? WHERE key_bytes = ?", (seq, now, text, kb))
     if stored is not None:
         stored[kb] = text
@@ -555,4 +553,4 @@ def _stored_index(text: str, decodings: Decodings) -> set[tuple[str, bytes]] | N
         index = decodings.load_indexed(text)[1]
     except (GDSError, ValueError, LookupError, TypeError):  # unreadable: its rows are read instead
         return None
-    return None if index is None else index_rows(index)
+    return None if index is None else _index_rows(index)

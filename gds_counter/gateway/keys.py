@@ -17,8 +17,8 @@ from gds_counter._checks import INT64_MAX, INT64_MIN, check_text, is_int, utf8_s
 from gds_counter.errors import BadKeyError, BadValueError
 
 __all__ = [
-    "LOCAL_PROJECT", "MAX_KEY_NAME_BYTES", "MAX_KEY_PATH", "METADATA_KINDS", "RESERVED_NAME", "Key",
-    "PathElement", "local_project", "plain_key",
+    "LOCAL_PROJECT", "MAX_DOCUMENT_NAME_BYTES", "MAX_KEY_NAME_BYTES", "MAX_KEY_PATH", "METADATA_KINDS",
+    "RESERVED_NAME", "Key", "PathElement", "document_key", "document_path", "key_of_document", "local_project", "plain_key",
 ]
 
 #: Datastore's limit on a key name (and kind), in UTF-8 bytes.
@@ -287,3 +287,75 @@ def require_complete(key: Any, what: str) -> Key:
     if key.is_partial:
         raise BadKeyError(f"{what} needs complete keys; {key} has no id or name")
     return key
+
+
+# --- Firestore (native mode) documents ---------------------------------------
+#
+# A document path is a key path written out: ``counters/likes/shards/3`` is
+# ``Key.of("counters", "likes", "shards", "3")`` (a collection id is a kind,
+# a document id a key name), the mapping Firestore itself uses between its
+# two modes. A numeric id, which native mode does not have, is written
+# ``__id7__``, as Firestore writes a Datastore-mode id in a document name.
+
+#: Firestore's limit on a document's name (its path within the database), in bytes.
+MAX_DOCUMENT_NAME_BYTES = 6 * 1024
+
+_NUMERIC_ID = re.compile(r"__id(-?[0-9]+)__")
+
+
+def document_key(path: Any, what: str = "document path") -> Key:
+    """The key of the document at ``path`` (``"counters/likes"``), checked
+    as Firestore checks a document path a client writes: an even number of
+    segments (a document, not a collection), no empty segment, no id of
+    more than 1,500 bytes, none that is ``.`` or ``..`` or reserved
+    (``__x__``), at most 100 documents deep. ``BadKeyError`` naming the path
+    and the segment otherwise, before anything is sent or written."""
+    if not isinstance(path, str):
+        raise BadKeyError(f"{what} must be a string such as 'counters/likes', got {type(path).__name__} {path!r}")
+    size = utf8_size(path, what, BadKeyError)
+    if size > MAX_DOCUMENT_NAME_BYTES:
+        raise BadKeyError(f"{what} {path[:40]!r}... is {size:,} bytes; Firestore takes at most {MAX_DOCUMENT_NAME_BYTES:,}")
+    segments = path.split("/")
+    if "" in segments:
+        raise BadKeyError(
+            f"{what} {path!r} has an empty segment (a leading, trailing or doubled '/'); "
+            "write it as collection/document[/collection/document...]"
+        )
+    if len(segments) % 2:
+        raise BadKeyError(
+            f"{what} {path!r} names a collection ({len(segments)} segments), not a document: "
+            "a document path has an even number of segments, such as 'counters/likes'"
+        )
+    for segment in segments:
+        if segment in (".", ".."):
+            raise BadKeyError(f"{what} {path!r}: the id {segment!r} is not allowed in Firestore")
+        if RESERVED_NAME.match(segment):
+            raise BadKeyError(f"{what} {path!r}: the id {segment!r} is reserved (ids of the form __x__ belong to Firestore)")
+        if len(segment.encode("utf-8")) > MAX_KEY_NAME_BYTES:
+            raise BadKeyError(f"{what} {path[:40]!r}...: the id {segment[:40]!r}... is over {MAX_KEY_NAME_BYTES} bytes")
+    return Key.of(*segments)
+
+
+def document_path(key: Key) -> str:
+    """The document path of ``key`` (``document_key`` read back; a numeric
+    id as ``__id7__``). ``BadKeyError`` for a key Firestore's native mode
+    cannot hold: an incomplete one, or one in a namespace."""
+    if key.namespace:
+        raise BadKeyError(f"{key} is in namespace {key.namespace!r}; Firestore in native mode has no namespaces")
+    if key.is_partial:
+        raise BadKeyError(f"{key} has no id or name, so it names no document")
+    return "/".join(
+        f"{element.kind}/{element.name if element.name is not None else f'__id{element.id}__'}" for element in key.path
+    )
+
+
+def key_of_document(path: str) -> Key:
+    """The key of a document name Firestore gave back (its path within the
+    database): ``document_path`` reversed, ``__id7__`` read as id 7. No
+    checks beyond the key's own: the server made the name."""
+    segments = path.split("/")
+    flat: list[Any] = []
+    for kind, ident in zip(segments[0::2], segments[1::2]):
+        numeric = _NUMERIC_ID.fullmatch(ident)
+        flat += [kind, int(numeric.group(1)) if numeric else ident]
+    return Key.of(*flat)

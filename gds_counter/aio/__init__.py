@@ -34,7 +34,7 @@ from gds_counter.aio._gateway import (
     shared_gateway,
 )
 from gds_counter.aio._threaded import ThreadedGateway
-from gds_counter.aio.counter import CounterShardDS, GeneralCounter, ShardedCounter, get_counts
+from gds_counter.aio.counter import CounterShardDS, DistributedCounter, GeneralCounter, ShardedCounter, get_counts
 from gds_counter.aio.store import Store
 from gds_counter.gateway.datastore import AsyncDatastoreGateway
 
@@ -42,6 +42,7 @@ __all__ = [
     "AsyncDatastoreGateway",
     "AsyncGateway",
     "CounterShardDS",
+    "DistributedCounter",
     "GeneralCounter",
     "ShardedCounter",
     "Store",

@@ -20,9 +20,9 @@ from typing_extensions import Unpack
 from gds_counter._process import deadlines
 from gds_counter.aio._gateway import AsyncGateway, resolve_gateway
 from gds_counter.aio.store import Store
-from gds_counter.counter import CounterCore, by_gateway, check_counters, get_counts_plan, locate
+from gds_counter.counter import CounterCore, by_gateway, check_counter_path, check_counters, get_counts_plan, locate
 from gds_counter.counter.article import article_counter_args
-from gds_counter.counter.layout import NDB_GENERAL, Layout
+from gds_counter.counter.layout import FIRESTORE_PAGE, NDB_GENERAL, Layout
 from gds_counter.counter.options import CounterChanges, CounterOptions, options_of
 from gds_counter.counter.rollup import TotalAsOf, check_max_age
 from gds_counter.counter.runtime import DEFAULT_IN_FLIGHT, Runtime
@@ -30,7 +30,7 @@ from gds_counter.counter.strategy import is_planned
 from gds_counter.errors import BadValueError, Contention
 from gds_counter.gateway import plan
 
-__all__ = ["CounterShardDS", "GeneralCounter", "ShardedCounter", "get_counts"]
+__all__ = ["CounterShardDS", "DistributedCounter", "GeneralCounter", "ShardedCounter", "get_counts"]
 
 T = TypeVar("T")
 
@@ -182,6 +182,27 @@ class GeneralCounter(ShardedCounter):
         super().__init__(
             name, layout=layout, num_shards=num_shards, store=store, gateway=gateway, options=options, **changes
         )
+
+
+class DistributedCounter(ShardedCounter):
+    """``gds_counter.DistributedCounter`` (Firestore's distributed counter), awaited."""
+
+    def __init__(
+        self,
+        path: str,
+        num_shards: int = 10,
+        *,
+        gateway: AsyncGateway | str | None = None,
+        options: CounterOptions | None = None,
+        **changes: Unpack[CounterChanges],
+    ) -> None:
+        check_counter_path(path, num_shards)
+        super().__init__(path, layout=FIRESTORE_PAGE, num_shards=num_shards, gateway=gateway, options=options, **changes)
+
+    @property
+    def path(self) -> str:
+        """The counter document's path."""
+        return self.name
 
 
 async def get_counts(

@@ -1,5 +1,6 @@
-"""Sharded counters: the PHP article's ``CounterShardDS`` and the Google
-article's named ``GeneralCounter``, one engine with two data layouts."""
+"""Sharded counters: the PHP article's ``CounterShardDS``, the Google
+article's named ``GeneralCounter`` and Firestore's ``DistributedCounter``,
+one engine with three data layouts."""
 
 from gds_counter.counter._arguments import MAX_SHARDS, check_counters, check_num_shards, locate
 from gds_counter.counter._engine import CounterCore
@@ -9,9 +10,10 @@ from gds_counter.counter._storage_scope import STORAGE_HEADER, storage_scope
 from gds_counter.counter._totals import by_gateway, get_counts_plan
 from gds_counter.counter.article import CounterShardDS, make_target
 from gds_counter.counter.cache import CountCache
+from gds_counter.counter.distributed import DistributedCounter, check_counter_path
 from gds_counter.counter.entity import CounterShardEntity
 from gds_counter.counter.general import GeneralCounter
-from gds_counter.counter.layout import NDB_GENERAL, PHP_ARTICLE, Layout
+from gds_counter.counter.layout import FIRESTORE_PAGE, NDB_GENERAL, PHP_ARTICLE, Layout
 from gds_counter.counter.options import AutoGrow, CounterOptions
 from gds_counter.counter.rollup import TotalAsOf
 from gds_counter.counter.runtime import Runtime
@@ -26,6 +28,8 @@ __all__ = [
     "AutoGrow",
     "CounterShardDS",
     "CounterShardEntity",
+    "DistributedCounter",
+    "FIRESTORE_PAGE",
     "CountCache",
     "CounterOptions",
     "GeneralCounter",
@@ -52,6 +56,7 @@ __all__ = [
     "STORAGE_HEADER",
     "ShardSizing",
     "by_gateway",
+    "check_counter_path",
     "check_counters",
     "check_num_shards",
     "counter_names_plan",

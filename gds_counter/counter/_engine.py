@@ -58,8 +58,8 @@ from gds_counter.counter.strategy import Shard, Wrote, get_strategy, planned
 from gds_counter.errors import BadValueError, Contention, GDSError, TotalUnavailable, Unavailable
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import Mutation, Upsert
-from gds_counter.gateway.query import PropertyFilter, Query
+from gds_counter.gateway.mutations import Increment, Mutation, Upsert
+from gds_counter.gateway.query import Query
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds.transaction import retry_plan
 
@@ -136,6 +136,9 @@ class CounterCore:
         self._config_seen = not self._follow_config
         #: The largest shard count known to be recorded in the config entity.
         self._recorded = 0
+        #: Shards known to exist as documents (a ``documents`` layout creates
+        #: every shard it records, for the page's writers, which ``update``).
+        self._created = 0
         #: Shard keys built so far, in shard order: a read reuses them.
         self._keys: list[Key] = []
         #: What a strategy is given for each shard written so far.
@@ -214,6 +217,7 @@ class CounterCore:
                 self._num_shards = self._num_shards or self.layout.default_shards
                 return
             self._recorded = max(self._recorded, recorded)
+            self._created = max(self._created, recorded)  # another writer's record: it created them
             if recorded > self._num_shards:
                 if self._num_shards:
                     log.info("%s has grown to %d shards", self, recorded)
@@ -224,6 +228,8 @@ class CounterCore:
         count, let ``decide`` say what it should be, write it if it grew, and
         learn the result."""
 
+        before: list[int] = [0]  # what the config held when this process recorded more
+
         def attempt() -> plan.Plan[int]:
             outcome: list[int] = []
 
@@ -231,20 +237,54 @@ class CounterCore:
                 [stored] = yield from plan.lookup([self._config_key], transaction=token)
                 recorded = self.layout.config_of(stored)
                 outcome[:] = [decide(recorded)]
+                before[0] = recorded or 0
                 if outcome[0] <= (recorded or 0):
                     return []
                 fields = {self.layout.config_property: outcome[0]}
-                return [Upsert(RawEntity(self._config_key, fields))]
+                # A counter document is the app's too: keep its other fields.
+                mask = (self.layout.config_property,) if self.layout.documents else None
+                return [Upsert(RawEntity(self._config_key, fields), property_mask=mask)]
 
             yield from plan.in_transaction(work)
             return outcome[0]
 
-        self._learn((yield from retry_plan(attempt, self._retry, what=f"recording the shards of {self}")))
+        decided = yield from retry_plan(attempt, self._retry, what=f"recording the shards of {self}")
+        self._learn(decided)
+        if self.layout.documents and decided > before[0]:
+            with self._lock:  # the shards this process recorded are its to create
+                self._created = min(self._created, before[0])
+        if self.layout.documents and self._created < self._num_shards:
+            yield from self._create_shards()
+
+    def _create_shards(self) -> plan.Plan[None]:
+        """Make every recorded shard document exist, as the page's
+        ``init_counter`` does, so that the page's writers, which ``update``
+        a shard (an error on a missing document), never meet a missing one.
+        Each is an increment by 0 of its ``count``: a shard that exists
+        (written meanwhile) keeps its count. Our own writes need none of it
+        (each creates the shard it writes), so a failure is logged and
+        tried again at this process's next write, never raised: the
+        increment that asked for it is then written or refused on its own."""
+        first, upto = self._created, self._num_shards
+        count = self.layout.count_property
+        creations = [
+            Upsert(self.layout.shard_entity_at(key, self.name, None), property_mask=(), transforms=(Increment(count, 0),))
+            for key in self._shard_keys(upto)[first:]
+        ]
+        try:
+            yield from plan.commit(creations)
+        except GDSError as exc:
+            log.warning("%s: creating shard documents %d-%d failed (tried again at the next write): %s", self, first, upto - 1, exc)
+            return
+        with self._lock:
+            self._created = max(self._created, upto)
 
     def _must_record(self) -> bool:
         """Whether this process writes beyond the default shards more than
         the config is known to record (``_ensure_recorded``)."""
         wanted = self._num_shards
+        if self.layout.documents:  # the page's writers need every shard document: record (and create) them all
+            return wanted > self._recorded or wanted > self._created
         return wanted > self.layout.default_shards and wanted > self._recorded
 
     def _ensure_recorded(self) -> plan.Plan[None]:
@@ -260,8 +300,8 @@ class CounterCore:
         if method not in ("auto", "query", "lookup"):
             raise BadValueError(f"get_count method must be 'auto', 'query' or 'lookup', got {method!r}")
         if method == "auto":
-            return "query" if self.layout.target_property is not None else "lookup"
-        if method == "query" and self.layout.target_property is None:
+            return "query" if self.layout.can_query else "lookup"
+        if method == "query" and not self.layout.can_query:
             raise BadValueError(
                 f"layout {self.layout.name!r} stores no target property, so its shards cannot be "
                 "queried; use get_count() (a key lookup)"
@@ -312,14 +352,11 @@ class CounterCore:
         The total is their sum, as PHP's ``getCount()`` sums whatever its
         query finds."""
         query = self._target_query
-        if query is None:
-            assert self.layout.target_property is not None
-            query = self._target_query = Query(  # immutable: built once per counter
-                self.layout.shard_kind,
-                namespace=self.namespace,
-                filter=PropertyFilter(self.layout.target_property, "=", self.name),
-            )
+        if query is None:  # immutable: built once per counter
+            query = self._target_query = self.layout.shards_query(self.name, self.namespace)
         found = yield from plan.query_all(query)
+        if self.layout.documents:  # the ancestor query also finds deeper documents named "shards"
+            found = [shard for shard in found if shard.key is not None and self.layout.owns(self.name, shard.key)]
         # One pass over the rows: each shard's count, and by shard number,
         # which shards other processes write, for this process's next choice.
         # A count stored as an int (every writer's but an odd PHP one's) is

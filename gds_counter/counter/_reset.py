@@ -80,7 +80,7 @@ def counted_keys_plan(counter: Resettable) -> plan.Plan[list[Key]]:
     [config] = yield from plan.lookup([counter._config_key])
     counter._learn(counter.layout.config_of(config))
     keys = list(counter._shard_keys(counter._read_shards()))
-    if counter.layout.target_property is not None:
+    if counter.layout.can_query:
         known = set(keys)
         for key, _ in (yield from counter._query_shards()):
             if key not in known:

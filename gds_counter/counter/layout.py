@@ -1,8 +1,8 @@
 """Where a sharded counter keeps its data, as plain data.
 
-A layout is what another program (the PHP article's ``CounterShardDS`` or the
-Google article's Python 2 ndb ``general_counter``) already wrote into
-Datastore. Keeping it as data, not as a class per layout, is what lets one
+A layout is what another program (the PHP article's ``CounterShardDS``, the
+Google article's Python 2 ndb ``general_counter``, or Firestore's
+"Distributed counters" page) already wrote into Datastore or Firestore. Keeping it as data, not as a class per layout, is what lets one
 engine (``sharded.py``) serve both: an app that moves to Python keeps reading
 and writing the very same entities.
 """
@@ -15,12 +15,13 @@ import attrs
 
 from gds_counter._checks import is_int
 from gds_counter.counter._arguments import MAX_SHARDS, check_num_shards
-from gds_counter.errors import BadValueError, CorruptDataError
-from gds_counter.gateway.keys import Key
+from gds_counter.errors import BadKeyError, BadValueError, CorruptDataError
+from gds_counter.gateway.keys import Key, PathElement, document_key, document_path
+from gds_counter.gateway.query import PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds.schema import Schema, read_integer
 
-__all__ = ["NDB_GENERAL", "PHP_ARTICLE", "Layout"]
+__all__ = ["FIRESTORE_PAGE", "NDB_GENERAL", "PHP_ARTICLE", "Layout"]
 
 
 def _check_default_shards(value: object) -> None:
@@ -45,6 +46,14 @@ class Layout:
     port's addition, in a separate kind that PHP's query never sees, so
     that a reader built with 20 shards still finds shard 35 of a counter
     that grew.
+
+    ``documents``: the counter's name is a document path
+    (``"counters/likes"``) and its shards are the documents of that
+    document's subcollection ``shard_kind`` (Firestore's distributed
+    counters). The counter's own document is its config (``num_shards`` on
+    it, as the page's Web sample keeps it), written with a property mask
+    so that the app's other fields on it are kept. ``config_kind`` is then
+    unused (a counter document may be in any collection).
     """
 
     name: str
@@ -58,6 +67,7 @@ class Layout:
     config_property: str = "num_shards"
     default_shards: int = attrs.field(default=20, validator=lambda _, __, value: _check_default_shards(value))
     kind_prefix: str = ""
+    documents: bool = False
 
     def with_prefix(self, prefix: str) -> "Layout":
         """The same layout with kinds prefixed, as php-gds's ``KIND_PFX``
@@ -79,6 +89,8 @@ class Layout:
     def shard_number(self, target: str, key: Key) -> int | None:
         """The shard number in a shard key of ``target``; None if the key
         name is not one this layout makes for it."""
+        if self.documents and not self.owns(target, key):
+            return None
         before, _, after = self.key_format.partition("{shard}")
         prefix, suffix = before.format(target=target), after.format(target=target)
         name = key.name
@@ -91,6 +103,15 @@ class Layout:
         """The counter a shard key belongs to (``shard_name`` read back: the
         target is all but the last shard number); None for another key."""
         name = key.name
+        if self.documents:
+            parent = key.parent
+            if parent is None or key.kind != self.shard_kind:
+                return None
+            try:
+                target = document_path(Key(parent.path))
+                return target if self.shard_number(target, key) is not None else None
+            except BadKeyError:  # a numeric id in the path (``__id7__``): no counter path of ours
+                return None
         before, _, after = self.key_format.partition("{shard}")
         head, _, tail = before.partition("{target}")
         if name is None or key.kind != self.shard_kind or not name.startswith(head) or not name.endswith(after):
@@ -100,24 +121,61 @@ class Layout:
         return target if target and digits.isdigit() and digits.isascii() else None
 
     def shard_key(self, target: str, shard: int, namespace: str = "") -> Key:
+        if self.documents:
+            return self._child(target, PathElement(self.shard_kind, name=self.shard_name(target, shard)), namespace)
         return Key.of(self.shard_kind, self.shard_name(target, shard), namespace=namespace)
 
     def config_key(self, target: str, namespace: str = "") -> Key:
+        if self.documents:
+            return Key(document_key(target, "counter path").path, namespace)
         return Key.of(self.config_kind, target, namespace=namespace)
+
+    def _child(self, target: str, element: PathElement, namespace: str) -> Key:
+        return Key((*document_key(target, "counter path").path, element), namespace)
+
+    def owns(self, target: str, key: Key) -> bool:
+        """Whether ``key`` is in the place this layout keeps ``target``'s
+        shards: for documents, a document of the counter document's own
+        ``shard_kind`` subcollection (a deeper one, which an ancestor query
+        also finds, is not); otherwise any key of the shard kind."""
+        if not self.documents:
+            return key.kind == self.shard_kind
+        parent = key.parent
+        return key.kind == self.shard_kind and parent is not None and parent.path == document_key(target, "counter path").path
+
+    @property
+    def can_query(self) -> bool:
+        """Whether a counter's shards can be found by a query (every shard
+        any writer wrote, whatever its shard count): by the PHP article's
+        target property, or as a counter document's subcollection."""
+        return self.target_property is not None or self.documents
+
+    def shards_query(self, target: str, namespace: str = "") -> Query:
+        """The query that finds every shard of ``target`` (``can_query``)."""
+        if self.documents:
+            ancestor = self.config_key(target, namespace)
+            return Query(self.shard_kind, namespace=namespace, filter=PropertyFilter("__key__", "HAS_ANCESTOR", ancestor))
+        assert self.target_property is not None
+        return Query(self.shard_kind, namespace=namespace, filter=PropertyFilter(self.target_property, "=", target))
 
     @property
     def rollup_kind(self) -> str:
         """Where a counter's rollup lives (``counter.rollup``): a kind of its
-        own, which neither PHP's target query nor ndb's key reads ever see."""
-        return self.shard_kind + "Rollup"
+        own, which neither PHP's target query nor ndb's key reads ever see.
+        For documents, the counter document's subcollection ``rollup``
+        (document ``total``), beside ``shards``, which the page's reader
+        lists alone."""
+        return "rollup" if self.documents else self.shard_kind + "Rollup"
 
     def rollup_key(self, target: str, namespace: str = "") -> Key:
+        if self.documents:
+            return self._child(target, PathElement(self.rollup_kind, name="total"), namespace)
         return Key.of(self.rollup_kind, target, namespace=namespace)
 
     def claim_key(self, target: str, generation: str, namespace: str = "") -> Key:
         """The claim on refreshing the rollup of ``generation`` (a child of
         the rollup's key, so its name stays short whatever the target)."""
-        return Key.of(self.rollup_kind, target, self.rollup_kind + "Claim", generation, namespace=namespace)
+        return self.rollup_key(target, namespace).child(self.rollup_kind + "Claim", generation)
 
     def shard_schema(self) -> Schema:
         schema = Schema(self.shard_kind)
@@ -213,4 +271,21 @@ NDB_GENERAL = Layout(
     target_property=None,
     first_shard=0,
     config_kind="GeneralCounterShardConfig",
+)
+
+
+#: Firestore's "Distributed counters" page: the counter is a document, its
+#: shards the documents ``"0"``..``"N-1"`` of its subcollection ``shards``
+#: with an integer ``count``; ``num_shards`` on the counter document.
+FIRESTORE_PAGE = Layout(
+    name="firestore-page",
+    shard_kind="shards",
+    key_format="{shard}",
+    count_property="count",
+    count_indexed=True,
+    target_property=None,
+    first_shard=0,
+    config_kind="",
+    default_shards=10,
+    documents=True,
 )

@@ -1,0 +1,189 @@
+"""``DistributedCounter``: Firestore's "Distributed counters" page's
+documents, written and read by this port and by the page's own algorithm
+(``firestore_page.PageCounter``, written from the page's Python sample) at
+once, on the embedded engine (document paths as key paths)."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+
+import pytest
+
+from gds_counter import BadKeyError, BadValueError, DistributedCounter, NotFound, get_counts, open_gateway
+from gds_counter.counter import FIRESTORE_PAGE, counter_names_plan
+from gds_counter.gateway import plan
+from gds_counter.gateway.base import run_query_all
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Upsert
+from gds_counter.gateway.query import PropertyFilter, Query
+from gds_counter.gateway.values import RawEntity
+
+from firestore_page import PageCounter
+
+PATH = "counters/likes"
+
+
+def documents(gateway, path=PATH) -> dict[str, dict]:
+    """Every document under the counter's document, by path, as stored."""
+    query = Query(None, filter=PropertyFilter("__key__", "HAS_ANCESTOR", Key.of(*path.split("/"))))
+    return {"/".join(map(str, row.key.flat_path)): dict(row.properties) for row in run_query_all(gateway, query)}
+
+
+def test_the_page_layout_exactly(gateway):
+    """The counter is a document with ``num_shards``; its shards are the
+    documents "0".."N-1" of its subcollection ``shards``, each an integer
+    ``count``; the first write creates all N (the page's ``init_counter``)."""
+    counter = DistributedCounter(PATH, 4, gateway=gateway)
+    counter.add(3)
+    stored = documents(gateway)
+    assert stored[PATH] == {"num_shards": 4}
+    shards = {path: fields for path, fields in stored.items() if path.startswith(PATH + "/shards/")}
+    assert sorted(shards) == [f"{PATH}/shards/{n}" for n in range(4)]
+    assert all(set(fields) == {"count"} and type(fields["count"]) is int for fields in shards.values())
+    assert sum(fields["count"] for fields in shards.values()) == 3
+    assert set(stored) == {PATH, *shards}  # nothing else of ours (no rollup unless asked for one)
+
+
+def test_the_apps_fields_on_the_counter_document_are_kept(gateway):
+    """The counter document is the app's too (a post, say): recording and
+    growing the shard count writes ``num_shards`` alone."""
+    gateway.commit([Upsert(RawEntity(Key.of("counters", "likes"), {"title": "Hello", "num_shards": 2}))])
+    counter = DistributedCounter(PATH, 5, gateway=gateway)
+    counter.add(1)
+    counter.increase_shards(7)
+    assert documents(gateway)[PATH] == {"title": "Hello", "num_shards": 7}
+
+
+@pytest.mark.parametrize("page_shards", [1, 3, 10, 25])
+def test_the_page_and_this_port_count_into_one_counter(gateway, page_shards):
+    """Page writers (any ``num_shards``, more or fewer than ours) and ours
+    at once: each reader sees every acknowledged increment of both."""
+    rng = random.Random(page_shards)
+    page = PageCounter(page_shards, rng)
+    page.init_counter(gateway, PATH)
+    ours = DistributedCounter(PATH, 10, gateway=gateway)
+    acknowledged = 0
+    for step in range(200):
+        if rng.random() < 0.5:
+            page.increment_counter(gateway, PATH)
+            acknowledged += 1
+        else:
+            amount = rng.randint(-3, 5)
+            ours.add(amount)
+            acknowledged += amount
+    assert page.get_count(gateway, PATH) == acknowledged
+    assert ours.get_count() == acknowledged
+    assert ours.get_count(method="lookup") == sum(count for _, count in ours.shards("lookup"))
+    assert sum(count for _, count in ours.shards()) == acknowledged
+
+
+def test_the_pages_writers_never_meet_a_missing_shard_of_ours(gateway):
+    """The page's writers ``update`` (a missing shard is NOT_FOUND): every
+    shard this port records, at its first write and when it grows, exists
+    before that call returns."""
+    ours = DistributedCounter(PATH, 3, gateway=gateway)
+    with pytest.raises(NotFound):  # the page's update on a shard nobody created (the page's own contract)
+        PageCounter(3).increment_counter(gateway, PATH)
+    ours.add(1)
+    ours.increase_shards(6)
+    page = PageCounter(6, random.Random(1))
+    for _ in range(60):
+        page.increment_counter(gateway, PATH)
+    assert ours.get_count() == 61 == page.get_count(gateway, PATH)
+
+
+def test_reset_keeps_the_shard_documents(gateway):
+    """A reset writes 0 to every shard: the page's writers still find them."""
+    ours = DistributedCounter(PATH, 4, gateway=gateway)
+    PageCounter(9).init_counter(gateway, PATH)
+    for _ in range(10):
+        ours.add(2)
+    ours.reset()
+    assert ours.get_count() == 0
+    page = PageCounter(9, random.Random(2))
+    for _ in range(9):
+        page.increment_counter(gateway, PATH)
+    assert ours.get_count() == 9
+
+
+def test_a_rollup_lives_beside_the_shards_where_the_pages_reader_never_looks(gateway):
+    ours = DistributedCounter(PATH, 4, gateway=gateway)
+    ours.add(5)
+    assert ours.get_count(max_age=60) == 5
+    stored = documents(gateway)
+    assert f"{PATH}/rollup/total" in stored
+    assert PageCounter(4).get_count(gateway, PATH) == 5  # the page sums ``shards`` only
+
+
+def test_counters_at_nested_paths_stay_apart(gateway):
+    """A counter whose document is itself inside another counter's
+    subcollections counts alone: its shards are not its ancestor's."""
+    outer = DistributedCounter("a/b", 2, gateway=gateway)
+    inner = DistributedCounter("a/b/shards/x", 2, gateway=gateway)
+    deeper = DistributedCounter("a/b/posts/p/comments/c", 2, gateway=gateway)
+    outer.add(1)
+    inner.add(10)
+    deeper.add(100)
+    assert get_counts([outer, inner, deeper]) == [1, 10, 100]
+    assert [outer.get_count(), inner.get_count(), deeper.get_count()] == [1, 10, 100]
+    names = plan.run(counter_names_plan(FIRESTORE_PAGE, ""), gateway)
+    assert names == ["a/b", "a/b/posts/p/comments/c", "a/b/shards/x"]
+
+
+def test_threads_count_exactly(gateway):
+    counter = DistributedCounter(PATH, 4, gateway=gateway)
+    per_thread = 50
+
+    def work():
+        for _ in range(per_thread):
+            counter.add(1)
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert counter.get_count() == 6 * per_thread == PageCounter(4).get_count(gateway, PATH)
+
+
+@pytest.mark.parametrize(
+    "path, why",
+    [
+        ("counters", "names a collection"),
+        ("counters/likes/shards", "names a collection"),
+        ("/counters/likes", "empty segment"),
+        ("counters//likes/x", "empty segment"),
+        ("counters/likes/", "empty segment"),
+        ("counters/__likes__", "reserved"),
+        ("__c__/likes", "reserved"),
+        ("counters/..", "not allowed"),
+        ("counters/" + "x" * 1501, "over 1500 bytes"),
+        ("counters/" + "é" * 751, "over 1500 bytes"),
+    ],
+)
+def test_bad_paths_are_refused_before_anything_is_written(tmp_path, path, why):
+    """A ``BadKeyError`` naming the path; the database file is not even made."""
+    target = tmp_path / "never.db"
+    with pytest.raises(BadKeyError, match=why) as raised:
+        DistributedCounter(path, gateway=f"sqlite:///{target}")
+    assert repr(path[:30])[:-1] in str(raised.value)
+    assert not os.path.exists(target)
+
+
+@pytest.mark.parametrize("num_shards", [0, -1, 10_001, 2.5, "3", True])
+def test_shard_counts_out_of_bounds_are_refused(tmp_path, num_shards):
+    target = tmp_path / "never.db"
+    with pytest.raises(BadValueError):
+        DistributedCounter(PATH, num_shards, gateway=f"sqlite:///{target}")
+    assert not os.path.exists(target)
+
+
+def test_the_default_is_the_pages_ten_shards():
+    gateway = open_gateway("memory://")
+    counter = DistributedCounter(PATH, gateway=gateway)
+    assert counter.increment() == 1
+    assert counter.num_shards == 10
+    assert counter.path == PATH
+    gateway.close()

@@ -19,11 +19,14 @@ from gds_counter.cli._context import DEFAULT_TIMEOUT, PROG
 from gds_counter.cli._counter_commands import CONFIRM_SHARDS_OVER
 from gds_counter.counter import (
     DEFAULT_WRITES_PER_SHARD,
+    FIRESTORE_PAGE,
     PHP_ARTICLE,
     STRATEGIES,
+    check_counter_path,
     check_num_shards,
     make_target,
 )
+from gds_counter.errors import BadValueError
 
 
 def check_input(args: argparse.Namespace) -> None:
@@ -34,9 +37,17 @@ def check_input(args: argparse.Namespace) -> None:
     it is, or negated, and the range is symmetric), a shard count below 1
     or over ``MAX_SHARDS``."""
     if hasattr(args, "target_type"):
-        target = make_target(args.target_type, args.target_id)
-        PHP_ARTICLE.config_key(target)
-        PHP_ARTICLE.shard_key(target, PHP_ARTICLE.default_shards)
+        if args.target_id is None:  # a document path: Firestore's distributed counter
+            if "/" not in args.target_type:
+                raise BadValueError(
+                    f"{args.target_type!r} needs an ID after it (TYPE ID, the PHP article's counter), or is a "
+                    "document path such as counters/likes (a Firestore distributed counter)"
+                )
+            check_counter_path(args.target_type, FIRESTORE_PAGE.default_shards)
+        else:
+            target = make_target(args.target_type, args.target_id)
+            PHP_ARTICLE.config_key(target)
+            PHP_ARTICLE.shard_key(target, PHP_ARTICLE.default_shards)
     if args.command in ("increment", "decrement"):
         check_amount(args.n)
     if args.command == "increase-shards":
@@ -120,8 +131,10 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     def add(name: str, help: str, *, target: bool = True, json_output: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help, parents=[common])
         if target:
-            p.add_argument("target_type", metavar="TYPE", help='what is counted, e.g. "Counter Test"')
-            p.add_argument("target_id", metavar="ID", help="which one, e.g. 1")
+            p.add_argument("target_type", metavar="TYPE|PATH",
+                           help='what is counted, e.g. "Counter Test"; or alone, the document path of a '
+                                'Firestore distributed counter, e.g. counters/likes')
+            p.add_argument("target_id", metavar="ID", nargs="?", help="which one, e.g. 1 (none after a PATH)")
         if json_output:
             p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
         return p

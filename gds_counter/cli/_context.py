@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence, TextIO
 
 import attrs
 
-from gds_counter.counter import CounterShardDS, make_target
+from gds_counter.counter import FIRESTORE_PAGE, CounterShardDS, ShardedCounter, make_target
 from gds_counter.errors import BadValueError
 from gds_counter.gateway import Gateway, open_gateway
 from gds_counter.gds.transaction import DEFAULT_RETRY
@@ -102,7 +102,10 @@ class Context:
         return self._gateway
 
     def target(self) -> str:
-        """The counter's target (PHP's ``type_id``), known before any storage is opened."""
+        """The counter's target (PHP's ``type_id``, or a distributed counter's
+        document path), known before any storage is opened."""
+        if self.args.target_id is None:
+            return str(self.args.target_type)
         return make_target(self.args.target_type, self.args.target_id)
 
     def was_stored(self, what: str) -> None:
@@ -111,14 +114,16 @@ class Context:
         that a stored change failed."""
         self.stored = what
 
-    def counter(self) -> CounterShardDS:
+    def counter(self) -> ShardedCounter:
         gateway = self.gateway()
         # The counter retries a storage that is unavailable; no new attempt
         # starts past the command's deadline (a tiny floor: a policy needs a
         # positive deadline, and the gateway refuses calls past it anyway).
         retry = attrs.evolve(DEFAULT_RETRY, deadline=max(self.left(), 0.001))
-        return CounterShardDS(self.args.target_type, self.args.target_id, gateway=gateway,
-                              strategy=getattr(self.args, "strategy", "auto"), retry=retry)
+        strategy = getattr(self.args, "strategy", "auto")
+        if self.args.target_id is None:  # a document path; its shard count is whatever it records
+            return ShardedCounter(self.target(), layout=FIRESTORE_PAGE, gateway=gateway, strategy=strategy, retry=retry)
+        return CounterShardDS(self.args.target_type, self.args.target_id, gateway=gateway, strategy=strategy, retry=retry)
 
     def emit(self, data: Any, text: str) -> None:
         """``data`` as one JSON document with ``--json``, else ``text``."""

@@ -1,4 +1,5 @@
-"""The subcommands about one counter, named by ``TYPE ID``: ``increment``,
+"""The subcommands about one counter, named by ``TYPE ID`` (the PHP
+article's counter) or by a document ``PATH`` (Firestore's distributed counter): ``increment``,
 ``decrement``, ``count``, ``shards``, ``increase-shards`` and ``reset``.
 Each builds the counter through ``Context.counter`` (the command's deadline
 bounds its retries) and says what it did; the two that cannot be undone
@@ -21,9 +22,9 @@ CONFIRM_SHARDS_OVER = 100
 def _changed(ctx: Context, amount: int) -> int:
     counter = ctx.counter()
     total = counter.increment(amount)
-    ctx.was_stored(f"the {ctx.args.command} by {ctx.args.n} of {counter.target!r} WAS stored (new total {total}; "
+    ctx.was_stored(f"the {ctx.args.command} by {ctx.args.n} of {counter.name!r} WAS stored (new total {total}; "
                    "do not retry it)")
-    ctx.emit({"target": counter.target, "amount": amount, "count": total}, str(total))
+    ctx.emit({"target": counter.name, "amount": amount, "count": total}, str(total))
     return EXIT_OK
 
 
@@ -43,10 +44,10 @@ def _count(ctx: Context) -> int:
     method = ctx.args.method or "auto"
     if ctx.args.max_age is None:
         total = counter.get_count(method=method)
-        ctx.emit({"target": counter.target, "count": total}, str(total))
+        ctx.emit({"target": counter.name, "count": total}, str(total))
         return EXIT_OK
     found = counter.get_count_as_of(method, max_age=ctx.args.max_age)
-    ctx.emit({"target": counter.target, "count": found.total, "as_of": found.as_of.isoformat(),
+    ctx.emit({"target": counter.name, "count": found.total, "as_of": found.as_of.isoformat(),
               "from_rollup": found.from_rollup}, str(found.total))
     return EXIT_OK
 
@@ -56,7 +57,7 @@ def _shards(ctx: Context) -> int:
     counter = ctx.counter()
     rows = counter.shards()
     total = sum(count for _, count in rows)
-    data = {"target": counter.target, "count": total,
+    data = {"target": counter.name, "count": total,
             "shards": [{"shard": shard, "count": count} for shard, count in rows]}
     ctx.emit(data, table(("shard", "count"), [*rows, ("total", total)]))
     return EXIT_OK
@@ -76,8 +77,8 @@ def _increase_shards(ctx: Context) -> int:
             return EXIT_FAILURE
     counter = ctx.counter()
     shards = counter.increase_shards(wanted)
-    ctx.was_stored(f"increase-shards of {counter.target!r} to {shards} WAS stored")
-    ctx.emit({"target": counter.target, "shards": shards}, str(shards))
+    ctx.was_stored(f"increase-shards of {counter.name!r} to {shards} WAS stored")
+    ctx.emit({"target": counter.name, "shards": shards}, str(shards))
     return EXIT_OK
 
 
@@ -89,6 +90,6 @@ def _reset(ctx: Context) -> int:
         return EXIT_FAILURE
     counter = ctx.counter()
     counter.reset()
-    ctx.was_stored(f"the reset of {counter.target!r} WAS stored (every shard 0)")
-    ctx.emit({"target": counter.target, "count": 0}, f"reset {counter.target!r}")
+    ctx.was_stored(f"the reset of {counter.name!r} WAS stored (every shard 0)")
+    ctx.emit({"target": counter.name, "count": 0}, f"reset {counter.name!r}")
     return EXIT_OK

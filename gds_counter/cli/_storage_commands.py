@@ -14,7 +14,7 @@ from typing import Callable
 import attrs
 
 from gds_counter.cli._context import EXIT_FAILURE, EXIT_OK, PROG, Context, command, table
-from gds_counter.counter import PHP_ARTICLE, Layout, ShardedCounter, counter_names_plan, rollup_all_plan
+from gds_counter.counter import FIRESTORE_PAGE, PHP_ARTICLE, Layout, ShardedCounter, counter_names_plan, rollup_all_plan
 from gds_counter.errors import GDSError
 from gds_counter.gateway import Gateway, plan
 from gds_counter.gateway.base import run_query_all
@@ -25,12 +25,17 @@ log = logging.getLogger("gds_counter.cli")
 
 
 def _counters(ctx: Context) -> tuple[list[str], Callable[[str], ShardedCounter]]:
-    """Every PHP-layout counter in the storage, found by key only
-    (``counter._inventory``), and how to build one by name."""
+    """Every counter in the storage, found by key only
+    (``counter._inventory``): the PHP article's, by target, and Firestore's
+    distributed counters, by document path (none in a namespace, which
+    Firestore does not have); and how to build one by name."""
     gateway = ctx.gateway()
-    names = plan.run(counter_names_plan(PHP_ARTICLE, gateway.namespace), gateway)
+    found = {name: PHP_ARTICLE for name in plan.run(counter_names_plan(PHP_ARTICLE, gateway.namespace), gateway)}
+    if not gateway.namespace:
+        for name in plan.run(counter_names_plan(FIRESTORE_PAGE, ""), gateway):
+            found.setdefault(name, FIRESTORE_PAGE)
     retry = attrs.evolve(DEFAULT_RETRY, deadline=max(ctx.left(), 0.001))
-    return names, lambda name: ShardedCounter(name, layout=PHP_ARTICLE, gateway=gateway, retry=retry)
+    return sorted(found), lambda name: ShardedCounter(name, layout=found[name], gateway=gateway, retry=retry)
 
 
 def _as_of(moment: dt.datetime) -> str:
@@ -81,8 +86,10 @@ def _list(ctx: Context) -> int:
         ctx.emit(data, table(("count", "as of (UTC)", "target"), aged, text_last=True))
         return EXIT_OK
     gateway = ctx.gateway()
-    layout = PHP_ARTICLE
-    counters = _listed_counters(gateway, layout)
+    counters = _listed_counters(gateway, PHP_ARTICLE)
+    if not gateway.namespace:
+        for path, entry in _listed_documents(gateway).items():
+            counters.setdefault(path, entry)
     rows = [(c.count, c.shards if c.shards is not None else "?", c.written, target)
             for target, c in sorted(counters.items())]
     data = [{"target": target, "count": c.count, "shards": c.shards, "written": c.written}
@@ -134,4 +141,32 @@ def _listed_counters(gateway: Gateway, layout: Layout) -> dict[str, _Listed]:
                 "%s has shard %d, beyond the %d shards it is configured for (a writer with a larger NUM_SHARDS?): "
                 "its total counts it, but get_count(method='lookup') does not look it up until increase-shards "
                 "records %d or more", target, entry.highest, entry.shards, entry.highest)
+    return found
+
+
+def _listed_documents(gateway: Gateway) -> dict[str, _Listed]:
+    """Firestore's distributed counters, as ``list`` shows them: every
+    document of every ``shards`` subcollection, grouped by the counter
+    document it is under, and each counter document's ``num_shards`` (one
+    batched lookup; the page's default of 10 when none is recorded)."""
+    layout = FIRESTORE_PAGE
+    found: dict[str, _Listed] = {}
+    for raw in run_query_all(gateway, Query(layout.shard_kind)):
+        target = layout.target_of(raw.key) if raw.key is not None else None
+        if target is None:
+            continue  # a "shards" document that is no counter's (a non-numeric id, or under a numeric id)
+        entry = found.setdefault(target, _Listed(shards=layout.default_shards))
+        entry.written += 1
+        try:
+            entry.count += layout.count_of(raw)
+        except GDSError as exc:
+            log.warning("%s: its count is left out of %s's total: %s", raw.key, target, exc)
+    names = sorted(found)
+    configs = gateway.lookup([layout.config_key(name) for name in names]) if names else []
+    for name, config in zip(names, configs):
+        try:
+            found[name].shards = max(layout.config_of(config) or 0, layout.default_shards)
+        except GDSError as exc:
+            log.warning("%s: its configured shard count is shown as ?: %s", name, exc)
+            found[name].shards = None
     return found

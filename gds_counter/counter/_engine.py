@@ -170,7 +170,10 @@ class CounterCore:
     def _read_shards(self) -> int:
         """Shards a read looks up: never fewer than the layout's default,
         because a writer built with the default (or PHP's NUM_SHARDS) may
-        have written them without recording anything."""
+        have written them without recording anything. A counter of
+        documents has every shard it records (and its reads query them all)."""
+        if self.layout.documents:
+            return self._num_shards or self.layout.default_shards
         return max(self._num_shards, self.layout.default_shards)
 
     def _shard_key(self, number: int) -> Key:

@@ -10,6 +10,7 @@ import random
 import threading
 
 import pytest
+from firestore_page import PageCounter
 
 from gds_counter import BadKeyError, BadValueError, DistributedCounter, NotFound, get_counts, open_gateway
 from gds_counter.counter import FIRESTORE_PAGE, counter_names_plan
@@ -19,8 +20,6 @@ from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Upsert
 from gds_counter.gateway.query import PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
-
-from firestore_page import PageCounter
 
 PATH = "counters/likes"
 

@@ -14,6 +14,11 @@ the counter layer alone. Beside them, the same write sent straight to the
 backend's commit hook (the upsert with its increment transform, no rules,
 no counter): what storage alone costs, so that "call minus hook" is the
 library above the storage (docs/performance.md, "What the lone call pays").
+And the memory ``add(1)`` once more, each call followed by a raw sqlite3
+upsert on a file (WAL, ``synchronous=FULL``: a commit and its fsync), beside
+that upsert alone: the same Python costs more when every call meets an
+fsync (``python under fsync``: the pair minus the upsert), which is what a
+lone ``add()`` on a file pays above its SQL.
 
 It uses the public API but for the hook, so the same file measures an
 older commit too (``PYTHONPATH=<other checkout> python benchmarks/counter_layer.py``):
@@ -111,6 +116,35 @@ def measure(label: str, url: Any, calls: int, rounds: int) -> dict[str, Any]:
     return row
 
 
+def measure_under_fsync(folder: str, calls: int, rounds: int) -> dict[str, Any]:
+    """A memory ``add(1)`` alone, a raw upsert on a file alone, and the two
+    in turn; ``python_under_fsync`` is the pair minus the upsert."""
+    import sqlite3
+
+    raw = sqlite3.connect(f"{folder}/raw.sqlite3", isolation_level=None)
+    raw.execute("PRAGMA journal_mode = WAL")
+    raw.execute("PRAGMA synchronous = FULL")
+    raw.execute("CREATE TABLE shard (k INTEGER PRIMARY KEY, v INTEGER)")
+    turn = [0]
+
+    def upsert() -> None:
+        turn[0] += 1
+        raw.execute("INSERT INTO shard VALUES (?, 1) ON CONFLICT(k) DO UPDATE SET v = v + 1", (turn[0] % 20,))
+
+    counter = CounterShardDS("Lone", 1, 20, gateway="memory://")
+    counter.add(1)
+    row: dict[str, Any] = {"backend": "memory add, file upsert"}
+    for name, call in (("add", lambda: counter.add(1)), ("raw_upsert", upsert),
+                       ("add_then_upsert", lambda: (counter.add(1), upsert()))):
+        cpu, wall = per_call(call, calls, rounds)
+        row[name] = {"cpu_us": round(cpu, 1), "wall_us": round(wall, 1), "python_calls": round(python_calls(call), 1)}
+    row["python_under_fsync"] = {
+        key: round(row["add_then_upsert"][key] - row["raw_upsert"][key], 1) for key in ("cpu_us", "wall_us")
+    } | {"python_calls": row["add"]["python_calls"]}
+    raw.close()
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000, help="calls per round (default 2000; a tenth on the emulator)")
@@ -122,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = [measure("memory", "memory://", args.calls, args.rounds), measure_stubbed(args.calls, args.rounds)]
     with tempfile.TemporaryDirectory() as folder:
         rows.append(measure("sqlite file", f"sqlite:///{folder}/lone.sqlite3", args.calls // 2, args.rounds))
+        rows.append(measure_under_fsync(folder, args.calls // 2, args.rounds))
     if args.emulator_host:
         from gds_counter.emulators import DEFAULT_PROJECT
         from gds_counter.gateway.datastore import DatastoreGateway
@@ -135,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(measure("firestore emulator", emulator.gateway(), max(50, args.calls // 10), args.rounds))
     print(f"{'backend':20} {'call':12} {'cpu µs':>8} {'wall µs':>8} {'py calls':>9}")
     for row in rows:
-        for name in ("add", "get_count", "increment", "hook_upsert"):
+        for name in ("add", "get_count", "increment", "hook_upsert", "raw_upsert", "add_then_upsert", "python_under_fsync"):
             if name not in row:
                 continue
             found = row[name]

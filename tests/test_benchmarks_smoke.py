@@ -192,8 +192,13 @@ def test_reads_on_sqlite(tmp_path):
 def test_counter_layer_on_memory_and_a_file(tmp_path):
     _run("counter_layer.py", "--calls", "20", "--rounds", "1", "--json", str(tmp_path / "lone.json"))
     record = json.loads((tmp_path / "lone.json").read_text())
-    assert [row["backend"] for row in record["rows"]] == ["memory", "memory, storage stubbed", "sqlite file"]
+    assert [row["backend"] for row in record["rows"]] == [
+        "memory", "memory, storage stubbed", "sqlite file", "memory add, file upsert"]
     assert record["rows"][1]["add"]["python_calls"] > 0
+    under_fsync = record["rows"].pop()
+    for call in ("add", "raw_upsert", "add_then_upsert"):
+        assert under_fsync[call]["cpu_us"] >= 0 and under_fsync[call]["python_calls"] > 0
+    assert under_fsync["python_under_fsync"]["python_calls"] == under_fsync["add"]["python_calls"]
     del record["rows"][1]
     for row in record["rows"]:
         for call in ("add", "get_count", "increment", "hook_upsert"):

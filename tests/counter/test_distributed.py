@@ -186,3 +186,45 @@ def test_the_default_is_the_pages_ten_shards():
     assert counter.num_shards == 10
     assert counter.path == PATH
     gateway.close()
+
+
+def test_auto_grow_records_and_creates_the_new_shard_documents(tmp_path):
+    """Under a model of Firestore's per-document write limit, a counter that
+    grows records its new shard count on its document and creates every
+    new shard there, for the page's writers; nothing is lost."""
+    from gds_counter import AutoGrow, RetryPolicy
+    from gds_counter.gateway.embedded import EmbeddedGateway
+
+    gateway = EmbeddedGateway(str(tmp_path / "slow.sqlite3"), entity_writes_per_second=20)
+    try:
+        counter = DistributedCounter(
+            PATH, 1, gateway=gateway, strategy="transactional",
+            auto_grow=AutoGrow(after_attempts=2, factor=8, max_shards=8),
+            retry=RetryPolicy(attempts=30, initial=0.001, maximum=0.01),
+        )
+        threads = [threading.Thread(target=lambda: [counter.add(1) for _ in range(10)]) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert counter.num_shards == 8 and gateway.stats["counter.grown"] >= 1
+        stored = documents(gateway)
+        assert stored[PATH] == {"num_shards": 8}
+        assert sorted(p for p in stored if "/shards/" in p) == [f"{PATH}/shards/{n}" for n in range(8)]
+        assert counter.get_count() == 40 == PageCounter(8).get_count(gateway, PATH)
+    finally:
+        gateway.close()
+
+
+@pytest.mark.parametrize("cache", ["local", "redis"])
+def test_the_caches_see_every_write_of_the_page_layout(gateway, cache, request):
+    """``cache=True`` (this process's) and a Redis cache shared by processes
+    keep a distributed counter's total as they keep the articles'."""
+    setting = True if cache == "local" else request.getfixturevalue("redis_server").url
+    writer = DistributedCounter(PATH, 4, gateway=gateway, cache=setting)
+    reader = DistributedCounter(PATH, 4, gateway=gateway, cache=setting)
+    assert reader.get_count() == 0
+    writer.add(3)
+    assert reader.get_count() == 3
+    writer.increment(2)
+    assert reader.get_count() == 5 == PageCounter(4).get_count(gateway, PATH)

@@ -183,7 +183,7 @@ class FirestoreGateway(BaseGateway[TransactionState]):
             remaining = max(0.05, deadline - time.monotonic())
             try:
                 answer = rpc(request=request, retry=None, timeout=remaining, metadata=self._metadata)
-                return [item._pb for item in answer] if stream else answer._pb
+                return [item._pb for item in answer] if stream else getattr(answer, "_pb", None)
             except gexc.GoogleAPICallError as exc:
                 failures.append(exc)
                 raise
@@ -250,7 +250,8 @@ class FirestoreGateway(BaseGateway[TransactionState]):
             extra = "gds_counter_rows"
             while extra in aliases:
                 extra += "_"
-        shape = shape_query(self._codec, aggregation.query, select=False)
+        summed = tuple(item.property or "" for item in aggregation.aggregations if item.kind in ("SUM", "AVG"))
+        shape = shape_query(self._codec, aggregation.query, select=False, summed=summed)
         pb = _StructuredAggregationPb()
         pb.structured_query.CopyFrom(shape.structured)
         for item, alias in [*zip(aggregation.aggregations, aliases), *([(None, extra)] if extra else [])]:

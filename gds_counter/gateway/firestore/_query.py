@@ -1,13 +1,16 @@
 """A neutral ``Query`` as a Firestore ``StructuredQuery``, and what its
 answer means: results, and our opaque cursors in and out.
 
-* The kind is ``from.collection_id`` with ``all_descendants``: without an
-  ancestor, a collection group over the whole database (the parent is the
-  root), as Datastore's kind query sees entities at any depth; with
-  ``HAS ANCESTOR k`` (an AND-ed conjunct), the parent is ``k``'s document,
-  so the query sees the kind's documents at any depth under it. One
-  difference, which no query can undo: Datastore's ancestor query also
-  returns the ancestor itself when its kind matches; Firestore's does not.
+* The kind is ``from.collection_id`` with ``all_descendants`` under the
+  root: a collection group over the whole database, as Datastore's kind
+  query sees entities at any depth. ``HAS ANCESTOR k`` (an AND-ed
+  conjunct) adds the document-name range ``k <= __name__ < k + "\\0"``
+  (``k``'s last id with a NUL after it: the first name after every
+  descendant of ``k``, names comparing segment by segment). Why not the
+  parent ``k`` with ``all_descendants``: the emulator refuses it
+  ("collection group queries are only allowed at the root parent"), and
+  such a query would miss ``k`` itself, which Datastore's ancestor query
+  returns when its kind matches; the range returns it, as Datastore does.
 * Filters: ``=`` and ``!=`` on null or NaN are Firestore's unary filters;
   ``__key__`` is ``__name__`` (a reference value). Datastore's ``=`` on a
   list property matches any element; Firestore's equality compares the
@@ -131,9 +134,12 @@ def _cursor_of(raw: bytes, what: str, query: Query) -> Any:
         raise BadValueError(f"{describe(query)}: its {what} cursor is damaged ({exc})") from None
 
 
-def shape_query(codec: DocumentCodec, query: Query, *, select: bool = True) -> QueryShape:
+def shape_query(codec: DocumentCodec, query: Query, *, select: bool = True, summed: tuple[str, ...] = ()) -> QueryShape:
     """``query`` as a ``StructuredQuery`` under its parent (module
-    docstring); ``select=False`` for an aggregation, which projects nothing."""
+    docstring); ``select=False`` for an aggregation, which projects nothing
+    and is sent with its own orders only, and under an ancestor ordered by
+    the ``summed`` fields too (so a count beside a sum there counts the
+    documents that have them)."""
     if query.namespace:
         raise BadKeyError(f"{describe(query)} is in namespace {query.namespace!r}; Firestore in native mode has no namespaces")
     if query.kind is None:
@@ -144,12 +150,30 @@ def shape_query(codec: DocumentCodec, query: Query, *, select: bool = True) -> Q
         raise BadValueError(f"{describe(query)} has DISTINCT ON {list(query.distinct_on)}, which Firestore does not run")
     ancestor, rest = _split_ancestor(query)
     pb = _StructuredPb()
-    selector = getattr(pb, "from").add()  # (a Python keyword: the raw message's field)
+    selector = pb.from_.add()
     selector.collection_id = query.kind
     selector.all_descendants = True
-    if rest is not None:
+    if ancestor is not None:
+        name = codec.name_of(ancestor)
+        below = [_name_filter(_FieldFilterPb.GREATER_THAN_OR_EQUAL, name), _name_filter(_FieldFilterPb.LESS_THAN, name + "\0")]
+        both = pb.where.composite_filter
+        both.op = _CompositeFilterPb.AND
+        for part in below:
+            both.filters.add().field_filter.CopyFrom(part)
+        if rest is not None:
+            _filter_to_pb(codec, rest, both.filters.add())
+    elif rest is not None:
         _filter_to_pb(codec, rest, pb.where)
-    orders = _effective_orders(query, rest)
+    if select:
+        orders = _effective_orders(query, rest)
+    else:
+        # An aggregation makes no cursor, and Firestore refuses to sum or
+        # average a field after __name__, which an ancestor's range orders
+        # by: its own orders, then (under an ancestor) the summed fields.
+        orders = [(o.name, o.descending) for o in query.order]
+        if ancestor is not None:
+            last = orders[-1][1] if orders else False
+            orders += [(name, last) for name in dict.fromkeys(summed) if name not in {n for n, _ in orders}]
     for path, descending in orders:
         item = pb.order_by.add()
         item.field.field_path = NAME_FIELD if path == KEY_PROPERTY else field_path(path)
@@ -170,9 +194,16 @@ def shape_query(codec: DocumentCodec, query: Query, *, select: bool = True) -> Q
         pb.start_at.CopyFrom(_cursor_of(query.start_cursor, "start", query))
     if query.end_cursor:
         pb.end_at.CopyFrom(_cursor_of(query.end_cursor, "end", query))
-    parent = codec.name_of(ancestor) if ancestor is not None else codec.root
     members = tuple(None if path == KEY_PROPERTY else tuple(parse(path)) for path, _ in orders)
-    return QueryShape(parent, pb, members, keep)
+    return QueryShape(codec.root, pb, members, keep)
+
+
+def _name_filter(op: int, name: str) -> Any:
+    found = _FieldFilterPb()
+    found.field.field_path = NAME_FIELD
+    found.op = op
+    found.value.reference_value = name
+    return found
 
 
 def _split_ancestor(query: Query) -> tuple[Key | None, Filter | None]:
@@ -184,11 +215,11 @@ def _split_ancestor(query: Query) -> tuple[Key | None, Filter | None]:
     ancestors = [f for f in top if isinstance(f, PropertyFilter) and f.op == "HAS_ANCESTOR"]
     if sum(1 for leaf in leaves_of(flt) if leaf.op == "HAS_ANCESTOR") > len(ancestors):
         raise BadValueError(
-            f"{describe(query)}: HAS ANCESTOR inside an OR cannot run on Firestore (the ancestor is the "
-            "query's parent document, one per query)"
+            f"{describe(query)}: HAS ANCESTOR inside an OR cannot run on Firestore (an ancestor is a range "
+            "of document names AND-ed with the rest of the filter)"
         )
     if len({f.value for f in ancestors}) > 1:
-        raise BadValueError(f"{describe(query)} names two ancestors; a Firestore query has one parent document")
+        raise BadValueError(f"{describe(query)} names two different ancestors; this gateway runs one per query")
     if not ancestors:
         return None, flt
     rest = [f for f in top if f not in ancestors]

@@ -26,7 +26,7 @@ from __future__ import annotations
 from google.api_core import exceptions as gexc
 
 from gds_counter.errors import AlreadyExists, GDSError, NotFound
-from gds_counter.gateway.datastore._retry import translate_error
+from gds_counter.gateway.datastore import translate_error
 
 __all__ = ["final_error"]
 

@@ -30,8 +30,7 @@ from gds_counter.errors import BadKeyError, BadValueError, Contention, GatewayEr
 from gds_counter.gateway._aggregation import billed_reads
 from gds_counter.gateway.base import BaseGateway, TransactionState
 from gds_counter.gateway.capabilities import Capabilities
-from gds_counter.gateway.datastore._requests import strip_scheme
-from gds_counter.gateway.datastore._retry import DEFAULT_RETRY, error_message, should_retry
+from gds_counter.gateway.datastore import DEFAULT_RETRY, error_message, should_retry, strip_scheme
 from gds_counter.gateway.firestore._codec import DocumentCodec, document_of, field_path, random_id
 from gds_counter.gateway.firestore._errors import final_error
 from gds_counter.gateway.firestore._query import describe, shape_query

@@ -40,6 +40,7 @@ answer means: results, and our opaque cursors in and out.
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import attrs
@@ -61,7 +62,7 @@ _UnaryFilterPb = _q.StructuredQuery.UnaryFilter.pb()
 _CompositeFilterPb = _q.StructuredQuery.CompositeFilter.pb()
 _DirectionPb = _q.StructuredQuery.Direction
 
-_OPS = {
+_OPS = types.MappingProxyType({
     "=": _FieldFilterPb.EQUAL,
     "<": _FieldFilterPb.LESS_THAN,
     "<=": _FieldFilterPb.LESS_THAN_OR_EQUAL,
@@ -70,7 +71,7 @@ _OPS = {
     "!=": _FieldFilterPb.NOT_EQUAL,
     "IN": _FieldFilterPb.IN,
     "NOT_IN": _FieldFilterPb.NOT_IN,
-}
+})
 #: Operators Firestore counts as inequalities (each one's field is ordered by).
 _INEQUALITIES = frozenset({"<", "<=", ">", ">=", "!=", "NOT_IN"})
 

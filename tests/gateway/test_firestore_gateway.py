@@ -23,6 +23,7 @@ from gds_counter.errors import (
     AlreadyExists,
     BadKeyError,
     BadValueError,
+    CommitUnknown,
     Contention,
     GatewayError,
     NotFound,
@@ -408,6 +409,26 @@ def test_an_unreachable_server_is_unavailable_for_a_commit_never_sent(gw):
             down.commit([Upsert(RawEntity(Key.of("K", "x"), {}), property_mask=(), transforms=[Increment("n", 1)])])
     finally:
         down.close()
+
+
+def test_a_commit_past_its_deadline_is_commit_unknown_and_may_yet_be_applied(gw, firestore_native_emulator):
+    """The emulator's evidence for the errors table: a transaction holds a
+    lock on the shard, an increment waits behind it and its 0.5 s deadline
+    passes (DEADLINE_EXCEEDED). The request had left, so the answer is
+    CommitUnknown, naming the document, not an error a retry would answer
+    by counting again: once the lock is gone the emulator applies it."""
+    k = Key.of("counters", "c", "shards", "0")
+    put(gw, RawEntity(k, {"count": 0}))
+    holder = gw.begin_transaction()
+    gw.lookup([k], transaction=holder)
+    impatient = firestore_native_emulator.firestore_gateway(timeout=0.5)
+    try:
+        with pytest.raises(CommitUnknown, match="counters/c/shards/0"):
+            impatient.commit([Upsert(RawEntity(k, {}), property_mask=(), transforms=[Increment("count", 1)])])
+    finally:
+        impatient.close()
+    gw.rollback(holder)
+    assert gw.lookup([k])[0].properties["count"] in (0, 1)  # unknown: either is the truth
 
 
 def test_firestore_urls_open_the_gateway_on_the_emulator(firestore_native_emulator, monkeypatch):

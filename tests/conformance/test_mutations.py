@@ -102,7 +102,7 @@ def test_reserve_ids_takes_complete_keys_with_positive_ids(gateway):
 
 
 #: The calls above that hold on Firestore in native mode too (the Firestore
-#: gateway, ``make_gateway("firestore-native")``): every one but the
+#: gateway, ``firestore_native_gateway``): every one but the
 #: partly written commit, because a Firestore commit is atomic with or
 #: without a transaction (``test_a_firestore_commit_is_all_or_nothing``).
 ON_FIRESTORE_NATIVE = [
@@ -116,14 +116,14 @@ ON_FIRESTORE_NATIVE = [
 
 
 @pytest.mark.parametrize("same", ON_FIRESTORE_NATIVE, ids=lambda test: test.__name__.removeprefix("test_"))
-def test_the_same_calls_on_firestore_native(same, make_gateway):
-    same(make_gateway("firestore-native"))
+def test_the_same_calls_on_firestore_native(same, firestore_native_gateway):
+    same(firestore_native_gateway)
 
 
-def test_a_firestore_commit_is_all_or_nothing(make_gateway):
+def test_a_firestore_commit_is_all_or_nothing(firestore_native_gateway):
     """The difference: without a transaction Datastore writes the mutations
     before a failed insert; Firestore's commit is atomic, so nothing."""
-    gateway = make_gateway("firestore-native")
+    gateway = firestore_native_gateway
     gateway.commit([Upsert(entity(gateway, "a", 1))])
     with pytest.raises(AlreadyExists, match="nothing of this commit"):
         gateway.commit([Upsert(entity(gateway, "b", 1)), Insert(entity(gateway, "a", 2)), Upsert(entity(gateway, "c", 1))])

@@ -35,7 +35,7 @@ from gds_counter.gateway.firestore._codec import DocumentCodec, document_of, fie
 from gds_counter.gateway.firestore._errors import final_error
 from gds_counter.gateway.firestore._query import describe, shape_query
 from gds_counter.gateway.keys import Key, project_name
-from gds_counter.gateway.mutations import Delete, Mutation, Upsert
+from gds_counter.gateway.mutations import Delete, Insert, Mutation, Upsert
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
 from gds_counter.gateway.values import RawEntity
 
@@ -318,11 +318,12 @@ class FirestoreGateway(BaseGateway[TransactionState]):
         if txn is not None:
             request.transaction = txn.token
         # Applying twice is harmless for a transaction (committed at most
-        # once) and for whole upserts and deletes of named documents; not for
-        # increments, preconditions or numbered documents.
+        # once) and for upserts, updates and deletes of named documents
+        # without transforms (the Datastore gateway's rule); not for
+        # increments, inserts or numbered documents.
         idempotent = txn is not None or all(
-            isinstance(m, Delete) or (type(m) is Upsert and not m.transforms and not m.entity.key.is_partial)  # type: ignore[union-attr]
-            for m in chunk
+            isinstance(m, Delete) or (not isinstance(m, Insert) and not m.transforms and m.entity.key is key)
+            for m, key in zip(chunk, keys)
         )
         names = [write.delete or write.update.name for write in request.writes]
         answer = self._send(

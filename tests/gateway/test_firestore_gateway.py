@@ -440,6 +440,32 @@ def test_firestore_urls_open_the_gateway_on_the_emulator(firestore_native_emulat
         assert gateway.lookup([Key.of("U", "u")])[0].properties == {"v": 1}
     finally:
         gateway.close()
+    monkeypatch.setenv("GDS_URL", f"firestore://{firestore_native_emulator.project}")
+    from_env = open_gateway()
+    try:
+        assert isinstance(from_env, FirestoreGateway) and from_env.lookup([Key.of("U", "u")])[0] is not None
+    finally:
+        from_env.close()
     for bad in ("firestore://", "firestore://p?namespace=x", "firestore://p?database=Bad_Db", "firestore://p/path"):
         with pytest.raises(BadValueError):
             open_gateway(bad)
+
+
+def test_the_asyncio_face_runs_the_firestore_gateway_in_its_thread_pool(gw, firestore_native_emulator, monkeypatch):
+    """Until an async Firestore gateway exists, ``aio.open_gateway`` runs
+    the blocking one as it runs the embedded engine (``ThreadedGateway``)."""
+    import asyncio
+
+    from gds_counter import aio
+
+    monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", firestore_native_emulator.host)
+
+    async def main() -> Any:
+        gateway = aio.open_gateway(f"firestore://{firestore_native_emulator.project}")
+        try:
+            await gateway.commit([Upsert(RawEntity(Key.of("A", "a"), {}), property_mask=(), transforms=[Increment("n", 2)])])
+            return type(gateway).__name__, (await gateway.lookup([Key.of("A", "a")]))[0].properties
+        finally:
+            await gateway.close()
+
+    assert asyncio.run(main()) == ("ThreadedGateway", {"n": 2})

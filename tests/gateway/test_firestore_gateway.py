@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sizes import sized
 
 from gds_counter.errors import (
     AlreadyExists,
@@ -386,7 +387,7 @@ _values = st.recursive(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=sized("GDS_FIRESTORE_VALUE_EXAMPLES", 25, 100), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=_values)
 def test_values_round_trip(gw, value):
     """Every neutral value comes back as it was written (timestamps at

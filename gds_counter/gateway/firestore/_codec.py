@@ -32,13 +32,11 @@ they are faster and expose ``HasField``/``WhichOneof``.
 from __future__ import annotations
 
 import datetime as _dt
-import math
 import re
 import secrets
 from typing import Any
 
 import attrs
-from google.cloud.firestore_v1.types import common as _common
 from google.cloud.firestore_v1.types import document as _doc
 from google.cloud.firestore_v1.types import write as _write
 
@@ -52,9 +50,7 @@ from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity
 __all__ = ["DocumentCodec", "field_path", "random_id"]
 
 _ValuePb = _doc.Value.pb()
-_DocumentPb = _doc.Document.pb()
 _WritePb = _write.Write.pb()
-_PreconditionPb = _common.Precondition.pb()
 _UTC = _dt.timezone.utc
 
 #: A field path member Firestore takes without backticks.
@@ -219,9 +215,6 @@ class DocumentCodec:
         elif isinstance(mutation, Update):
             pb.current_document.exists = True
         return pb
-
-    def is_nan(self, value: Any) -> bool:
-        return isinstance(value, float) and math.isnan(value)
 
 
 def document_of(mutation: Mutation) -> Key:

@@ -12,7 +12,12 @@ statuses are the project's errors (the errors table of docs/counter.md).
 from __future__ import annotations
 
 import datetime as dt
+import json
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,6 +44,7 @@ from gds_counter.gateway.query import Aggregation, AggregationQuery, CompositeFi
 from gds_counter.gateway.values import Geopoint, RawEntity
 
 UTC = dt.timezone.utc
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -450,6 +456,23 @@ def test_firestore_urls_open_the_gateway_on_the_emulator(firestore_native_emulat
     for bad in ("firestore://", "firestore://p?namespace=x", "firestore://p?database=Bad_Db", "firestore://p/path"):
         with pytest.raises(BadValueError):
             open_gateway(bad)
+
+
+def test_the_command_counts_on_firestore_through_gds_url(gw, firestore_native_emulator):
+    """``GDS_URL=firestore://...`` works as the other URLs do: the command,
+    a real subprocess, increments the PHP article's counter there (its
+    entities as documents) and reads it back, and says where it counted."""
+    env = {**os.environ, "GDS_URL": f"firestore://{firestore_native_emulator.project}",
+           "FIRESTORE_EMULATOR_HOST": firestore_native_emulator.host, "PYTHONPATH": str(ROOT)}
+    env.pop("DATASTORE_EMULATOR_HOST", None)
+    command = [sys.executable, "-m", "gds_counter"]
+    added = subprocess.run([*command, "-v", "increment", "Counter Test", "1", "-n", "3"], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.strip() == "3" and "the Firestore emulator at" in added.stderr
+    counted = subprocess.run([*command, "count", "Counter Test", "1", "--json"], env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert json.loads(counted.stdout) == {"target": "Counter Test_1", "count": 3}
 
 
 def test_the_asyncio_face_runs_the_firestore_gateway_in_its_thread_pool(gw, firestore_native_emulator, monkeypatch):

@@ -5,7 +5,7 @@ pytest loads it into every project that installs gds_counter. The rules
 below are this project's, so they live here and apply to this tree alone:
 
 * every test that uses an emulator fixture, or is parametrized with the
-  gateway name "datastore" or "firestore", is marked ``emulator``, so that
+  gateway name "datastore", "firestore" or "firestore-native", is marked ``emulator``, so that
   ``pytest -m "not emulator"`` runs without the emulators;
 * under ``CI=true`` an emulator test that was skipped FAILS: a green CI run
   (``.ci/run``) must mean the emulator tests really ran;

@@ -103,7 +103,8 @@ def _url(text: str) -> str:
 
 URL_HELP = (
     "storage: sqlite:///x.db (x.db in the working directory), sqlite:////abs/x.db (four slashes: "
-    "an absolute path), memory:// (gone when the command exits) or datastore://PROJECT?namespace=NS "
+    "an absolute path), memory:// (gone when the command exits), datastore://PROJECT?namespace=NS or "
+    "firestore://PROJECT?database=DB (Firestore in native mode; $FIRESTORE_EMULATOR_HOST for its emulator) "
     "(default: $GDS_URL, else the emulator in $DATASTORE_EMULATOR_HOST, else ./gds_counter.sqlite3)"
 )
 

@@ -169,9 +169,10 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], *, text_last:
 def storage_label(gateway: Gateway | None, url: str | None) -> str:
     if gateway is None:
         return url or os.environ.get("GDS_URL") or "from the environment"
+    system = "Firestore" if type(gateway).__module__.startswith("gds_counter.gateway.firestore") else "Datastore"
     if getattr(gateway, "emulator_host", None):
-        return f"the Datastore emulator at {getattr(gateway, 'emulator_host')}"
+        return f"the {system} emulator at {getattr(gateway, 'emulator_host')}"
     if hasattr(gateway, "project"):
-        return f"Cloud Datastore project {getattr(gateway, 'project')!r}"
+        return f"Cloud {system} project {getattr(gateway, 'project')!r}"
     path = getattr(gateway, "path", None)
     return f"the SQLite file {path}" if path else "an in-memory database"

@@ -74,7 +74,33 @@ def test_the_embedded_engine_increments_every_stored_value_as_the_firestore_emul
     assert len(theirs) == len(STORED) * len(AMOUNTS)
 
 
-@pytest.mark.parametrize("gateway_name", ["memory", "firestore", "serve"])
+def on_native(native: Any, run: Any) -> tuple[list[Any], list[Any]]:
+    """``run`` on the Firestore gateway (native mode, no namespaces) and on
+    the embedded engine, which the tests above hold to the Datastore-mode
+    emulator: (Firestore native, embedded)."""
+    embedded = open_gateway("memory://")
+    try:
+        return run(native, ""), run(embedded, "")
+    finally:
+        embedded.close()
+
+
+def test_firestore_native_increments_every_stored_value_as_datastore_does(firestore_native_gateway):
+    """Firestore's increment transform is Datastore's, value for value
+    (saturating integers, doubles, any other value replaced)."""
+    theirs, ours = on_native(firestore_native_gateway, increments)
+    differences = [f"{t[:2]}: firestore native {t[2:]}, embedded {o[2:]}" for t, o in zip(theirs, ours) if t != o]
+    assert not differences, "\n".join(differences)
+    assert len(theirs) == len(STORED) * len(AMOUNTS)
+
+
+def test_firestore_native_masks_and_increments_of_paths_as_datastore_does(firestore_native_gateway):
+    theirs, ours = on_native(firestore_native_gateway, masked_writes)
+    differences = [f"{t[:2]}: firestore native {t[2]}, embedded {o[2]}" for t, o in zip(theirs, ours) if t != o]
+    assert not differences, "\n".join(differences)
+
+
+@pytest.mark.parametrize("gateway_name", ["memory", "firestore", "serve", "firestore-native"])
 def test_store_increment_returns_the_value_stored_a_double_too(make_gateway, gateway_name):
     store = Store("Item", make_gateway(gateway_name))
     item = store.create_entity({"price": 1.5})

@@ -101,6 +101,35 @@ def test_reserve_ids_takes_complete_keys_with_positive_ids(gateway):
             gateway.reserve_ids([bad])
 
 
+#: The calls above that hold on Firestore in native mode too (the Firestore
+#: gateway, ``firestore_native_gateway``): every one but the
+#: partly written commit, because a Firestore commit is atomic with or
+#: without a transaction (``test_a_firestore_commit_is_all_or_nothing``).
+ON_FIRESTORE_NATIVE = [
+    test_an_insert_of_an_entity_that_exists_writes_nothing_of_it,
+    test_an_update_of_an_entity_that_does_not_exist_writes_nothing,
+    test_an_insert_with_an_incomplete_key_gets_an_id,
+    test_in_a_transaction_a_failed_insert_writes_nothing_at_all,
+    test_an_update_needs_a_complete_key_before_anything_is_sent,
+    test_reserve_ids_takes_complete_keys_with_positive_ids,
+]
+
+
+@pytest.mark.parametrize("same", ON_FIRESTORE_NATIVE, ids=lambda test: test.__name__.removeprefix("test_"))
+def test_the_same_calls_on_firestore_native(same, firestore_native_gateway):
+    same(firestore_native_gateway)
+
+
+def test_a_firestore_commit_is_all_or_nothing(firestore_native_gateway):
+    """The difference: without a transaction Datastore writes the mutations
+    before a failed insert; Firestore's commit is atomic, so nothing."""
+    gateway = firestore_native_gateway
+    gateway.commit([Upsert(entity(gateway, "a", 1))])
+    with pytest.raises(AlreadyExists, match="nothing of this commit"):
+        gateway.commit([Upsert(entity(gateway, "b", 1)), Insert(entity(gateway, "a", 2)), Upsert(entity(gateway, "c", 1))])
+    assert stored(gateway) == {"#ids": 0, "a": 1}
+
+
 @pytest.mark.parametrize("url", ["memory://", "sqlite"])
 def test_the_embedded_allocator_never_hands_out_a_reserved_id(url, tmp_path):
     """The ids a fresh gateway would allocate next, reserved first, are

@@ -16,6 +16,11 @@ queries are allowed inside transactions"), and it aborts the reads of
 read-only transactions under a concurrent writer (ABORTED, "too much
 contention"), so the kind-wide and property queries and the snapshot tests
 leave it out.
+
+The Firestore gateway on the emulator in native mode ("firestore-native")
+runs every schedule too: its keys have no namespace (``gw.namespace`` is
+""), and its ancestor query is a range of document names, which guards a
+committing transaction's phantoms as the Datastore-mode emulator's does.
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ from gds_counter.gateway.mutations import Delete, Upsert
 from gds_counter.gateway.query import PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 
-#: Every schedule runs on these (``serve``: the Datastore gateway on ``gds-counter serve``).
-ISOLATING = ("memory", "sqlite", "firestore", "serve")
+#: Every schedule runs on these (``serve``: the Datastore gateway on ``gds-counter serve``;
+#: ``firestore-native``: the Firestore gateway, module docstring).
+ISOLATING = ("memory", "sqlite", "firestore", "serve", "firestore-native")
 #: And the legacy emulator, where it supports the schedule (module docstring).
 WITH_LEGACY = ISOLATING + ("datastore",)
 
@@ -331,7 +337,7 @@ def test_a_read_only_transaction_reads_as_of_its_begin(gw):
 # --- one key twice in one commit --------------------------------------------------------------
 
 
-@pytest.fixture(params=("memory", "sqlite", "firestore", "datastore", "serve"))
+@pytest.fixture(params=("memory", "sqlite", "firestore", "datastore", "serve", "firestore-native"))
 def any_gw(request, make_gateway):
     return make_gateway(request.param)
 

@@ -20,6 +20,12 @@ Split by idea, each module explaining its own part:
 from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
 from gds_counter.gateway.datastore._codec import Codec
 from gds_counter.gateway.datastore._gateway import DatastoreGateway
-from gds_counter.gateway.datastore._retry import DEFAULT_RETRY
+from gds_counter.gateway.datastore._requests import strip_scheme
+from gds_counter.gateway.datastore._retry import DEFAULT_RETRY, error_message, should_retry, translate_error
 
-__all__ = ["AsyncDatastoreGateway", "Codec", "DatastoreGateway", "DEFAULT_RETRY"]
+# The retry and error policy (``_retry``'s table) and ``strip_scheme`` are
+# the Firestore gateway's too (``gateway.firestore``): one policy.
+__all__ = [
+    "AsyncDatastoreGateway", "Codec", "DatastoreGateway", "DEFAULT_RETRY", "error_message", "should_retry",
+    "strip_scheme", "translate_error",
+]

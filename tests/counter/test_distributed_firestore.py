@@ -10,11 +10,10 @@ import random
 import threading
 
 import pytest
+from firestore_page_client import PageClientCounter
 
 from gds_counter import DistributedCounter
 from gds_counter.aio import DistributedCounter as AsyncDistributedCounter
-
-from firestore_page_client import PageClientCounter
 
 pytestmark = pytest.mark.emulator
 

@@ -11,7 +11,11 @@ Two emulators, because they behave differently where a counter cares:
 * ``"datastore"``: the legacy Cloud Datastore emulator (optimistic
   concurrency; silently ignores property transforms);
 * ``"firestore"``: the Firestore emulator in Datastore mode (pessimistic
-  locks; applies transforms), which is what production now runs.
+  locks; applies transforms), which is what production now runs;
+* ``"firestore-native"``: the same Firestore emulator in native mode (no
+  ``--database-mode``), for the Firestore gateway
+  (``gateway.firestore``): ``Emulator.gateway`` is a ``FirestoreGateway``
+  there, and ``Emulator.env`` sets ``FIRESTORE_EMULATOR_HOST``.
 
 ``gcloud`` is found on PATH, or named by ``GDS_GCLOUD``. Each emulator runs
 in its own process group, which ``Emulator.stop()`` ends as a whole (gcloud
@@ -50,6 +54,7 @@ from gds_counter.errors import BadValueError, GatewayError
 
 if TYPE_CHECKING:
     from gds_counter.gateway.datastore import DatastoreGateway
+    from gds_counter.gateway.firestore import FirestoreGateway
 
 __all__ = [
     "DEFAULT_PROJECT",
@@ -65,8 +70,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-EmulatorKind = Literal["datastore", "firestore"]
-EMULATOR_KINDS: tuple[EmulatorKind, ...] = ("datastore", "firestore")
+EmulatorKind = Literal["datastore", "firestore", "firestore-native"]
+EMULATOR_KINDS: tuple[EmulatorKind, ...] = ("datastore", "firestore", "firestore-native")
 DEFAULT_PROJECT = "gds-counter-test"
 STARTUP_TIMEOUT = 60.0
 _STOP_GRACE = 10.0
@@ -102,13 +107,39 @@ class Emulator:
     @property
     def env(self) -> dict[str, str]:
         """Environment for a child process that should use this emulator."""
+        if self.kind == "firestore-native":
+            return {"FIRESTORE_EMULATOR_HOST": self.host, "GOOGLE_CLOUD_PROJECT": self.project}
         return {"DATASTORE_EMULATOR_HOST": self.host, "DATASTORE_PROJECT_ID": self.project}
 
     def gateway(self, namespace: str = "", **kwargs: Any) -> "DatastoreGateway":
-        """A ``DatastoreGateway`` on this emulator; ``kwargs`` go to its constructor."""
+        """A ``DatastoreGateway`` on this emulator; ``kwargs`` go to its
+        constructor. (The native-mode emulator's is ``firestore_gateway``.)"""
+        if self.kind == "firestore-native":
+            raise BadValueError(f"{self.host} is the Firestore emulator in native mode: use firestore_gateway()")
         from gds_counter.gateway.datastore import DatastoreGateway
 
         return DatastoreGateway(project=self.project, namespace=namespace, emulator_host=self.host, **kwargs)
+
+    def firestore_gateway(self, **kwargs: Any) -> "FirestoreGateway":
+        """A ``FirestoreGateway`` on this native-mode emulator; ``kwargs`` go
+        to its constructor."""
+        if self.kind != "firestore-native":
+            raise BadValueError(f"{self.host} is the {self.kind} emulator, not Firestore in native mode")
+        from gds_counter.gateway.firestore import FirestoreGateway
+
+        return FirestoreGateway(self.project, emulator_host=self.host, **kwargs)
+
+    def clear(self) -> None:
+        """Delete every document of the native-mode emulator's default
+        database (its ``DELETE .../documents`` endpoint)."""
+        request = urllib.request.Request(
+            f"http://{self.host}/emulator/v1/projects/{self.project}/databases/(default)/documents", method="DELETE"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback only
+                response.read()
+        except (urllib.error.URLError, OSError) as exc:
+            raise EmulatorError(f"could not clear the Firestore emulator at {self.host}: {exc}") from exc
 
     def log_tail(self, lines: int = 30) -> str:
         try:
@@ -204,10 +235,8 @@ def emulator_command(kind: EmulatorKind, host: str, project: str, data_dir: str,
             *([] if on_disk else ["--no-store-on-disk"]), "--consistency=1.0", f"--host-port={host}",
             f"--project={project}", f"--data-dir={data_dir}",
         ]
-    return [
-        gcloud, "--quiet", "emulators", "firestore", "start",
-        "--database-mode=datastore-mode", f"--host-port={host}", f"--project={project}",
-    ]
+    mode = ["--database-mode=datastore-mode"] if kind == "firestore" else []  # native mode: the default
+    return [gcloud, "--quiet", "emulators", "firestore", "start", *mode, f"--host-port={host}", f"--project={project}"]
 
 
 def _ready(host: str) -> bool:
@@ -235,7 +264,7 @@ def launch_emulator(
     default the data is in memory and a temporary folder holds the log.
     """
     if kind not in EMULATOR_KINDS:
-        raise BadValueError(f"unknown emulator kind {kind!r}; expected 'datastore' or 'firestore'")
+        raise BadValueError(f"unknown emulator kind {kind!r}; expected one of {', '.join(EMULATOR_KINDS)}")
     if data_dir is not None and kind != "datastore":
         raise BadValueError(f"data_dir={os.fspath(data_dir)!r}: only the Datastore emulator stores data on disk")
     gcloud = find_gcloud()
@@ -252,6 +281,7 @@ def launch_emulator(
     env = dict(os.environ)
     env.update(CLOUDSDK_CORE_DISABLE_PROMPTS="1", CLOUDSDK_COMPONENT_MANAGER_DISABLE_UPDATE_CHECK="1")
     env.pop("DATASTORE_EMULATOR_HOST", None)
+    env.pop("FIRESTORE_EMULATOR_HOST", None)
     command = emulator_command(kind, host, project, folder, on_disk=not owned, gcloud=gcloud)
     log.info("starting the %s emulator: %s", kind, " ".join(command))
     try:

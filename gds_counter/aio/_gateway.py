@@ -6,7 +6,9 @@ a probe): the ``AsyncGateway`` protocol, which the gateway layer defines
 beside ``Gateway`` (the async driver performs effects on it) and this face
 exports. Two implement it: ``AsyncDatastoreGateway`` (gRPC asyncio, real
 non-blocking I/O) and ``ThreadedGateway`` (the embedded engine in a bounded
-thread pool: SQLite has no async I/O).
+thread pool: SQLite has no async I/O; and, until an async Firestore gateway
+exists, the blocking ``FirestoreGateway`` of a ``firestore://`` URL, in the
+same pool).
 """
 
 from __future__ import annotations

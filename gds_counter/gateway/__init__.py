@@ -45,12 +45,15 @@ DEFAULT_URL = "sqlite:///gds_counter.sqlite3"
 #: What a GDS URL may look like, for error messages.
 URL_FORMS = (
     "sqlite:///relative/path.db (relative to the working directory), "
-    "sqlite:////absolute/path.db (four slashes), memory:// or "
-    "datastore://PROJECT?namespace=NS&database=DB"
+    "sqlite:////absolute/path.db (four slashes), memory://, "
+    "datastore://PROJECT?namespace=NS&database=DB or firestore://PROJECT?database=DB"
 )
 
 #: Query parameters each scheme takes; anything else is a typo, refused.
-_PARAMS = {"sqlite": ("namespace", "project"), "memory": ("namespace", "project"), "datastore": ("namespace", "database")}
+_PARAMS = {
+    "sqlite": ("namespace", "project"), "memory": ("namespace", "project"), "datastore": ("namespace", "database"),
+    "firestore": ("database",),
+}
 #: Parameters that name something when given: empty, they are a typo (an
 #: empty ``namespace`` is the default namespace, as in Datastore).
 _NOT_EMPTY = ("project", "database")
@@ -69,7 +72,10 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
     1. ``url`` argument, then the ``GDS_URL`` environment variable:
        ``sqlite:///relative/path.db`` (relative to the working directory),
        ``sqlite:////absolute/path.db``, ``memory://``,
-       ``datastore://PROJECT?namespace=NS&database=DB``. The embedded ones
+       ``datastore://PROJECT?namespace=NS&database=DB``,
+       ``firestore://PROJECT?database=DB`` (Cloud Firestore in native mode;
+       its emulator when ``FIRESTORE_EMULATOR_HOST`` is set, as
+       google-cloud-firestore honours it). The embedded ones
        take ``?project=P`` too: the project a GQL ``KEY(PROJECT(...))`` is
        told apart from (default: ``keys.local_project``, the emulator's:
        ``DATASTORE_PROJECT_ID``, else ``gds-counter-local``).
@@ -155,7 +161,30 @@ def open_gateway(url: str | None = None, *, timeout: float | None = None) -> Gat
         log.info("storage: %s, project %r, namespace %r, database %r (from %s)", where, project,
                  gateway.namespace, database or "(default)", source)
         return gateway
+    if scheme == "firestore":
+        return _open_firestore(chosen, rest, parts, timeout, source)
     raise BadValueError(f"unknown GDS URL {chosen!r}: expected {URL_FORMS}")
+
+
+def _open_firestore(chosen: str, rest: str, parts: Any, timeout: float | None, source: str) -> Gateway:
+    """``firestore://PROJECT?database=DB``: the Firestore (native mode)
+    gateway, its optional extra imported only now."""
+    project = parts.netloc
+    if not rest.startswith("//") or not project:
+        raise BadValueError(f"GDS URL {chosen!r} names no project; use firestore://PROJECT?database=DB")
+    if not _is_project(project) or parts.path not in ("", "/") or parts.fragment:
+        raise BadValueError(f"GDS URL {chosen!r} is malformed: expected firestore://PROJECT?database=DB with a "
+                            f"project id such as my-project, got project {project!r}")
+    params = _params(chosen, parts.query, "firestore")
+    database = params.get("database", "(default)")
+    if not _DATABASE.fullmatch(database):
+        raise BadValueError(f"GDS URL {chosen!r}: database {database!r} is not a Firestore database id")
+    from gds_counter.gateway.firestore import FirestoreGateway
+
+    gateway = FirestoreGateway(project, database, **_timeout(timeout))
+    where = f"the Firestore emulator at {gateway.emulator_host}" if gateway.emulator_host else "Cloud Firestore"
+    log.info("storage: %s (native mode), project %r, database %r (from %s)", where, project, database, source)
+    return gateway
 
 
 def _masked(url: str, userinfo: str) -> str:
@@ -303,6 +332,7 @@ def shared_gateway_key(url: str | None) -> tuple[Any, ...]:
         _given(url) or os.environ.get("GDS_URL"),
         os.environ.get("DATASTORE_EMULATOR_HOST"),
         os.environ.get("DATASTORE_PROJECT_ID"),
+        os.environ.get("FIRESTORE_EMULATOR_HOST"),
     )
 
 

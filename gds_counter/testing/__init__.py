@@ -55,10 +55,16 @@ GATEWAY_NAMES = ("memory", "sqlite", "datastore", "firestore", "serve")
 #: The same storage through the asyncio face (``gds_counter.aio``), behind
 #: a blocking bridge (``testing.bridge``) so blocking suites exercise it.
 AIO_GATEWAY_NAMES = ("memory+aio", "firestore+aio")
-#: The gateway names that start an official emulator.
-EMULATED_GATEWAYS = ("datastore", "firestore")
+#: The gateway names that start an official emulator ("firestore-native":
+#: the Firestore gateway on the emulator in native mode, which is not in
+#: ``GATEWAY_NAMES``: its documents have no namespaces and its queries are
+#: Firestore's, so a suite names it where it applies).
+EMULATED_GATEWAYS = ("datastore", "firestore", "firestore-native")
 #: The plugin's fixtures that start an official emulator.
-EMULATOR_FIXTURES = frozenset({"datastore_emulator", "firestore_emulator", "datastore_gateway", "firestore_gateway"})
+EMULATOR_FIXTURES = frozenset({
+    "datastore_emulator", "firestore_emulator", "datastore_gateway", "firestore_gateway",
+    "firestore_native_emulator", "firestore_native_gateway",
+})
 
 
 def uses_emulator(item: Any) -> bool:

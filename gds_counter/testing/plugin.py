@@ -21,6 +21,11 @@ Fixtures:
 * ``datastore_gateway`` / ``firestore_gateway`` (function): a fresh
   ``DatastoreGateway`` on that emulator in a fresh namespace, closed after
   the test.
+* ``firestore_native_emulator`` (session): the Firestore emulator in
+  native mode, started on first use, skipped the same way.
+* ``firestore_native_gateway`` (function): a fresh ``FirestoreGateway``
+  on it, every document of the emulator deleted before the test (native
+  mode has no namespaces to keep tests apart), closed after it.
 * ``serve_server`` (session): ``gds-counter serve`` (``gds_counter.server.
   Server``) on a free port over a SQLite file of the session, started on
   first use; ``make_gateway("serve")`` is the Datastore gateway on it, in a
@@ -44,12 +49,15 @@ from gds_counter.testing import EMULATED_GATEWAYS, GATEWAY_NAMES
 if TYPE_CHECKING:
     from gds_counter.gateway.base import Gateway
     from gds_counter.gateway.datastore import DatastoreGateway
+    from gds_counter.gateway.firestore import FirestoreGateway
 
 __all__ = [
     "datastore_emulator",
     "datastore_gateway",
     "firestore_emulator",
     "firestore_gateway",
+    "firestore_native_emulator",
+    "firestore_native_gateway",
     "make_gateway",
     "serve_server",
 ]
@@ -115,6 +123,25 @@ def firestore_gateway(firestore_emulator: Emulator) -> Iterator["DatastoreGatewa
 
 
 @pytest.fixture(scope="session")
+def firestore_native_emulator() -> Iterator[Emulator]:
+    """The official Firestore emulator in native mode, started once per session."""
+    yield from _session_emulator("firestore-native")
+
+
+@pytest.fixture
+def firestore_native_gateway(firestore_native_emulator: Emulator) -> Iterator["FirestoreGateway"]:
+    """A FirestoreGateway on the native-mode emulator, whose documents were
+    all deleted first (one emulator per session and worker: a test sees only
+    its own documents)."""
+    firestore_native_emulator.clear()
+    gateway = firestore_native_emulator.firestore_gateway()
+    try:
+        yield gateway
+    finally:
+        gateway.close()
+
+
+@pytest.fixture(scope="session")
 def serve_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """``gds-counter serve`` on a free port of 127.0.0.1, over a SQLite file
     of the session, started once on first use and stopped at the end."""
@@ -126,8 +153,8 @@ def serve_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture
 def make_gateway(request: pytest.FixtureRequest, tmp_path: Any) -> Callable[[str], Any]:
-    """``make_gateway("memory"|"sqlite"|"datastore"|"firestore")``: a fresh
-    gateway of that kind, closed after the test. Lets a suite parametrize
+    """``make_gateway("memory"|"sqlite"|"datastore"|"firestore"|"firestore-native")``:
+    a fresh gateway of that kind, closed after the test. Lets a suite parametrize
     over ``GATEWAY_NAMES`` and run the same tests on every gateway.
     ``"NAME+aio"`` (``AIO_GATEWAY_NAMES``): the same storage through the
     asyncio face, behind a blocking bridge (``testing.bridge``)."""
@@ -144,7 +171,7 @@ def make_gateway(request: pytest.FixtureRequest, tmp_path: Any) -> Callable[[str
             request.addfinalizer(bridge.close)  # runs before the base gateway's own finalizer
             return bridge
         if name in EMULATED_GATEWAYS:
-            return request.getfixturevalue(f"{name}_gateway")  # closed by its own fixture
+            return request.getfixturevalue(f"{name.replace('-', '_')}_gateway")  # closed by its own fixture
         if name == "memory":
             gateway = open_gateway("memory://")
         elif name == "sqlite":
@@ -157,7 +184,7 @@ def make_gateway(request: pytest.FixtureRequest, tmp_path: Any) -> Callable[[str
                 "gds-counter-serve", namespace=f"t-{uuid.uuid4().hex}", emulator_host=server.emulator_host
             )
         else:
-            raise BadValueError(f"unknown gateway {name!r}; expected one of {GATEWAY_NAMES}")
+            raise BadValueError(f"unknown gateway {name!r}; expected one of {(*GATEWAY_NAMES, *EMULATED_GATEWAYS)}")
         request.addfinalizer(gateway.close)
         return gateway
 

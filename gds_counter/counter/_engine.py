@@ -294,8 +294,22 @@ class CounterCore:
         """Before writing beyond the default shards, make sure the config
         says so, or a reader built with the default would miss those shards."""
         wanted = self._num_shards
-        if self._must_record():
+        if not self._must_record():
+            return
+
+        def record() -> plan.Plan[None]:
             yield from self._record(lambda stored: max(stored or 0, wanted))
+
+        runtime = self._runtime
+        if not (self.layout.documents and runtime.share_reads):
+            yield from record()
+            return
+        # A counter of documents records its shards at its first write: the
+        # callers of one process that write at once share one transaction
+        # on the counter document (as a read of the total is shared), not
+        # one each (20 tasks at once timed out on the emulator's locks).
+        key = HashedKey(("record", self.layout, self._ident, wanted))
+        yield from plan.ask(SharedRead(runtime.shared, runtime.async_shared, key, record, lambda: None))
 
     # --- reads ------------------------------------------------------------------
 

@@ -29,6 +29,10 @@ AGREEMENT_COLUMNS = [("goal", "goal", 0), ("layout", "procs x threads", 0), ("pr
                      ("this", "this run", 2), ("apart", "apart", 0), ("verdict", "", 0)]
 
 
+def _n(count: int, what: str) -> str:
+    return f"{count:,} {what}{'' if count == 1 else 's'}"
+
+
 def report(payload: dict[str, Any]) -> list[str]:
     s = payload["settings"]
     lines = [f"Firestore's distributed counters (issue 39, goal 8): the Firestore emulator in native mode, "
@@ -42,9 +46,9 @@ def report(payload: dict[str, Any]) -> list[str]:
     if rollup is not None:
         fresh, exact = rollup["reads"]["fresh_rollup"], rollup["reads"]["exact"]
         lines += ["", f"Goal 3, a read with max_age={fmt(rollup['max_age'], 0)} of a counter with {rollup['shards']:,} "
-                  f"shards costs 1 RPC: {verdict(rollup['met'])}: the fresh-rollup read took {fresh['rpcs']} RPC(s) "
-                  f"and {fresh['reads']} document read(s); the first exact read {exact['rpcs']} RPCs and "
-                  f"{exact['reads']:,} document reads"
+                  f"shards costs 1 RPC: {verdict(rollup['met'])}: the fresh-rollup read took {_n(fresh['rpcs'], 'RPC')} "
+                  f"and {_n(fresh['reads'], 'document read')}; the first exact read {_n(exact['rpcs'], 'RPC')} and "
+                  f"{_n(exact['reads'], 'document read')}"
                   + (f"; WRONG totals: {', '.join(rollup['wrong_totals'])}" if rollup["wrong_totals"] else
                      f" (every read returned {rollup['expected']:,})")]
         lines.append(table([{**r, "read": ROLLUP_LABELS[name]} for name, r in rollup["reads"].items()], ROLLUP_COLUMNS))
@@ -92,7 +96,8 @@ def markdown(payload: dict[str, Any]) -> str:
     rollup = payload["rollup"]
     if rollup is not None:
         fresh, exact = rollup["reads"]["fresh_rollup"], rollup["reads"]["exact"]
-        cell = f"{fresh['rpcs']} RPC (the first exact read: {exact['rpcs']:,} RPCs, {exact['reads']:,} reads)"
+        cell = (f"{_n(fresh['rpcs'], 'RPC')} (the first exact read: {_n(exact['rpcs'], 'RPC')}, "
+                f"{_n(exact['reads'], 'document read')})")
         out.append(f"| 3. `get_count(max_age=...)` at {rollup['shards']:,} shards | "
                    + " | ".join([cell] + [""] * (len(layouts) - 1)) + f" | 1 RPC | {verdict(rollup['met'])} |")
     exact = payload["exact"]

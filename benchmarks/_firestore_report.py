@@ -103,6 +103,13 @@ def markdown(payload: dict[str, Any]) -> str:
     exact = payload["exact"]
     out.append("| 4. nothing lost, no stale total (every series) | "
                + " | ".join([exact["notes"]] + [""] * (len(layouts) - 1)) + f" | 0 | {verdict(exact['met'])} |")
+    agreed = payload["agreement"]["ratios"]
+    if agreed:
+        out += ["", f"Every goal ratio {'was' if all(a['agree'] for a in agreed) else 'was NOT'} within "
+                f"{payload['agreement']['limit']:.0%} of the run before it (largest gap "
+                f"{max(a['apart'] for a in agreed):.1%}): "
+                + ", ".join(f"{a['goal']} ({a['layout']}) {a['previous']:.2f} then {a['this']:.2f}" for a in agreed)
+                + "."]
     out += ["", f"| series | {' | '.join(heading(layout) + ', calls/s' for layout in layouts)} | RPCs per call "
             f"({' / '.join(layouts)}) | lost |", "| --- |" + " --- |" * (len(layouts) + 2)]
     for name in dict.fromkeys(x["series"] for x in payload["series"]):

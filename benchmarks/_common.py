@@ -47,7 +47,7 @@ BACKENDS = ("sqlite", "datastore", "firestore")
 EMULATED = ("datastore", "firestore")
 
 _PACKAGES = (
-    "gds-counter", "google-cloud-datastore", "google-cloud-ndb", "google-api-core", "grpcio",
+    "gds-counter", "google-cloud-datastore", "google-cloud-firestore", "google-cloud-ndb", "google-api-core", "grpcio",
     "protobuf", "tqdm", "matplotlib",
 )
 

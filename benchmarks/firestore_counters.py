@@ -49,7 +49,8 @@ ours and for the page's.
 results folder, when run with the same settings) prints how far each goal
 ratio moved. Results: ``benchmarks/results/firestore_counters.json`` and
 ``.txt``; ``--publish`` also writes them to docs/benchmarks/. The exit status
-is 1 when anything of ours was lost or a returned total was stale.
+is 1 when anything of ours was lost, a returned total was stale, or our
+reader and the page's disagreed.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -46,7 +47,7 @@ BACKENDS = ("sqlite", "datastore", "firestore")
 EMULATED = ("datastore", "firestore")
 
 _PACKAGES = (
-    "gds-counter", "google-cloud-datastore", "google-cloud-ndb", "google-api-core", "grpcio",
+    "gds-counter", "google-cloud-datastore", "google-cloud-firestore", "google-cloud-ndb", "google-api-core", "grpcio",
     "protobuf", "tqdm", "matplotlib",
 )
 
@@ -276,6 +277,58 @@ def google_client(spec: BackendSpec, stats: Stats | None = None) -> Any:
     return client
 
 
+class _CountingFirestoreApi:
+    """google-cloud-firestore's GAPIC layer, counting each RPC in a
+    ``Stats`` the way ``FirestoreGateway`` counts its own (``rpcs``;
+    ``entity_reads`` per document asked for by ``BatchGetDocuments`` or
+    listed by a page of ``ListDocuments``; ``entity_writes`` per write of a
+    commit): what Firestore bills. Each page of ``list_documents`` is its
+    own RPC, counted as the page is read."""
+
+    _COUNTED = ("batch_get_documents", "commit", "list_documents", "run_query", "run_aggregation_query",
+                "begin_transaction", "rollback", "batch_write")
+
+    def __init__(self, api: Any, stats: Stats) -> None:
+        self._api = api
+        self._stats = stats
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._api, name)
+        if name not in self._COUNTED:
+            return method
+
+        def call(*args: Any, request: Any = None, **kwargs: Any) -> Any:
+            response = method(*args, request=request, **kwargs)
+            if name == "list_documents":
+                return self._pages(response)
+            reads = len(_field(request, "documents")) if name == "batch_get_documents" else 0
+            writes = len(_field(request, "writes")) if name in ("commit", "batch_write") else 0
+            self._stats.record(name, reads=reads, writes=writes)
+            return response
+
+        return call
+
+    def _pages(self, pager: Any) -> Iterator[Any]:
+        for page in pager.pages:  # the first page came with the call; each next one is an RPC
+            self._stats.record("list_documents", reads=len(page.documents))
+            yield from page.documents
+
+
+def firestore_client(host: str, project: str, database: str = "(default)", stats: Stats | None = None) -> Any:
+    """google-cloud-firestore's ``Client`` on the native-mode emulator at
+    ``host``, found as an app finds it (``FIRESTORE_EMULATOR_HOST``, set only
+    while the client is made); with ``stats``, every RPC it sends is
+    counted there."""
+    from google.cloud import firestore
+
+    with environ(FIRESTORE_EMULATOR_HOST=host):
+        client = firestore.Client(project=project, database=database)
+        api = client._firestore_api  # the channel is made now, while the variable is set
+    if stats is not None:
+        client._firestore_api_internal = _CountingFirestoreApi(api, stats)
+    return client
+
+
 # --- the ceilings ---------------------------------------------------------------------------
 
 RAW_KIND = "RawPut"
@@ -337,6 +390,47 @@ def sqlite_total(path: str) -> int:
         return int(conn.execute(f"SELECT coalesce(sum(count), 0) FROM {SQLITE_TABLE}").fetchone()[0])
     finally:
         conn.close()
+
+
+# --- what a run checks and pools ----------------------------------------------------------
+
+
+class ReturnedTotals:
+    """Checks every total a call returns (``increment()``, or a baseline's
+    increment and read) against the increments this process had
+    acknowledged before the call: a strongly consistent read can never be
+    below that. ``wrap`` makes the op; ``stale``, ``checked`` and
+    ``first_stale`` say what it found."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.acked = 0
+        self.stale = 0
+        self.checked = 0
+        self.first_stale: str | None = None
+
+    def wrap(self, increment: Callable[[], int]) -> Callable[[], None]:
+        def op() -> None:
+            before = self.acked
+            total = increment()
+            with self.lock:
+                self.checked += 1
+                if total < before + 1:
+                    self.stale += 1
+                    if self.first_stale is None:
+                        self.first_stale = f"returned {total} after {before} acknowledged increments"
+                self.acked += 1
+
+        return op
+
+
+def pooled(rows: list[dict[str, Any]], series: str, layout: str) -> float | None:
+    """A series' rate over all its rounds: the calls that returned within
+    the measured windows over the windows' time (a long run cut into
+    alternating pieces)."""
+    mine = [r for r in rows if r["series"] == series and r["layout"] == layout]
+    window = sum(r["window_s"] for r in mine)
+    return sum(r["in_window"] for r in mine) / window if window else None
 
 
 # --- records -------------------------------------------------------------------------------

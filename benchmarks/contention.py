@@ -72,7 +72,6 @@ import json
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -89,6 +88,7 @@ from _common import (  # noqa: E402
     Backend,
     BackendSpec,
     PhpArticleClient,
+    ReturnedTotals,
     agreement,
     command_line,
     environment,
@@ -97,6 +97,7 @@ from _common import (  # noqa: E402
     load_previous,
     open_backends,
     parse_choices,
+    pooled,
     progress,
     raw_put,
     relative,
@@ -201,33 +202,6 @@ class PartResult:
     first_stale: str | None = None
 
 
-class _Totals:
-    """Checks every total an increment() returns against the increments this
-    process had acknowledged before the call: a strongly consistent read
-    can never be below that."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.acked = 0
-        self.stale = 0
-        self.checked = 0
-        self.first_stale: str | None = None
-
-    def wrap(self, increment: Callable[[], int]) -> Callable[[], None]:
-        def op() -> None:
-            before = self.acked
-            total = increment()
-            with self.lock:
-                self.checked += 1
-                if total < before + 1:
-                    self.stale += 1
-                    if self.first_stale is None:
-                        self.first_stale = f"returned {total} after {before} acknowledged increments"
-                self.acked += 1
-
-        return op
-
-
 class Part:
     """One process's share of one run: storage opened, one op per writer
     built and one call made, all before the clock starts.
@@ -242,7 +216,7 @@ class Part:
     def __init__(self, job: Job) -> None:
         self.job = job
         self.closers: list[Callable[[], None]] = []
-        self.totals: _Totals | None = None
+        self.totals: ReturnedTotals | None = None
         self.stats: Stats | None = None
         self.window_end = 0.0  # nothing counts before run()
         self.in_window = [0] * job.threads  # one slot per writer: no lock needed
@@ -277,7 +251,7 @@ class Part:
         counter = CounterShardDS(*TARGET, job.shards, store=store, strategy=strategy)
         if series == "add":
             return [counter.add] * n
-        self.totals = _Totals()
+        self.totals = ReturnedTotals()
         return [self.totals.wrap(counter.increment)] * n
 
     def _windowed(self, op: Callable[[], Any], slot: int) -> Callable[[], None]:
@@ -520,15 +494,6 @@ def summarize(rows: list[dict[str, Any]], layouts: list[str]) -> list[dict[str, 
                 "stale_totals": sum(r.get("stale_totals", 0) for r in mine) if series.name in RETURNS_TOTAL else None,
             })
     return out
-
-
-def pooled(rows: list[dict[str, Any]], series: str, layout: str) -> float | None:
-    """A series' rate over all its rounds: the calls that returned within
-    the measured windows over the windows' time (a long run cut into
-    alternating pieces)."""
-    mine = [r for r in rows if r["series"] == series and r["layout"] == layout]
-    window = sum(r["window_s"] for r in mine)
-    return sum(r["in_window"] for r in mine) / window if window else None
 
 
 def _round(value: float | None, digits: int) -> float | None:

@@ -180,6 +180,52 @@ def test_lone_call_on_the_emulator(tmp_path):
                                                                   ("get_count", "lookup")}
 
 
+FIRESTORE_SERIES = ("add", "page-increment", "increment", "page-increment-count")
+
+
+@pytest.mark.emulator
+def test_firestore_counters_on_the_native_emulator(tmp_path, firestore_native_emulator):
+    """Issue 39's goal 8 benchmark, tiny, on the plugin's native-mode
+    emulator (``--host``): every series of ours and of the page's in both
+    layouts and both rounds, each run stored exactly what it acknowledged
+    and both readers agree; the page's RPCs are counted as Firestore bills
+    them; the 10,000-shard read (here 300) is measured exact, then from a
+    fresh rollup in 1 RPC; the docs tables come from the record. No
+    figure is asserted."""
+    emulator = firestore_native_emulator
+    done = _run("firestore_counters.py", "--host", emulator.host, "--project", emulator.project, "--duration", "0.3",
+                "--repeats", "2", "--warmup", "0", "--writers", "2", "--processes", "2", "--rollup-shards", "300",
+                "--out", str(tmp_path))
+    record = json.loads((tmp_path / "firestore_counters.json").read_text())
+    assert record["command"].startswith("python benchmarks/firestore_counters.py")
+    runs = record["runs"]
+    assert {(r["series"], r["layout"], r["repeat"]) for r in runs} == {
+        (s, layout, repeat) for s in FIRESTORE_SERIES for layout in ("1x2", "2x1") for repeat in (0, 1)}
+    assert len({r["database"] for r in runs}) == len(runs)  # each run in a database of its own
+    for run in runs:
+        assert run["ok"] > 0 and run["failed"] == 0, run
+        assert run["stored"] == run["acked"] == run["ok"] + run["warmup_calls"] and run["lost"] == 0
+        assert run["ours_read"] == run["page_read"]
+        if run["series"] in ("increment", "page-increment-count"):
+            assert run["totals_checked"] == run["ok"] and run["stale_totals"] == 0
+        if run["series"] == "page-increment":
+            assert run["rpcs_per_call"] == run["writes_per_call"] == 1  # one update
+        if run["series"] == "page-increment-count":
+            # the update, one page of list_documents (10 shards listed), a get of each
+            assert run["rpcs_per_call"] == 12 and run["reads_per_call"] == 20
+    goals = {(g["goal"], g["layout"]): g for g in record["goals"]}
+    assert set(goals) == {(goal, layout) for goal in (1, 2) for layout in ("1x2", "2x1")}
+    assert all(g["ratio"] > 0 and len(g["rounds"]) == 2 and g["need"] in (1.0, 3.0) for g in goals.values())
+    reads = record["rollup"]["reads"]
+    assert {r["total"] for r in reads.values()} == {record["rollup"]["expected"]}
+    assert reads["exact"]["reads"] == 300 and reads["page_get_count"]["rpcs"] > 300
+    assert reads["fresh_rollup"]["rpcs"] == reads["fresh_rollup"]["reads"] == 1 and record["rollup"]["met"] is True
+    assert record["exact"]["met"] is True and "Exact (goal 4): yes" in done.stdout
+
+    tables = _run("firestore_counters.py", "--markdown", str(tmp_path / "firestore_counters.json")).stdout
+    assert "| 1. add() / the page's increment_counter() |" in tables and "fresh rollup | 1 | 1 |" in tables
+
+
 def test_reads_on_sqlite(tmp_path):
     _run("reads.py", "--shards", "1,30", "--counters", "25", "--quick", "--out", str(tmp_path))
     rows = json.loads((tmp_path / "reads.json").read_text())["rows"]

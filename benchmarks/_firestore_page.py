@@ -10,6 +10,13 @@ copied), as an app that followed the page runs it.
 - ``get_count(doc_ref)``: for each document reference
   ``list_documents()`` gives in ``shards``, ``get()`` it and add its
   ``count`` (0 when absent).
+
+One definition for two users: the acceptance tests
+(``tests/counter/test_distributed_firestore.py``) count with it beside
+``DistributedCounter`` on one counter, and ``firestore_counters.py`` times
+it against ours. It lives here, with the benchmarks' other baselines,
+because the tests already import benchmark helpers by path and a benchmark
+must not import from ``tests/``.
 """
 
 from __future__ import annotations

@@ -219,8 +219,9 @@ class CounterCore:
             if recorded is None:
                 self._num_shards = self._num_shards or self.layout.default_shards
                 return
+            if self._created >= self._recorded:  # not while it owes shards it recorded (a creation failed)
+                self._created = max(self._created, recorded)  # another writer's record: it created them
             self._recorded = max(self._recorded, recorded)
-            self._created = max(self._created, recorded)  # another writer's record: it created them
             if recorded > self._num_shards:
                 if self._num_shards:
                     log.info("%s has grown to %d shards", self, recorded)

@@ -5,7 +5,9 @@ refactor that moves the code breaks the harness loudly (``tracer.resolve``
 raises for a function or line that is gone; a point no scenario reached
 fails its mechanism's test). ``faces`` and ``backends`` say which scenarios
 reach the point: the thread face (``gds_counter.CounterShardDS``), the
-asyncio face (``gds_counter.aio``), in memory or on a SQLite file.
+asyncio face (``gds_counter.aio``), in memory or on a SQLite file; and
+``layout="documents"`` that its scenarios run Firestore's
+``DistributedCounter`` instead.
 """
 
 from __future__ import annotations
@@ -165,10 +167,26 @@ POINTS: tuple[Point, ...] = (
           "a worker thread starts a task's commit", AIO),
     Point("aio.slot", AG, "_run", r"line:await asyncio\.wait_for\(slots\.acquire\(\), waited\)",
           "a task waits for one of the gateway's in-flight slots", AIO),
+    # -- Firestore's distributed counter (documents): a process's first write records and creates --
+    Point("documents.shares_recording", EN, "CounterCore._ensure_recorded",
+          r"line:yield from plan\.ask\(SharedRead\(runtime\.shared, runtime\.async_shared, key, record",
+          "callers writing a new counter at once hand its recording to one of them (a shared read)",
+          BOTH, layout="documents"),
+    Point("documents.records", EN, "CounterCore._record", r"line:decided = yield from retry_plan\(attempt",
+          "the recording transaction: num_shards, masked, on the counter document (retried on conflict)",
+          BOTH, layout="documents"),
+    Point("documents.recorded", EN, "CounterCore._record", r"line:^\s+self\._learn\(decided\)",
+          "the recording committed; the process has not learned it yet", BOTH, layout="documents"),
+    Point("documents.creates", EN, "CounterCore._create_shards", r"line:yield from plan\.commit\(creations\)",
+          "one commit creates every recorded shard document (increments by 0; a failure is logged, not raised)",
+          BOTH, layout="documents"),
+    Point("documents.created", EN, "CounterCore._create_shards", r"line:self\._created = max\(self\._created, upto\)",
+          "the shard documents exist; the process has not noted it yet", BOTH, layout="documents"),
 )
 
 MECHANISMS: tuple[str, ...] = (
     "lone", "combined_writes", "rounds", "group_commit", "shared_reads", "cache", "affinity", "pool", "aio",
+    "documents",
 )
 
 #: Every fault the harness injects (``harness.FAULTS`` says what each does).

@@ -81,11 +81,14 @@ class Scenario:
     point: Point
     fault: str
     face: str  # "threads" or "aio"
-    backend: str  # "memory" or "sqlite"
+    backend: str  # "memory", "sqlite" or "firestore" (the emulator: ``url``)
     workers: int = 4
     per_worker: int = 3
     cache: bool = True
     nth: int = 2
+    #: The storage's GDS URL when it is not embedded (backend ``"firestore"``:
+    #: the native-mode emulator's), else made from ``backend``.
+    url: Optional[str] = None
 
     @property
     def layout(self) -> str:
@@ -541,10 +544,16 @@ def _run_aio(scenario: Scenario, gateway: Any, calls: list[Call], trap: Trap, fa
         except BaseException as exc:  # the scenario reports it
             extra["loop_error"] = exc
 
-    trap.install()  # the worker threads the asyncio face starts are traced too
+    # The loop's thread is traced. So are the worker threads the asyncio
+    # face starts, on the emulator: its RPCs run there, and the pool starts
+    # them at its first calls, so threads started meanwhile are traced too.
+    workers_traced = scenario.backend == "firestore"
+    trap.install()
     try:
         thread = threading.Thread(target=loop_thread, daemon=True, name="failure-point-loop")
         thread.start()
+        if workers_traced:
+            thread.join(max(0.0, deadline - time.monotonic()))
     finally:
         trap.uninstall()
     thread.join(max(0.0, deadline - time.monotonic()))
@@ -570,7 +579,7 @@ def run_scenario(scenario: Scenario, *, directory: Optional[str] = None, first_i
     if directory is None:
         own_dir = tempfile.TemporaryDirectory(prefix="failure-point-")
         directory = own_dir.name
-    url = _url(scenario.backend, directory)
+    url = scenario.url or _url(scenario.backend, directory)
     count = scenario.workers * scenario.per_worker
     calls = [Call(first_index + i, outcome="pending", where="task" if scenario.face == "aio" else "thread")
              for i in range(count)]
@@ -619,11 +628,11 @@ def run_scenario(scenario: Scenario, *, directory: Optional[str] = None, first_i
 
     # The stored total: on a file through a fresh gateway (none of this
     # process's state), in memory through the one that holds the data.
-    reader = open_gateway(url) if scenario.backend == "sqlite" else blocking
+    reader = open_gateway(url) if scenario.backend != "memory" else blocking
     read, total = _bounded(lambda: _stored(reader, layout=scenario.layout), GRACE)
     if scenario.layout == "documents" and not alive:
         _check_shard_documents(scenario, reader, outcome)
-    if scenario.backend == "sqlite":
+    if scenario.backend != "memory":
         _bounded(reader.close, 5)
     if not read or not isinstance(total, int):
         outcome.notes.append(f"FAIL: the stored total could not be read: {'hung' if not read else repr(total)}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from failure_points.tracer import Point
 
-__all__ = ["FAULTS", "MECHANISMS", "POINTS", "points_of"]
+__all__ = ["FAULTS", "FIRESTORE_FAULTS", "MECHANISMS", "POINTS", "points_of"]
 
 CW = "gds_counter.counter._combined"
 LO = "gds_counter.counter._lone"
@@ -28,10 +28,12 @@ AF = "gds_counter.counter.shard_choice"
 CP = "gds_counter.gateway.embedded._connections"
 TH = "gds_counter.aio._threaded"
 AG = "gds_counter.aio.counter"
+FS = "gds_counter.gateway.firestore._gateway"
 
 BOTH = ("threads", "aio")
 AIO = ("aio",)
 FILE = ("sqlite",)
+EMULATOR = ("firestore",)
 
 POINTS: tuple[Point, ...] = (
     # -- the door: a lone call goes straight through, a second one goes into the rounds --
@@ -182,6 +184,19 @@ POINTS: tuple[Point, ...] = (
           BOTH, layout="documents"),
     Point("documents.created", EN, "CounterCore._create_shards", r"line:self\._created = max\(self\._created, upto\)",
           "the shard documents exist; the process has not noted it yet", BOTH, layout="documents"),
+    # -- the Firestore gateway's RPCs, on the native-mode emulator (test_firestore_points; not a
+    #    mechanism of the runner's: the faults there are FIRESTORE_FAULTS, each on the faces it applies to) --
+    Point("firestore.sends", FS, "FirestoreGateway._send", r"line:return attempt\(\) if retry is None",
+          "any RPC, as it is sent (with the client's retries)", BOTH, EMULATOR, layout="documents"),
+    Point("firestore.begins", FS, "FirestoreGateway._begin", r"line:answer = self\._send\(\"begin_transaction\"",
+          "the recording transaction begins", BOTH, EMULATOR, layout="documents"),
+    Point("firestore.reads", FS, "FirestoreGateway._run_query", r"line:answers = self\._send\(",
+          "a read of the total (the ancestor query of the shards)", BOTH, EMULATOR, layout="documents"),
+    Point("firestore.commits", FS, "FirestoreGateway._commit", r"line:answer = self\._send\(",
+          "a commit (the recording, the shard creation, an increment), as it is sent", BOTH, EMULATOR,
+          layout="documents"),
+    Point("firestore.committed", FS, "FirestoreGateway._commit", r"line:upserts = sum\(isinstance\(m, Upsert\)",
+          "a commit was applied; its caller is not answered yet", BOTH, EMULATOR, layout="documents"),
 )
 
 MECHANISMS: tuple[str, ...] = (
@@ -191,6 +206,9 @@ MECHANISMS: tuple[str, ...] = (
 
 #: Every fault the harness injects (``harness.FAULTS`` says what each does).
 FAULTS: tuple[str, ...] = ("interrupt", "cancel", "fork", "stall", "crash")
+
+#: The faults injected at the Firestore gateway's points, on the emulator.
+FIRESTORE_FAULTS: tuple[str, ...] = ("interrupt", "cancel", "stall")
 
 
 def points_of(mechanism: str) -> list[Point]:

@@ -219,7 +219,7 @@ class CounterCore:
             if recorded is None:
                 self._num_shards = self._num_shards or self.layout.default_shards
                 return
-            if self._created >= self._recorded:  # not while it owes shards it recorded (a creation failed)
+            if self._created >= self._recorded:  # not while it owes shards it recorded (_record, _create_shards)
                 self._created = max(self._created, recorded)  # another writer's record: it created them
             self._recorded = max(self._recorded, recorded)
             if recorded > self._num_shards:

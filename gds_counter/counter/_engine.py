@@ -219,8 +219,9 @@ class CounterCore:
             if recorded is None:
                 self._num_shards = self._num_shards or self.layout.default_shards
                 return
+            if self._created >= self._recorded:  # not while it owes shards it recorded (_record, _create_shards)
+                self._created = max(self._created, recorded)  # another writer's record: it created them
             self._recorded = max(self._recorded, recorded)
-            self._created = max(self._created, recorded)  # another writer's record: it created them
             if recorded > self._num_shards:
                 if self._num_shards:
                     log.info("%s has grown to %d shards", self, recorded)
@@ -243,6 +244,9 @@ class CounterCore:
                 before[0] = recorded or 0
                 if outcome[0] <= (recorded or 0):
                     return []
+                if self.layout.documents:  # maybe recorded from here on (an answer may be lost): its shards to create
+                    with self._lock:
+                        self._recorded, self._created = max(self._recorded, outcome[0]), min(self._created, before[0])
                 fields = {self.layout.config_property: outcome[0]}
                 # A counter document is the app's too: keep its other fields.
                 mask = (self.layout.config_property,) if self.layout.documents else None
@@ -253,9 +257,6 @@ class CounterCore:
 
         decided = yield from retry_plan(attempt, self._retry, what=f"recording the shards of {self}")
         self._learn(decided)
-        if self.layout.documents and decided > before[0]:
-            with self._lock:  # the shards this process recorded are its to create
-                self._created = min(self._created, before[0])
         if self.layout.documents and self._created < self._num_shards:
             yield from self._create_shards()
 

@@ -40,8 +40,9 @@ class Gateway(Protocol):
       a transaction more than 500 mutations go in several commits of at
       most 500, each atomic on its own. With a transaction it
       raises ``Contention`` (and writes nothing) if another writer won; the
-      transaction is used up either way. Incomplete keys get ids allocated
-      and returned in the ``MutationResult``. A commit whose outcome is
+      transaction is used up either way (but for a commit interrupted or
+      cancelled with no answer: its rollback still ends it). Incomplete
+      keys get ids allocated and returned in the ``MutationResult``. A commit whose outcome is
       unknown raises ``CommitUnknown``: it must never be retried blindly.
     * ``begin_transaction`` returns an opaque token; passing it to lookup and
       run_query makes those reads part of the transaction. A token that is

@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Sequence, TypeVar
 import attrs
 
 from gds_counter._checks import check_int, check_text
-from gds_counter.errors import AlreadyExists, BadKeyError, BadValueError, NotFound
+from gds_counter.errors import AlreadyExists, BadKeyError, BadValueError, GDSError, NotFound
 from gds_counter.gateway._aggregation import check_aggregation
 from gds_counter.gateway._calls import CALLS, GatewayCall
 from gds_counter.gateway._contract import MAX_KEYS_PER_LOOKUP, TransactionState
@@ -253,6 +253,14 @@ class GatewayRules:
                     f"{exc}; before this commit, the {len(results)} mutation(s) of the call's earlier commits "
                     f"({MAX_MUTATIONS_PER_COMMIT} to a commit) were written"
                 ) from exc
+            except BaseException as exc:
+                if txn is not None and not isinstance(exc, (GDSError, GeneratorExit)):
+                    # Interrupted or cancelled, maybe before it was sent: no answer ended the
+                    # transaction, so the caller's rollback must (a locking server, Firestore in
+                    # native mode, kept its locks on what it read until it expired).
+                    with self._transactions_lock:
+                        self._open_transactions[txn.token] = txn
+                raise
             for mutation, (key, values) in zip(chunk, answers):
                 results.append(self._result(mutation, key, values))
         return CommitResult(tuple(results))

@@ -93,6 +93,57 @@ def test_the_pages_writers_never_meet_a_missing_shard_of_ours(gateway):
     assert ours.get_count() == 61 == page.get_count(gateway, PATH)
 
 
+def test_a_failed_creation_of_the_shard_documents_is_made_again_at_the_next_write():
+    """The first write's creation commit fails: logged, not raised (the
+    increment is written on its own). The counter's next write must create
+    the shards then, as ``_create_shards`` promises. Its recording
+    transaction finds ``num_shards`` recorded already, by this very
+    counter: that is no sign that another writer recorded and created
+    them. (Before the fix it was read as one: the shards were never made,
+    and the page's writers met missing ones for good. The failure-point
+    harness found it: a stall or an interrupt at ``documents.creates``.)"""
+    from gds_counter.testing.faults import UNAVAILABLE, FaultyGateway
+
+    # Commits of the first write: the recording transaction's, the creation, the increment.
+    gateway = FaultyGateway(open_gateway("memory://"), script={"commit": [None, UNAVAILABLE]})
+    ours = DistributedCounter(PATH, 8, gateway=gateway)
+    ours.add(1)
+    assert gateway.injector.injected == {("commit", UNAVAILABLE): 1}
+    shards = [f"{PATH}/shards/{n}" for n in range(8)]
+    assert sorted(p for p in documents(gateway) if "/shards/" in p) != shards  # the creation failed
+    ours.add(1)
+    assert sorted(p for p in documents(gateway) if "/shards/" in p) == shards
+    page = PageCounter(8, random.Random(3))
+    for _ in range(40):  # each an update of a random shard: a missing one is NOT_FOUND
+        page.increment_counter(gateway, PATH)
+    assert ours.get_count() == 42 == page.get_count(gateway, PATH)
+
+
+def test_a_recording_whose_answer_was_lost_still_has_its_shard_documents_made():
+    """The recording transaction's commit is applied but its answer is lost
+    (``CommitUnknown``; as an interrupt or a cancellation right after the
+    commit): this process cannot know it recorded ``num_shards``. Its next
+    write finds them recorded and must still create the shards, not take
+    the record for another writer's, who created them. (Before the fix no
+    process ever made them. The failure-point harness found it: an
+    interrupt or a cancellation at ``documents.recorded``.)"""
+    from gds_counter import CommitUnknown
+    from gds_counter.testing.faults import DEADLINE_EXCEEDED, FaultyGateway
+
+    gateway = FaultyGateway(open_gateway("memory://"), script={"commit": [DEADLINE_EXCEEDED]})
+    ours = DistributedCounter(PATH, 8, gateway=gateway)
+    with pytest.raises(CommitUnknown):
+        ours.add(1)
+    assert documents(gateway)[PATH] == {"num_shards": 8}  # the recording was applied
+    ours.add(1)
+    shards = [f"{PATH}/shards/{n}" for n in range(8)]
+    assert sorted(p for p in documents(gateway) if "/shards/" in p) == shards
+    page = PageCounter(8, random.Random(4))
+    for _ in range(40):  # each an update of a random shard: a missing one is NOT_FOUND
+        page.increment_counter(gateway, PATH)
+    assert ours.get_count() == 41 == page.get_count(gateway, PATH)
+
+
 def test_reset_keeps_the_shard_documents(gateway):
     """A reset writes 0 to every shard: the page's writers still find them."""
     ours = DistributedCounter(PATH, 4, gateway=gateway)

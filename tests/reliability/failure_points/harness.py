@@ -81,11 +81,19 @@ class Scenario:
     point: Point
     fault: str
     face: str  # "threads" or "aio"
-    backend: str  # "memory" or "sqlite"
+    backend: str  # "memory", "sqlite" or "firestore" (the emulator: ``url``)
     workers: int = 4
     per_worker: int = 3
     cache: bool = True
     nth: int = 2
+    #: The storage's GDS URL when it is not embedded (backend ``"firestore"``:
+    #: the native-mode emulator's), else made from ``backend``.
+    url: Optional[str] = None
+
+    @property
+    def layout(self) -> str:
+        """``"article"`` or ``"documents"``: the point's (``Point.layout``)."""
+        return self.point.layout
 
     @property
     def label(self) -> str:
@@ -145,26 +153,70 @@ def _counter_of(call: Call) -> int:
     return (call.index // 2) % COUNTERS
 
 
-def _blocking_counter(gateway: Any, cache: bool, which: int = 0) -> Any:
-    from gds_counter import CounterShardDS
+# Which counter a scenario's callers use is its point's ``layout``: the
+# PHP article's ``CounterShardDS`` (entities), or Firestore's
+# ``DistributedCounter`` (documents: at its first write a process records
+# the shard count on the counter document and creates every shard document).
+#: A documents counter's shards: more than a scenario's calls, so that a
+#: shard document exists because it was created, not because an increment
+#: happened to land on it (``_check_shard_documents``).
+DOCUMENT_SHARDS = 16
 
+
+def _blocking_counter(gateway: Any, cache: bool, which: int = 0, layout: str = "article") -> Any:
+    from gds_counter import CounterShardDS, DistributedCounter
+
+    if layout == "documents":
+        return DistributedCounter(f"FailurePoint/counter-{which}", DOCUMENT_SHARDS, gateway=gateway, retry=_retry(), cache=cache)
     return CounterShardDS("FailurePoint", f"counter-{which}", 4, gateway=gateway, retry=_retry(), cache=cache)
 
 
-def _aio_counter(gateway: Any, cache: bool, which: int = 0) -> Any:
+def _aio_counter(gateway: Any, cache: bool, which: int = 0, layout: str = "article") -> Any:
     from gds_counter import aio
 
+    if layout == "documents":
+        return aio.DistributedCounter(f"FailurePoint/counter-{which}", DOCUMENT_SHARDS, gateway=gateway, retry=_retry(), cache=cache)
     return aio.CounterShardDS("FailurePoint", f"counter-{which}", 4, gateway=gateway, retry=_retry(), cache=cache)
 
 
-def _stored(gateway: Any, *, cache: bool = False) -> int:
+def _stored(gateway: Any, *, cache: bool = False, layout: str = "article") -> int:
     """The stored total of every counter of the scenario (a lookup, no
     shared read), or the cached total with ``cache``."""
-    return sum(_blocking_counter(gateway, cache, n).get_count("lookup" if not cache else "auto") for n in range(COUNTERS))
+    method = "lookup" if not cache else "auto"
+    return sum(_blocking_counter(gateway, cache, n, layout).get_count(method) for n in range(COUNTERS))
 
 
-async def _astored_cached(gateway: Any) -> int:
-    return sum([await _aio_counter(gateway, True, n).get_count() for n in range(COUNTERS)])
+async def _astored_cached(gateway: Any, layout: str) -> int:
+    return sum([await _aio_counter(gateway, True, n, layout).get_count() for n in range(COUNTERS)])
+
+
+def _missing_shards(gateway: Any) -> list[str]:
+    """The shard documents the scenario's counter documents record
+    (``num_shards``) that do not exist."""
+    from gds_counter.counter import FIRESTORE_PAGE as layout
+
+    missing = []
+    for which in range(COUNTERS):
+        path = f"FailurePoint/counter-{which}"
+        [config] = gateway.lookup([layout.config_key(path)])
+        numbers = layout.shard_numbers(layout.config_of(config) or 0)
+        found = gateway.lookup([layout.shard_key(path, n) for n in numbers]) if numbers else []
+        missing += [f"{path}/shards/{n}" for n, document in zip(numbers, found) if document is None]
+    return missing
+
+
+def _check_shard_documents(scenario: Scenario, reader: Any, outcome: Outcome) -> None:
+    """Firestore's page's writers ``update`` a shard, which fails on a
+    missing document: once every call ended, each shard its counter
+    document records must exist (a creation that failed, or a recording
+    whose end the process never saw, is made good at its next write).
+    Not after a crash: a process killed between its recording and its
+    creation leaves them to nobody (docs/reliability.md)."""
+    done, missing = _bounded(lambda: _missing_shards(reader), GRACE)
+    if not done or not isinstance(missing, list):
+        outcome.notes.append(f"FAIL: the shard documents could not be read: {'hung' if not done else repr(missing)}")
+    elif missing:
+        outcome.notes.append(f"FAIL: recorded shard documents missing once every call ended: {missing}")
 
 
 def _bounded(function: Callable[[], Any], seconds: float) -> tuple[bool, Any]:
@@ -316,7 +368,7 @@ def _child_call(scenario: Scenario, counter: Any, call: Call) -> dict[str, Any]:
     report["outcome"] = "ok" if not isinstance(result, BaseException) else _outcome_name(result)
     if scenario.backend == "memory":
         gateway = counter.gateway.blocking if scenario.face == "aio" else counter.gateway
-        read, total = _bounded(lambda: _stored(gateway), CHILD_BOUND)
+        read, total = _bounded(lambda: _stored(gateway, layout=scenario.layout), CHILD_BOUND)
         report["view_total"] = total if read and isinstance(total, int) else None
     return report
 
@@ -414,7 +466,7 @@ def _run_threads(scenario: Scenario, gateway: Any, calls: list[Call], trap: Trap
 
     def worker(first: int) -> None:
         # Objects of its own per caller, as a web app makes one per request.
-        counters = [_blocking_counter(gateway, scenario.cache, n) for n in range(COUNTERS)]
+        counters = [_blocking_counter(gateway, scenario.cache, n, scenario.layout) for n in range(COUNTERS)]
         barrier.wait()
         for call in calls[first::scenario.workers]:
             _call_blocking(counters[_counter_of(call)], call, report)
@@ -465,7 +517,7 @@ def _run_aio(scenario: Scenario, gateway: Any, calls: list[Call], trap: Trap, fa
             report("done", call)
 
     async def caller(first: int) -> None:
-        counters = [_aio_counter(gateway, scenario.cache, n) for n in range(COUNTERS)]
+        counters = [_aio_counter(gateway, scenario.cache, n, scenario.layout) for n in range(COUNTERS)]
         for call in calls[first::scenario.workers]:
             await one(counters[_counter_of(call)], call)
 
@@ -482,7 +534,7 @@ def _run_aio(scenario: Scenario, gateway: Any, calls: list[Call], trap: Trap, fa
             # wait for it before the cache is asked for every committed amount.
             await asyncio.sleep(STALL + 0.5 if scenario.fault == "stall" else 0.3)
             try:
-                extra["cached"] = await asyncio.wait_for(_astored_cached(gateway), TIMEOUT * 3)
+                extra["cached"] = await asyncio.wait_for(_astored_cached(gateway, scenario.layout), TIMEOUT * 3)
             except BaseException as exc:  # reported by the caller
                 extra["cached"] = exc
 
@@ -492,10 +544,16 @@ def _run_aio(scenario: Scenario, gateway: Any, calls: list[Call], trap: Trap, fa
         except BaseException as exc:  # the scenario reports it
             extra["loop_error"] = exc
 
-    trap.install()  # the worker threads the asyncio face starts are traced too
+    # The loop's thread is traced. So are the worker threads the asyncio
+    # face starts, on the emulator: its RPCs run there, and the pool starts
+    # them at its first calls, so threads started meanwhile are traced too.
+    workers_traced = scenario.backend == "firestore"
+    trap.install()
     try:
         thread = threading.Thread(target=loop_thread, daemon=True, name="failure-point-loop")
         thread.start()
+        if workers_traced:
+            thread.join(max(0.0, deadline - time.monotonic()))
     finally:
         trap.uninstall()
     thread.join(max(0.0, deadline - time.monotonic()))
@@ -521,7 +579,7 @@ def run_scenario(scenario: Scenario, *, directory: Optional[str] = None, first_i
     if directory is None:
         own_dir = tempfile.TemporaryDirectory(prefix="failure-point-")
         directory = own_dir.name
-    url = _url(scenario.backend, directory)
+    url = scenario.url or _url(scenario.backend, directory)
     count = scenario.workers * scenario.per_worker
     calls = [Call(first_index + i, outcome="pending", where="task" if scenario.face == "aio" else "thread")
              for i in range(count)]
@@ -537,8 +595,8 @@ def run_scenario(scenario: Scenario, *, directory: Optional[str] = None, first_i
     blocking = gateway.blocking if scenario.face == "aio" else gateway
     if scenario.fault == "fork" and not scenario.point.fork_here:  # (else the thread at the point forks)
         which = _counter_of(child_call)
-        shared = (_aio_counter(gateway, scenario.cache, which) if scenario.face == "aio"
-                  else _blocking_counter(gateway, scenario.cache, which))
+        shared = (_aio_counter(gateway, scenario.cache, which, scenario.layout) if scenario.face == "aio"
+                  else _blocking_counter(gateway, scenario.cache, which, scenario.layout))
         forker = Forker(scenario, fault, shared, child_call, bound - time.monotonic())
         forker.thread.start()
     extra: dict[str, Any] = {}
@@ -570,9 +628,11 @@ def run_scenario(scenario: Scenario, *, directory: Optional[str] = None, first_i
 
     # The stored total: on a file through a fresh gateway (none of this
     # process's state), in memory through the one that holds the data.
-    reader = open_gateway(url) if scenario.backend == "sqlite" else blocking
-    read, total = _bounded(lambda: _stored(reader), GRACE)
-    if scenario.backend == "sqlite":
+    reader = open_gateway(url) if scenario.backend != "memory" else blocking
+    read, total = _bounded(lambda: _stored(reader, layout=scenario.layout), GRACE)
+    if scenario.layout == "documents" and not alive:
+        _check_shard_documents(scenario, reader, outcome)
+    if scenario.backend != "memory":
         _bounded(reader.close, 5)
     if not read or not isinstance(total, int):
         outcome.notes.append(f"FAIL: the stored total could not be read: {'hung' if not read else repr(total)}")
@@ -610,7 +670,7 @@ def run_scenario(scenario: Scenario, *, directory: Optional[str] = None, first_i
                     outcome.late += 1
         cached = extra.get("cached")
         if scenario.cache and scenario.face == "threads" and not alive:
-            done, cached = _bounded(lambda: _stored(gateway, cache=True), GRACE)
+            done, cached = _bounded(lambda: _stored(gateway, cache=True, layout=scenario.layout), GRACE)
             if not done:
                 cached = "hung"
         if scenario.cache and not alive and not (scenario.fault == "fork" and scenario.backend == "sqlite"):
@@ -668,6 +728,7 @@ def _run_crash(scenario: Scenario) -> Outcome:
         assert victim.stdout is not None
         lines: list[str] = []
         ready = threading.Event()
+        victim_wrote = threading.Event()  # a call of the victim ended
 
         def read_victim() -> None:
             assert victim.stdout is not None
@@ -675,6 +736,8 @@ def _run_crash(scenario: Scenario) -> Outcome:
                 lines.append(line.strip())
                 if line.startswith("ready"):
                     ready.set()
+                elif line.startswith("done"):
+                    victim_wrote.set()
 
         reader = threading.Thread(target=read_victim, daemon=True)
         reader.start()
@@ -695,7 +758,12 @@ def _run_crash(scenario: Scenario) -> Outcome:
                 return call
 
         def bystander(after: threading.Event) -> None:
-            counters = [_blocking_counter(gateway, False, n) for n in range(COUNTERS)]
+            counters = [_blocking_counter(gateway, False, n, scenario.layout) for n in range(COUNTERS)]
+            # A documents counter's shards are created by the process whose
+            # recording wrote: a bystander first would make them itself, and
+            # the victim would never reach the creation's points.
+            while scenario.layout == "documents" and not victim_wrote.wait(0.01) and victim.poll() is None:
+                pass
             while victim.poll() is None and len(own) < 12:
                 call = take()
                 if call is None:
@@ -739,7 +807,7 @@ def _run_crash(scenario: Scenario) -> Outcome:
             outcome.hits = max(outcome.hits, scenario.nth)
         if victim.returncode not in (0, -signal.SIGKILL):
             outcome.notes.append(f"victim exited {victim.returncode}: {stderr[-500:]}")
-        read, total = _bounded(lambda: _stored(open_gateway(url)), GRACE)
+        read, total = _bounded(lambda: _stored(open_gateway(url), layout=scenario.layout), GRACE)
         if any(t.is_alive() for t in threads):
             outcome.notes.append("FAIL: this process's callers still ran after the victim was killed")
         if not read or not isinstance(total, int):

@@ -5,14 +5,16 @@ refactor that moves the code breaks the harness loudly (``tracer.resolve``
 raises for a function or line that is gone; a point no scenario reached
 fails its mechanism's test). ``faces`` and ``backends`` say which scenarios
 reach the point: the thread face (``gds_counter.CounterShardDS``), the
-asyncio face (``gds_counter.aio``), in memory or on a SQLite file.
+asyncio face (``gds_counter.aio``), in memory or on a SQLite file; and
+``layout="documents"`` that its scenarios run Firestore's
+``DistributedCounter`` instead.
 """
 
 from __future__ import annotations
 
 from failure_points.tracer import Point
 
-__all__ = ["FAULTS", "MECHANISMS", "POINTS", "points_of"]
+__all__ = ["FAULTS", "FIRESTORE_FAULTS", "MECHANISMS", "POINTS", "points_of"]
 
 CW = "gds_counter.counter._combined"
 LO = "gds_counter.counter._lone"
@@ -26,10 +28,12 @@ AF = "gds_counter.counter.shard_choice"
 CP = "gds_counter.gateway.embedded._connections"
 TH = "gds_counter.aio._threaded"
 AG = "gds_counter.aio.counter"
+FS = "gds_counter.gateway.firestore._gateway"
 
 BOTH = ("threads", "aio")
 AIO = ("aio",)
 FILE = ("sqlite",)
+EMULATOR = ("firestore",)
 
 POINTS: tuple[Point, ...] = (
     # -- the door: a lone call goes straight through, a second one goes into the rounds --
@@ -165,14 +169,46 @@ POINTS: tuple[Point, ...] = (
           "a worker thread starts a task's commit", AIO),
     Point("aio.slot", AG, "_run", r"line:await asyncio\.wait_for\(slots\.acquire\(\), waited\)",
           "a task waits for one of the gateway's in-flight slots", AIO),
+    # -- Firestore's distributed counter (documents): a process's first write records and creates --
+    Point("documents.shares_recording", EN, "CounterCore._ensure_recorded",
+          r"line:yield from plan\.ask\(SharedRead\(runtime\.shared, runtime\.async_shared, key, record",
+          "callers writing a new counter at once hand its recording to one of them (a shared read)",
+          BOTH, layout="documents"),
+    Point("documents.records", EN, "CounterCore._record", r"line:decided = yield from retry_plan\(attempt",
+          "the recording transaction: num_shards, masked, on the counter document (retried on conflict)",
+          BOTH, layout="documents"),
+    Point("documents.recorded", EN, "CounterCore._record", r"line:^\s+self\._learn\(decided\)",
+          "the recording committed; the process has not learned it yet", BOTH, layout="documents"),
+    Point("documents.creates", EN, "CounterCore._create_shards", r"line:yield from plan\.commit\(creations\)",
+          "one commit creates every recorded shard document (increments by 0; a failure is logged, not raised)",
+          BOTH, layout="documents"),
+    Point("documents.created", EN, "CounterCore._create_shards", r"line:self\._created = max\(self\._created, upto\)",
+          "the shard documents exist; the process has not noted it yet", BOTH, layout="documents"),
+    # -- the Firestore gateway's RPCs, on the native-mode emulator (test_firestore_points; not a
+    #    mechanism of the runner's: the faults there are FIRESTORE_FAULTS, each on the faces it applies to) --
+    Point("firestore.sends", FS, "FirestoreGateway._send", r"line:return attempt\(\) if retry is None",
+          "any RPC, as it is sent (with the client's retries)", BOTH, EMULATOR, layout="documents"),
+    Point("firestore.begins", FS, "FirestoreGateway._begin", r"line:answer = self\._send\(\"begin_transaction\"",
+          "the recording transaction begins", BOTH, EMULATOR, layout="documents"),
+    Point("firestore.reads", FS, "FirestoreGateway._run_query", r"line:answers = self\._send\(",
+          "a read of the total (the ancestor query of the shards)", BOTH, EMULATOR, layout="documents"),
+    Point("firestore.commits", FS, "FirestoreGateway._commit", r"line:answer = self\._send\(",
+          "a commit (the recording, the shard creation, an increment), as it is sent", BOTH, EMULATOR,
+          layout="documents"),
+    Point("firestore.committed", FS, "FirestoreGateway._commit", r"line:upserts = sum\(isinstance\(m, Upsert\)",
+          "a commit was applied; its caller is not answered yet", BOTH, EMULATOR, layout="documents"),
 )
 
 MECHANISMS: tuple[str, ...] = (
     "lone", "combined_writes", "rounds", "group_commit", "shared_reads", "cache", "affinity", "pool", "aio",
+    "documents",
 )
 
 #: Every fault the harness injects (``harness.FAULTS`` says what each does).
 FAULTS: tuple[str, ...] = ("interrupt", "cancel", "fork", "stall", "crash")
+
+#: The faults injected at the Firestore gateway's points, on the emulator.
+FIRESTORE_FAULTS: tuple[str, ...] = ("interrupt", "cancel", "stall")
 
 
 def points_of(mechanism: str) -> list[Point]:

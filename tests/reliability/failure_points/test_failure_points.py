@@ -55,6 +55,7 @@ QUICK_POINTS = {
     "aio": "aio.in_worker",
     "cache": "cache.write_ends",
     "combined_writes": "combined_writes.written",
+    "documents": "documents.creates",
     "group_commit": "group_commit.write_lock",
     "lone": "lone.registers",
     "pool": "pool.release",

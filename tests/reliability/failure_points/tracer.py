@@ -62,6 +62,10 @@ class Point:
     #: another thread while this one waits there); the child goes on with
     #: that call.
     fork_here: bool = False
+    #: Which counter its scenarios run: ``"article"`` (``CounterShardDS``,
+    #: the PHP article's entities) or ``"documents"`` (``DistributedCounter``,
+    #: Firestore's page's documents).
+    layout: str = "article"
 
 
 @dataclass

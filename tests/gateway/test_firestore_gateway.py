@@ -475,9 +475,11 @@ def test_the_command_counts_on_firestore_through_gds_url(gw, firestore_native_em
     assert json.loads(counted.stdout) == {"target": "Counter Test_1", "count": 3}
 
 
-def test_the_asyncio_face_runs_the_firestore_gateway_in_its_thread_pool(gw, firestore_native_emulator, monkeypatch):
-    """Until an async Firestore gateway exists, ``aio.open_gateway`` runs
-    the blocking one as it runs the embedded engine (``ThreadedGateway``)."""
+def test_the_asyncio_face_runs_on_the_async_firestore_client(gw, firestore_native_emulator, monkeypatch):
+    """``aio.open_gateway("firestore://...")`` is ``AsyncFirestoreGateway``
+    (google-cloud-firestore's async client on gRPC asyncio), not the
+    blocking gateway in a thread pool, and reaches the emulator named by
+    ``FIRESTORE_EMULATOR_HOST`` as the blocking one does."""
     import asyncio
 
     from gds_counter import aio
@@ -492,4 +494,4 @@ def test_the_asyncio_face_runs_the_firestore_gateway_in_its_thread_pool(gw, fire
         finally:
             await gateway.close()
 
-    assert asyncio.run(main()) == ("ThreadedGateway", {"n": 2})
+    assert asyncio.run(main()) == ("AsyncFirestoreGateway", {"n": 2})

@@ -24,7 +24,7 @@ from gds_counter.errors import AlreadyExists, CommitUnknown, Contention, Gateway
 from gds_counter.gateway.firestore import AsyncFirestoreGateway, FirestoreGateway
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Increment, Insert, Update, Upsert
-from gds_counter.gateway.query import Query
+from gds_counter.gateway.query import Aggregation, AggregationQuery, Query
 from gds_counter.gateway.values import RawEntity
 from gds_counter.testing.bridge import BlockingBridge
 
@@ -54,9 +54,10 @@ def test_the_same_answers_and_stats_as_the_blocking_gateway(firestore_native_gat
         gateway.commit([Upsert(RawEntity(key, {"n": 9}))], transaction=token)
         found = gateway.lookup([key])
         counted = gateway.run_query(Query(kind=kind))
+        summed = gateway.run_aggregation(AggregationQuery(Query(kind=kind), (Aggregation.sum("n"),)))
         return (
-            [r.transform_results for r in written.mutation_results], [e.properties if e else None for e in inside], found[0].properties,
-            len(counted.entities), gateway.stats.snapshot(),
+            [r.transform_results for r in written.mutation_results], [e.properties if e else None for e in inside],
+            found[0].properties, len(counted.entities), dict(summed), gateway.stats.snapshot(),
         )
 
     bridge = BlockingBridge(twin(firestore_native_gateway))
@@ -66,7 +67,8 @@ def test_the_same_answers_and_stats_as_the_blocking_gateway(firestore_native_gat
         bridge.close()
     expected = calls_on(firestore_native_gateway, "Blocking")
     assert got == expected
-    assert got[-1]["rpc.commit"] == 2 and got[-1]["entity_reads"] == 4, got[-1]
+    assert got[-1]["rpc.commit"] == 2 and got[-1]["rpc.run_aggregation_query"] == 1, got[-1]
+    assert got[-1]["entity_reads"] == 5, got[-1]  # 3 looked up, 1 queried, 1 billed for the aggregation
 
 
 def test_errors_follow_the_blocking_gateways_policy(firestore_native_gateway):

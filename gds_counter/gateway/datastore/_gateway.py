@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from google.api_core.retry import Retry
 
@@ -28,7 +28,7 @@ from gds_counter.gateway.datastore._retry import DEFAULT_RETRY
 log = logging.getLogger("gds_counter.gateway.datastore")
 
 
-class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState], BlockingPlannedHooks, Transport):
+class DatastoreGateway(DatastoreRequests, BlockingPlannedHooks, BaseGateway[TransactionState], Transport):
     """Gateway over Cloud Datastore / Firestore in Datastore mode.
 
     ``emulator_host`` (or ``DATASTORE_EMULATOR_HOST`` when it is None) points
@@ -80,15 +80,22 @@ class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState], Blockin
 
     # --- the hooks: the shared request plans, sent blocking -----------------------
 
-    def _send(self, call: str, request: Any, *, idempotent_commit: bool = False, policy: str = "") -> Any:
-        """Send one logical request with the policy's retries and one overall
-        deadline (``CallBudget._call_rpc``)."""
-        method = getattr(self._client, call)
+    def _call(
+        self, call: str, method: Callable[..., Any], request: Any, *, idempotent_commit: bool = False, policy: str = ""
+    ) -> Any:
+        """Send one logical request with the client's ``method``, the
+        policy's retries and one overall deadline (``CallBudget._call_rpc``).
+        ``policy`` names the call whose row of the policy table applies,
+        when ``call`` has none of its own (an aggregation is a read like
+        ``run_query``); errors still name ``call``."""
         return self._call_rpc(
             call, lambda seconds: method(request=request, retry=None, timeout=seconds),
             functools.partial(final_error, call=call, request=request), idempotent_commit=idempotent_commit,
             policy=policy,
         )
+
+    def _send(self, call: str, request: Any, *, idempotent_commit: bool = False, policy: str = "") -> Any:
+        return self._call(call, getattr(self._client, call), request, idempotent_commit=idempotent_commit, policy=policy)
 
     def close(self) -> None:
         try:

@@ -27,7 +27,7 @@ __all__ = ["CAPABILITIES", "FirestoreGateway"]
 log = logging.getLogger("gds_counter.gateway.firestore")
 
 
-class FirestoreGateway(FirestoreRequests, BaseGateway[TransactionState], BlockingPlannedHooks, Transport):
+class FirestoreGateway(FirestoreRequests, BlockingPlannedHooks, BaseGateway[TransactionState], Transport):
     """Gateway over Cloud Firestore in native mode (or its emulator).
 
     ``emulator_host`` (or ``FIRESTORE_EMULATOR_HOST`` when it is None)

@@ -11,8 +11,10 @@ gateway's own.
 from __future__ import annotations
 
 import abc
-from typing import Any
+import logging
+from typing import Any, Callable
 
+from gds_counter.errors import BadValueError, Contention
 from gds_counter.gateway import plan
 from gds_counter.gateway._contract import TransactionState
 from gds_counter.gateway._hooks import AsyncHooks, BlockingHooks, Written
@@ -21,7 +23,9 @@ from gds_counter.gateway.mutations import Mutation
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
 from gds_counter.gateway.values import RawEntity
 
-__all__ = ["AsyncPlannedHooks", "BlockingPlannedHooks", "HookPlans"]
+__all__ = ["AsyncPlannedHooks", "BlockingPlannedHooks", "HookPlans", "rollback_plan"]
+
+log = logging.getLogger("gds_counter.gateway")
 
 
 class HookPlans(abc.ABC):
@@ -113,3 +117,16 @@ class AsyncPlannedHooks(HookPlans, AsyncHooks[TransactionState]):
 
     async def _reserve_ids(self, keys: list[Key]) -> None:
         await plan.arun(self._reserve_ids_plan(keys), self._driven())
+
+
+def rollback_plan(send: plan.Plan[Any], record: Callable[[str], None]) -> plan.Plan[None]:
+    """A rollback hook's plan around its ``send``: a transaction the server
+    already ended (refused as invalid, or aborted) is ignored, because a
+    rollback is cleanup, often on an error path, and must not hide the
+    error being handled; the RPC is ``record``ed either way."""
+    try:
+        yield from send
+    except (BadValueError, Contention) as exc:
+        log.debug("rollback of an already finished transaction ignored: %s", exc)
+    finally:
+        record("rollback")

@@ -23,10 +23,11 @@ from google.api_core import exceptions as gexc
 from google.cloud.datastore_v1.types import datastore as _ds
 from google.cloud.datastore_v1.types import query as _qry
 
-from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError
+from gds_counter.errors import BadValueError, GatewayError, GDSError
 from gds_counter.gateway import plan
 from gds_counter.gateway._aggregation import billed_reads
 from gds_counter.gateway._effects import ask
+from gds_counter.gateway._hook_plans import rollback_plan
 from gds_counter.gateway._hooks import Hook
 from gds_counter.gateway.base import GatewayRules, TransactionState
 from gds_counter.gateway.datastore._budget import CallBudget
@@ -351,14 +352,7 @@ class DatastoreRequests(CallBudget, GatewayRules):
         request = _ds.RollbackRequest.pb()(
             project_id=self.project, database_id=self.database, transaction=txn.token
         )
-        try:
-            yield from _send("rollback", _ds.RollbackRequest(request))
-        except (BadValueError, Contention) as exc:
-            # Rollback is cleanup, often on an error path: a transaction the
-            # server already ended must not hide the error being handled.
-            log.debug("rollback of an already finished transaction ignored: %s", exc)
-        finally:
-            self._record("rollback")
+        return rollback_plan(_send("rollback", _ds.RollbackRequest(request)), self._record)
 
     # --- writes ---------------------------------------------------------------
 

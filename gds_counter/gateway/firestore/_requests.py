@@ -32,12 +32,12 @@ from google.cloud.firestore_v1.types import firestore as _fs
 from google.cloud.firestore_v1.types import query as _q
 
 from gds_counter._process import deadlines
-from gds_counter.errors import BadKeyError, BadValueError, Contention, GatewayError, Unavailable
+from gds_counter.errors import BadKeyError, BadValueError, GatewayError, Unavailable
 from gds_counter.gateway import plan
 from gds_counter.gateway._aggregation import billed_reads
 from gds_counter.gateway._contract import TransactionState
 from gds_counter.gateway._effects import ask
-from gds_counter.gateway._hook_plans import HookPlans
+from gds_counter.gateway._hook_plans import HookPlans, rollback_plan
 from gds_counter.gateway._hooks import Hook
 from gds_counter.gateway._rules import GatewayRules
 from gds_counter.gateway.capabilities import Capabilities
@@ -314,14 +314,9 @@ class FirestoreRequests(CallBudget, GatewayRules, HookPlans):
 
     def _rollback_plan(self, txn: TransactionState) -> plan.Plan[None]:
         request = _fs.RollbackRequest.pb()(database=self._codec.database_name, transaction=txn.token)
-        try:
-            yield from _send("rollback", "rollback", _fs.RollbackRequest(request), about=self._about([]))
-        except (BadValueError, Contention) as exc:
-            # Cleanup, often on an error path: a transaction the server already
-            # ended must not hide the error being handled.
-            log.debug("rollback of an already finished transaction ignored: %s", exc)
-        finally:
-            self._record("rollback")
+        return rollback_plan(
+            _send("rollback", "rollback", _fs.RollbackRequest(request), about=self._about([])), self._record
+        )
 
     # --- writes -------------------------------------------------------------
 

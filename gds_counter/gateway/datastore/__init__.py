@@ -25,12 +25,18 @@ from gds_counter.gateway.datastore._budget import CallBudget
 from gds_counter.gateway.datastore._codec import Codec
 from gds_counter.gateway.datastore._gateway import DatastoreGateway
 from gds_counter.gateway.datastore._requests import strip_scheme
-from gds_counter.gateway.datastore._retry import DEFAULT_RETRY, error_message, should_retry, translate_error
+from gds_counter.gateway.datastore._retry import (
+    DEFAULT_ASYNC_RETRY,
+    DEFAULT_RETRY,
+    error_message,
+    should_retry,
+    translate_error,
+)
 
 # The retry and error policy (``_retry``'s table), the deadline and retries
 # of each call (``CallBudget``) and ``strip_scheme`` are the Firestore
 # gateway's too (``gateway.firestore``): one policy.
 __all__ = [
-    "AsyncDatastoreGateway", "CallBudget", "Codec", "DatastoreGateway", "DEFAULT_RETRY", "error_message", "should_retry",
-    "strip_scheme", "translate_error",
+    "AsyncDatastoreGateway", "CallBudget", "Codec", "DatastoreGateway", "DEFAULT_ASYNC_RETRY", "DEFAULT_RETRY",
+    "error_message", "should_retry", "strip_scheme", "translate_error",
 ]

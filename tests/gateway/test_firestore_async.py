@@ -109,29 +109,32 @@ def test_no_call_runs_past_its_callers_deadline(firestore_native_gateway):
     async def on_async() -> tuple[BaseException, float, BaseException]:
         async with twin(holder, timeout=30) as gateway:
             bound = deadlines.limit(time.monotonic() + 0.3)
-            started = time.monotonic()
             try:
-                await gateway.commit(increment)
-            except GatewayError as exc:
-                waited, error = time.monotonic() - started, exc
-            try:
-                await gateway.commit(increment)
-            except GatewayError as exc:
-                late = exc
-            deadlines.restore(bound)
-            return error, waited, late
+                started = time.monotonic()
+                with pytest.raises(GatewayError) as first:
+                    await gateway.commit(increment)
+                waited = time.monotonic() - started
+                with pytest.raises(GatewayError) as late:
+                    await gateway.commit(increment)
+            finally:
+                deadlines.restore(bound)
+            return first.value, waited, late.value
 
+    blocking = FirestoreGateway(holder.project, emulator_host=holder.emulator_host, timeout=30)
     try:
         error, waited, late = asyncio.run(on_async())
         assert isinstance(error, CommitUnknown) and waited < 1.5, (error, waited)
         assert isinstance(late, Unavailable) and "nothing of it was written" in str(late)
         bound = deadlines.limit(time.monotonic() + 0.3)
-        started = time.monotonic()
-        with pytest.raises(CommitUnknown):
-            FirestoreGateway(holder.project, emulator_host=holder.emulator_host, timeout=30).commit(increment)
-        assert time.monotonic() - started < 1.5
-        deadlines.restore(bound)
+        try:
+            started = time.monotonic()
+            with pytest.raises(CommitUnknown):
+                blocking.commit(increment)
+            assert time.monotonic() - started < 1.5
+        finally:
+            deadlines.restore(bound)
     finally:
+        blocking.close()
         holder.rollback(token)
 
 

@@ -4,15 +4,16 @@ An async gateway offers the ``Gateway`` protocol's calls as coroutines
 (``learn_capabilities()`` for the ``capabilities`` property, which may need
 a probe): the ``AsyncGateway`` protocol, which the gateway layer defines
 beside ``Gateway`` (the async driver performs effects on it) and this face
-exports. Two implement it: ``AsyncDatastoreGateway`` (gRPC asyncio, real
-non-blocking I/O) and ``ThreadedGateway`` (the embedded engine in a bounded
-thread pool: SQLite has no async I/O; and, until an async Firestore gateway
-exists, the blocking ``FirestoreGateway`` of a ``firestore://`` URL, in the
-same pool).
+exports. Three implement it: ``AsyncDatastoreGateway`` and
+``AsyncFirestoreGateway`` (gRPC asyncio, real non-blocking I/O: a
+``datastore://`` URL or the emulators', and a ``firestore://`` one) and
+``ThreadedGateway`` (the embedded engine in a bounded thread pool: SQLite
+has no async I/O).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from gds_counter.aio._threaded import DEFAULT_WORKERS, ThreadedGateway
@@ -41,8 +42,14 @@ def is_async_gateway(candidate: object) -> bool:
 
 def async_twin(blocking: Any, *, owns: bool = False, max_workers: int = DEFAULT_WORKERS) -> Any:
     """The async gateway for the storage a blocking gateway reaches: an
-    ``AsyncDatastoreGateway`` with a ``DatastoreGateway``'s settings (the
-    blocking one closed if ``owns``), else a ``ThreadedGateway`` over it."""
+    ``AsyncDatastoreGateway`` with a ``DatastoreGateway``'s settings, an
+    ``AsyncFirestoreGateway`` with a ``FirestoreGateway``'s (the blocking
+    one closed if ``owns``), else a ``ThreadedGateway`` over it."""
+    firestore = _firestore_twin(blocking)
+    if firestore is not None:
+        if owns:
+            blocking.close()  # only its settings were wanted
+        return firestore
     if isinstance(blocking, DatastoreGateway):
         gateway = AsyncDatastoreGateway(
             blocking.project, blocking.namespace, blocking.database,
@@ -54,12 +61,28 @@ def async_twin(blocking: Any, *, owns: bool = False, max_workers: int = DEFAULT_
     return ThreadedGateway(blocking, max_workers=max_workers, owns=owns)
 
 
+def _firestore_twin(blocking: Any) -> Any:
+    """An ``AsyncFirestoreGateway`` with a ``FirestoreGateway``'s settings,
+    or None for another gateway. (google-cloud-firestore is an optional
+    extra: a ``FirestoreGateway`` exists only once it was imported.)"""
+    if "gds_counter.gateway.firestore" not in sys.modules:
+        return None
+    from gds_counter.gateway.firestore import AsyncFirestoreGateway, FirestoreGateway
+
+    if not isinstance(blocking, FirestoreGateway):
+        return None
+    return AsyncFirestoreGateway(
+        blocking.project, blocking.database, emulator_host=blocking.emulator_host or "", timeout=blocking.timeout,
+        credentials=blocking._credentials,
+    )
+
+
 def open_gateway(url: str | None = None, *, timeout: float | None = None,
                  max_workers: int = DEFAULT_WORKERS) -> AsyncGateway:
     """The async gateway for ``url`` with ``gds_counter.gateway.open_gateway``'s
     rules (``url``, ``GDS_URL``, ``DATASTORE_EMULATOR_HOST``, the embedded
-    default; production only by an explicit ``datastore://``): Datastore
-    over gRPC asyncio, the embedded engine in a pool of ``max_workers``
+    default; production only by an explicit ``datastore://`` or
+    ``firestore://``): Datastore and Firestore over gRPC asyncio, the embedded engine in a pool of ``max_workers``
     threads. Close it with ``await gateway.close()`` or ``async with``."""
     gateway: AsyncGateway = async_twin(open_blocking(url, timeout=timeout), owns=True, max_workers=max_workers)
     return gateway

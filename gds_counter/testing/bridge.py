@@ -5,7 +5,7 @@ against the asyncio code.
 async gateway's coroutine on an event loop of its own (one thread), and
 waits. Every conformance and counter test written for blocking gateways
 then exercises ``gds_counter.aio``'s gateways unchanged: the async
-Datastore transport (gRPC asyncio, ``AsyncRetry``) and the embedded
+Datastore and Firestore transports (gRPC asyncio, ``AsyncRetry``) and the embedded
 engine's thread pool, with ``GatewayRules``' plans run by the async driver.
 """
 

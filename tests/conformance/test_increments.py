@@ -85,22 +85,29 @@ def on_native(native: Any, run: Any) -> tuple[list[Any], list[Any]]:
         embedded.close()
 
 
-def test_firestore_native_increments_every_stored_value_as_datastore_does(firestore_native_gateway):
+#: The Firestore gateway, and ``AsyncFirestoreGateway`` (the asyncio face's,
+#: on google-cloud-firestore's async client) behind the test bridge.
+FIRESTORE_NATIVE = ("firestore-native", "firestore-native+aio")
+
+
+@pytest.mark.parametrize("name", FIRESTORE_NATIVE)
+def test_firestore_native_increments_every_stored_value_as_datastore_does(name, make_gateway):
     """Firestore's increment transform is Datastore's, value for value
     (saturating integers, doubles, any other value replaced)."""
-    theirs, ours = on_native(firestore_native_gateway, increments)
+    theirs, ours = on_native(make_gateway(name), increments)
     differences = [f"{t[:2]}: firestore native {t[2:]}, embedded {o[2:]}" for t, o in zip(theirs, ours) if t != o]
     assert not differences, "\n".join(differences)
     assert len(theirs) == len(STORED) * len(AMOUNTS)
 
 
-def test_firestore_native_masks_and_increments_of_paths_as_datastore_does(firestore_native_gateway):
-    theirs, ours = on_native(firestore_native_gateway, masked_writes)
+@pytest.mark.parametrize("name", FIRESTORE_NATIVE)
+def test_firestore_native_masks_and_increments_of_paths_as_datastore_does(name, make_gateway):
+    theirs, ours = on_native(make_gateway(name), masked_writes)
     differences = [f"{t[:2]}: firestore native {t[2]}, embedded {o[2]}" for t, o in zip(theirs, ours) if t != o]
     assert not differences, "\n".join(differences)
 
 
-@pytest.mark.parametrize("gateway_name", ["memory", "firestore", "serve", "firestore-native"])
+@pytest.mark.parametrize("gateway_name", ["memory", "firestore", "serve", *FIRESTORE_NATIVE])
 def test_store_increment_returns_the_value_stored_a_double_too(make_gateway, gateway_name):
     store = Store("Item", make_gateway(gateway_name))
     item = store.create_entity({"price": 1.5})

@@ -115,15 +115,22 @@ ON_FIRESTORE_NATIVE = [
 ]
 
 
+#: The Firestore gateway, and ``AsyncFirestoreGateway`` (the asyncio face's,
+#: on google-cloud-firestore's async client) behind the test bridge.
+FIRESTORE_NATIVE = ("firestore-native", "firestore-native+aio")
+
+
+@pytest.mark.parametrize("name", FIRESTORE_NATIVE)
 @pytest.mark.parametrize("same", ON_FIRESTORE_NATIVE, ids=lambda test: test.__name__.removeprefix("test_"))
-def test_the_same_calls_on_firestore_native(same, firestore_native_gateway):
-    same(firestore_native_gateway)
+def test_the_same_calls_on_firestore_native(same, name, make_gateway):
+    same(make_gateway(name))
 
 
-def test_a_firestore_commit_is_all_or_nothing(firestore_native_gateway):
+@pytest.mark.parametrize("name", FIRESTORE_NATIVE)
+def test_a_firestore_commit_is_all_or_nothing(name, make_gateway):
     """The difference: without a transaction Datastore writes the mutations
     before a failed insert; Firestore's commit is atomic, so nothing."""
-    gateway = firestore_native_gateway
+    gateway = make_gateway(name)
     gateway.commit([Upsert(entity(gateway, "a", 1))])
     with pytest.raises(AlreadyExists, match="nothing of this commit"):
         gateway.commit([Upsert(entity(gateway, "b", 1)), Insert(entity(gateway, "a", 2)), Upsert(entity(gateway, "c", 1))])

@@ -17,8 +17,9 @@ read-only transactions under a concurrent writer (ABORTED, "too much
 contention"), so the kind-wide and property queries and the snapshot tests
 leave it out.
 
-The Firestore gateway on the emulator in native mode ("firestore-native")
-runs every schedule too: its keys have no namespace (``gw.namespace`` is
+The Firestore gateway on the emulator in native mode ("firestore-native"),
+and its asyncio face's ``AsyncFirestoreGateway`` ("firestore-native+aio"),
+run every schedule too: its keys have no namespace (``gw.namespace`` is
 ""), and its ancestor query is a range of document names, which guards a
 committing transaction's phantoms as the Datastore-mode emulator's does.
 """
@@ -38,8 +39,9 @@ from gds_counter.gateway.query import PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 
 #: Every schedule runs on these (``serve``: the Datastore gateway on ``gds-counter serve``;
-#: ``firestore-native``: the Firestore gateway, module docstring).
-ISOLATING = ("memory", "sqlite", "firestore", "serve", "firestore-native")
+#: ``firestore-native``: the Firestore gateway, module docstring; "+aio": the
+#: asyncio face's ``AsyncFirestoreGateway`` behind the test bridge).
+ISOLATING = ("memory", "sqlite", "firestore", "serve", "firestore-native", "firestore-native+aio")
 #: And the legacy emulator, where it supports the schedule (module docstring).
 WITH_LEGACY = ISOLATING + ("datastore",)
 
@@ -337,7 +339,7 @@ def test_a_read_only_transaction_reads_as_of_its_begin(gw):
 # --- one key twice in one commit --------------------------------------------------------------
 
 
-@pytest.fixture(params=("memory", "sqlite", "firestore", "datastore", "serve", "firestore-native"))
+@pytest.fixture(params=("memory", "sqlite", "firestore", "datastore", "serve", "firestore-native", "firestore-native+aio"))
 def any_gw(request, make_gateway):
     return make_gateway(request.param)
 

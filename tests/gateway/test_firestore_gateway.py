@@ -475,21 +475,27 @@ def test_the_command_counts_on_firestore_through_gds_url(gw, firestore_native_em
     assert json.loads(counted.stdout) == {"target": "Counter Test_1", "count": 3}
 
 
-def test_the_asyncio_face_runs_the_firestore_gateway_in_its_thread_pool(gw, firestore_native_emulator, monkeypatch):
-    """Until an async Firestore gateway exists, ``aio.open_gateway`` runs
-    the blocking one as it runs the embedded engine (``ThreadedGateway``)."""
+def test_the_asyncio_face_runs_on_the_async_firestore_client(gw, firestore_native_emulator, monkeypatch):
+    """``aio.open_gateway("firestore://...")`` is ``AsyncFirestoreGateway``
+    (google-cloud-firestore's async client on gRPC asyncio), not the
+    blocking gateway in a thread pool, and reaches the emulator named by
+    ``FIRESTORE_EMULATOR_HOST`` as the blocking one does, in the database
+    the URL names."""
     import asyncio
 
     from gds_counter import aio
 
     monkeypatch.setenv("FIRESTORE_EMULATOR_HOST", firestore_native_emulator.host)
 
-    async def main() -> Any:
-        gateway = aio.open_gateway(f"firestore://{firestore_native_emulator.project}")
+    async def main(query: str) -> Any:
+        gateway = aio.open_gateway(f"firestore://{firestore_native_emulator.project}{query}")
         try:
             await gateway.commit([Upsert(RawEntity(Key.of("A", "a"), {}), property_mask=(), transforms=[Increment("n", 2)])])
-            return type(gateway).__name__, (await gateway.lookup([Key.of("A", "a")]))[0].properties
+            found = (await gateway.lookup([Key.of("A", "a")]))[0].properties
+            return type(gateway).__name__, getattr(gateway, "database", None), found
         finally:
             await gateway.close()
 
-    assert asyncio.run(main()) == ("ThreadedGateway", {"n": 2})
+    assert asyncio.run(main("")) == ("AsyncFirestoreGateway", "(default)", {"n": 2})
+    assert asyncio.run(main("?database=other-db")) == ("AsyncFirestoreGateway", "other-db", {"n": 2})
+    assert gw.lookup([Key.of("A", "a")])[0].properties == {"n": 2}  # one increment in each database

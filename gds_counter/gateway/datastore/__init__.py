@@ -11,21 +11,32 @@ Split by idea, each module explaining its own part:
 
 * ``_retry``: the retry and error policy (its docstring holds the policy
   table the README quotes); ``should_retry`` and ``translate_error``.
+* ``_budget``: ``CallBudget``, one request under that policy and one
+  deadline, blocking or awaited.
 * ``_codec``: neutral keys, values, entities, filters, queries, GQL bindings
   and mutations to and from raw protobufs.
-* ``_gateway``: ``DatastoreGateway`` itself: the client, retries inside one
-  deadline per request, and the RPCs behind the gateway hooks.
+* ``_requests``: the requests of both gateways, as plans.
+* ``_gateway``: ``DatastoreGateway`` itself: the blocking client.
+* ``_async_gateway``: ``AsyncDatastoreGateway``: the same on gRPC asyncio.
 """
 
 from gds_counter.gateway.datastore._async_gateway import AsyncDatastoreGateway
+from gds_counter.gateway.datastore._budget import CallBudget
 from gds_counter.gateway.datastore._codec import Codec
 from gds_counter.gateway.datastore._gateway import DatastoreGateway
 from gds_counter.gateway.datastore._requests import strip_scheme
-from gds_counter.gateway.datastore._retry import DEFAULT_RETRY, error_message, should_retry, translate_error
+from gds_counter.gateway.datastore._retry import (
+    DEFAULT_ASYNC_RETRY,
+    DEFAULT_RETRY,
+    error_message,
+    should_retry,
+    translate_error,
+)
 
-# The retry and error policy (``_retry``'s table) and ``strip_scheme`` are
-# the Firestore gateway's too (``gateway.firestore``): one policy.
+# The retry and error policy (``_retry``'s table), the deadline and retries
+# of each call (``CallBudget``) and ``strip_scheme`` are the Firestore
+# gateway's too (``gateway.firestore``): one policy.
 __all__ = [
-    "AsyncDatastoreGateway", "Codec", "DatastoreGateway", "DEFAULT_RETRY", "error_message", "should_retry",
-    "strip_scheme", "translate_error",
+    "AsyncDatastoreGateway", "CallBudget", "Codec", "DatastoreGateway", "DEFAULT_ASYNC_RETRY", "DEFAULT_RETRY",
+    "error_message", "should_retry", "strip_scheme", "translate_error",
 ]

@@ -12,28 +12,23 @@ with the blocking GAPIC client.
 
 from __future__ import annotations
 
+import functools
 import logging
-import time
 from typing import Any, Callable
 
-from google.api_core import exceptions as gexc
 from google.api_core.retry import Retry
 
-from gds_counter.gateway import plan
+from gds_counter.gateway._hook_plans import BlockingPlannedHooks
 from gds_counter.gateway.base import BaseGateway, TransactionState
-from gds_counter.gateway.datastore._requests import DatastoreRequests, Transport, final_error, retry_logger
+from gds_counter.gateway.datastore._requests import DatastoreRequests, Transport, final_error
 from gds_counter.gateway.datastore._retry import DEFAULT_RETRY
-from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import Mutation
-from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
-from gds_counter.gateway.values import RawEntity
 
 # Logged under the package's name, as before the package was split by idea,
 # so logging configuration that names it keeps matching.
 log = logging.getLogger("gds_counter.gateway.datastore")
 
 
-class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState], Transport):
+class DatastoreGateway(DatastoreRequests, BlockingPlannedHooks, BaseGateway[TransactionState], Transport):
     """Gateway over Cloud Datastore / Firestore in Datastore mode.
 
     ``emulator_host`` (or ``DATASTORE_EMULATOR_HOST`` when it is None) points
@@ -83,66 +78,24 @@ class DatastoreGateway(DatastoreRequests, BaseGateway[TransactionState], Transpo
             project, self.database, self.namespace, self.emulator_host,
         )
 
-    # --- plumbing ---------------------------------------------------------
+    # --- the hooks: the shared request plans, sent blocking -----------------------
 
     def _call(
         self, call: str, method: Callable[..., Any], request: Any, *, idempotent_commit: bool = False, policy: str = ""
     ) -> Any:
-        """Send one logical request with the policy's retries and one overall
-        deadline. ``policy`` names the call whose row of the policy table
-        applies, when ``call`` has none of its own (an aggregation is a read
-        like ``run_query``); errors still name ``call``."""
-        rule = policy or call
-        budget = self._budget(call)
-        deadline = time.monotonic() + budget
-        failures: list[BaseException] = []
-
-        def attempt() -> Any:
-            remaining = max(0.05, deadline - time.monotonic())
-            try:
-                return method(request=request, retry=None, timeout=remaining)
-            except gexc.GoogleAPICallError as exc:
-                failures.append(exc)
-                raise
-
-        on_error = retry_logger(self, call)
-
-        try:
-            retry = self._retry_for(rule, idempotent_commit, budget)
-            if retry is None:
-                return attempt()
-            return retry(attempt, on_error=on_error)()
-        except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
-            raise final_error(exc, failures, call=call, rule=rule, request=request) from exc
-
-    # --- the hooks: the shared request plans, sent blocking -----------------------
+        """Send one logical request with the client's ``method``, the
+        policy's retries and one overall deadline (``CallBudget._call_rpc``).
+        ``policy`` names the call whose row of the policy table applies,
+        when ``call`` has none of its own (an aggregation is a read like
+        ``run_query``); errors still name ``call``."""
+        return self._call_rpc(
+            call, lambda seconds: method(request=request, retry=None, timeout=seconds),
+            functools.partial(final_error, call=call, request=request), idempotent_commit=idempotent_commit,
+            policy=policy,
+        )
 
     def _send(self, call: str, request: Any, *, idempotent_commit: bool = False, policy: str = "") -> Any:
         return self._call(call, getattr(self._client, call), request, idempotent_commit=idempotent_commit, policy=policy)
-
-    def _lookup(self, keys: list[Key], txn: TransactionState | None) -> list[RawEntity | None]:
-        return plan.run(self._lookup_plan(keys, txn), self)
-
-    def _run_query(self, query: Query, txn: TransactionState | None) -> QueryResult:
-        return plan.run(self._run_query_plan(query, txn), self)
-
-    def _run_aggregation(self, aggregation: AggregationQuery, txn: TransactionState | None) -> AggregationResult:
-        return plan.run(self._run_aggregation_plan(aggregation, txn), self)
-
-    def _begin(self, read_only: bool) -> TransactionState:
-        return plan.run(self._begin_plan(read_only), self)
-
-    def _rollback(self, txn: TransactionState) -> None:
-        plan.run(self._rollback_plan(txn), self)
-
-    def _commit(self, chunk: list[Mutation], txn: TransactionState | None) -> list[tuple[Key | None, tuple[Any, ...] | None]]:
-        return plan.run(self._commit_plan(chunk, txn), self)
-
-    def _allocate_ids(self, keys: list[Key]) -> list[Key]:
-        return plan.run(self._allocate_ids_plan(keys), self)
-
-    def _reserve_ids(self, keys: list[Key]) -> None:
-        plan.run(self._reserve_ids_plan(keys), self)
 
     def close(self) -> None:
         try:

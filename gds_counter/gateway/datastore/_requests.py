@@ -15,30 +15,30 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import functools
 import logging
 import os
-import time
 from typing import Any
 
 from google.api_core import exceptions as gexc
 from google.cloud.datastore_v1.types import datastore as _ds
 from google.cloud.datastore_v1.types import query as _qry
 
-from gds_counter.errors import BadValueError, Contention, GatewayError, GDSError, Unavailable
+from gds_counter.errors import BadValueError, GatewayError, GDSError
 from gds_counter.gateway import plan
 from gds_counter.gateway._aggregation import billed_reads
 from gds_counter.gateway._effects import ask
+from gds_counter.gateway._hook_plans import rollback_plan
 from gds_counter.gateway._hooks import Hook
 from gds_counter.gateway.base import GatewayRules, TransactionState
+from gds_counter.gateway.datastore._budget import CallBudget
 from gds_counter.gateway.datastore._codec import Codec
-from gds_counter.gateway.datastore._retry import error_message, should_retry, translate_error
+from gds_counter.gateway.datastore._retry import translate_error
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.mutations import Delete, Insert, Mutation, Upsert
 from gds_counter.gateway.query import AggregationQuery, AggregationResult, Query, QueryResult
 from gds_counter.gateway.values import RawEntity
 
-__all__ = ["AsyncTransport", "DatastoreRequests", "Send", "Transport", "final_error", "retry_logger", "strip_scheme"]
+__all__ = ["AsyncTransport", "DatastoreRequests", "Send", "Transport", "final_error", "strip_scheme"]
 
 log = logging.getLogger("gds_counter.gateway.datastore")
 
@@ -97,16 +97,6 @@ def _send(call: str, request: Any, *, idempotent_commit: bool = False, policy: s
     return ask(Send(call, request, idempotent_commit, policy))
 
 
-def retry_logger(gateway: "DatastoreRequests", call: str) -> Any:
-    """What each transport does before a retry: count it and say why."""
-
-    def on_error(exc: BaseException) -> None:
-        gateway.stats.bump(f"retry.{call}")
-        log.info("retrying %s after %s: %s", call, type(exc).__name__, error_message(exc))
-
-    return on_error
-
-
 def final_error(
     exc: BaseException, failures: list[BaseException], *, call: str, rule: str, request: Any
 ) -> GDSError:
@@ -163,15 +153,12 @@ def _path(key: Any) -> str:
     )
 
 
-class DatastoreRequests(GatewayRules):
+class DatastoreRequests(CallBudget, GatewayRules):
     """The hooks of both Datastore gateways, as plans over ``_send``."""
 
+    _log = log
     project: str
     database: str
-    timeout: float
-    #: A ``time.monotonic()`` instant that bounds every call on top of its
-    #: ``timeout`` (``set_deadline``); None: each call has its whole ``timeout``.
-    deadline: float | None
     emulator_host: str | None
     _codec: Codec
     _retry: Any
@@ -194,10 +181,7 @@ class DatastoreRequests(GatewayRules):
         self.project = project
         # "(default)" is how Firestore names the default database; the API takes only "" for it.
         self.database = "" if database in (None, "", "(default)") else database
-        self.timeout = float(timeout)
-        self.deadline = None
-        self._retry = retry.with_timeout(self.timeout) if retry is not None else None
-        self._retries: dict[tuple[str, bool], Any] = {}
+        self._set_budget(timeout, retry)
         self._codec = Codec(self.project, self.database)
         host = emulator_host if emulator_host is not None else os.environ.get("DATASTORE_EMULATOR_HOST")
         self.emulator_host = strip_scheme(host) if host else None
@@ -218,50 +202,6 @@ class DatastoreRequests(GatewayRules):
             "set GOOGLE_APPLICATION_CREDENTIALS or run 'gcloud auth application-default login'; for an emulator "
             "set DATASTORE_EMULATOR_HOST. Nothing was sent"
         )
-
-    def set_deadline(self, at: float | None) -> None:
-        """Bound every later call, its retries included, by the instant ``at``
-        (a ``time.monotonic()`` value) as well as by its own ``timeout``.
-
-        Why: ``timeout`` bounds one call, but one operation makes several (the
-        capability probe, reads, a commit, and the counter's retries of a
-        server that stays down), so a caller with one deadline for the whole
-        operation, such as the ``gds-counter`` command's ``--timeout``, gives
-        each call only the time left. A call made once ``at`` has passed is
-        not sent and raises ``Unavailable``: true of a commit too, as nothing
-        of it reached the server. None lifts the bound.
-        """
-        self.deadline = at
-
-    def _budget(self, call: str) -> float:
-        """Seconds ``call`` may take, retries included: ``timeout``, or less
-        when ``deadline`` comes first. Raises ``Unavailable`` (nothing sent)
-        when the deadline has passed."""
-        if self.deadline is None:
-            return self.timeout
-        left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise Unavailable(
-                f"{call}: not sent to {self!r}: the deadline set for its calls passed {-left:.1f} s ago, "
-                "so nothing of it was written"
-            )
-        return min(self.timeout, left)
-
-    def _retry_for(self, rule: str, idempotent_commit: bool, budget: float) -> Any:
-        """The retry policy with the predicate of ``rule``'s row of the
-        policy table (``should_retry``), made once per row: building one
-        per call cost more than a request's own encoding. Bounded by
-        ``budget`` seconds: the call's ``timeout``, or less when the deadline
-        is near (a ``timeout`` changed after construction counts too). None:
-        no retries."""
-        if self._retry is None:
-            return None
-        found = self._retries.get((rule, idempotent_commit))
-        if found is None:
-            found = self._retries[(rule, idempotent_commit)] = self._retry.with_predicate(
-                functools.partial(should_retry, call=rule, idempotent_commit=idempotent_commit)
-            )
-        return found if budget == found.timeout else found.with_timeout(budget)
 
     def __repr__(self) -> str:
         where = f"emulator {self.emulator_host}" if self.emulator_host else "Cloud Datastore"
@@ -412,14 +352,7 @@ class DatastoreRequests(GatewayRules):
         request = _ds.RollbackRequest.pb()(
             project_id=self.project, database_id=self.database, transaction=txn.token
         )
-        try:
-            yield from _send("rollback", _ds.RollbackRequest(request))
-        except (BadValueError, Contention) as exc:
-            # Rollback is cleanup, often on an error path: a transaction the
-            # server already ended must not hide the error being handled.
-            log.debug("rollback of an already finished transaction ignored: %s", exc)
-        finally:
-            self._record("rollback")
+        return rollback_plan(_send("rollback", _ds.RollbackRequest(request)), self._record)
 
     # --- writes ---------------------------------------------------------------
 

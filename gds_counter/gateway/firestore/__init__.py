@@ -26,6 +26,7 @@ except ImportError as _missing:  # pragma: no cover - the dev extra installs it
         f"a firestore:// gateway needs google-cloud-firestore ({_missing}): pip install 'gds-counter[firestore]'"
     ) from _missing
 
+from gds_counter.gateway.firestore._async_gateway import AsyncFirestoreGateway  # noqa: E402
 from gds_counter.gateway.firestore._gateway import CAPABILITIES, FirestoreGateway  # noqa: E402
 
-__all__ = ["CAPABILITIES", "FirestoreGateway"]
+__all__ = ["CAPABILITIES", "AsyncFirestoreGateway", "FirestoreGateway"]

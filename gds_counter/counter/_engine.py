@@ -231,8 +231,9 @@ class CounterCore:
         """In one transaction (retried on conflict), read the recorded shard
         count, let ``decide`` say what it should be, write it if it grew, and
         learn the result."""
-
         before: list[int] = [0]  # what the config held when this process recorded more
+        if self.layout.documents:  # shards first: a process that dies after recording leaves none missing
+            yield from self._create_shards(decide(self._recorded or None))
 
         def attempt() -> plan.Plan[int]:
             outcome: list[int] = []
@@ -244,9 +245,11 @@ class CounterCore:
                 before[0] = recorded or 0
                 if outcome[0] <= (recorded or 0):
                     return []
-                if self.layout.documents:  # maybe recorded from here on (an answer may be lost): its shards to create
+                if self.layout.documents:  # maybe recorded from here on (an answer may be lost)
                     with self._lock:
-                        self._recorded, self._created = max(self._recorded, outcome[0]), min(self._created, before[0])
+                        owed = self._created < outcome[0]  # shards not made before: this process's to create
+                        self._recorded = max(self._recorded, outcome[0])
+                        self._created = min(self._created, before[0]) if owed else self._created
                 fields = {self.layout.config_property: outcome[0]}
                 # A counter document is the app's too: keep its other fields.
                 mask = (self.layout.config_property,) if self.layout.documents else None
@@ -260,16 +263,15 @@ class CounterCore:
         if self.layout.documents and self._created < self._num_shards:
             yield from self._create_shards()
 
-    def _create_shards(self) -> plan.Plan[None]:
-        """Make every recorded shard document exist, as the page's
-        ``init_counter`` does, so that the page's writers, which ``update``
-        a shard (an error on a missing document), never meet a missing one.
-        Each is an increment by 0 of its ``count``: a shard that exists
-        (written meanwhile) keeps its count. Our own writes need none of it
-        (each creates the shard it writes), so a failure is logged and
-        tried again at this process's next write, never raised: the
-        increment that asked for it is then written or refused on its own."""
-        first, upto = self._created, self._num_shards
+    def _create_shards(self, upto: int | None = None) -> plan.Plan[None]:
+        """Make shard documents up to ``upto`` (the recorded count) exist, as
+        the page's ``init_counter`` does: its writers ``update``, an error on
+        a missing one. An increment by 0 keeps a count written meanwhile. A
+        failure is logged and tried again at the next write, never raised
+        (our own writes create the shard they write)."""
+        first, upto = self._created, self._num_shards if upto is None else upto
+        if upto <= first:
+            return
         count = self.layout.count_property
         creations = [
             Upsert(self.layout.shard_entity_at(key, self.name, None), property_mask=(), transforms=(Increment(count, 0),))
@@ -292,8 +294,7 @@ class CounterCore:
         return wanted > self.layout.default_shards and wanted > self._recorded
 
     def _ensure_recorded(self) -> plan.Plan[None]:
-        """Before writing beyond the default shards, make sure the config
-        says so, or a reader built with the default would miss those shards."""
+        """Before writing beyond the default shards, make sure the config says so (a reader built with the default would miss them)."""
         wanted = self._num_shards
         if not self._must_record():
             return

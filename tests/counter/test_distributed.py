@@ -94,7 +94,8 @@ def test_the_pages_writers_never_meet_a_missing_shard_of_ours(gateway):
 
 
 def test_a_failed_creation_of_the_shard_documents_is_made_again_at_the_next_write():
-    """The first write's creation commit fails: logged, not raised (the
+    """Both creation commits of the first write fail (the one before the
+    recording and the one tried again after it): logged, not raised (the
     increment is written on its own). The counter's next write must create
     the shards then, as ``_create_shards`` promises. Its recording
     transaction finds ``num_shards`` recorded already, by this very
@@ -104,11 +105,11 @@ def test_a_failed_creation_of_the_shard_documents_is_made_again_at_the_next_writ
     harness found it: a stall or an interrupt at ``documents.creates``.)"""
     from gds_counter.testing.faults import UNAVAILABLE, FaultyGateway
 
-    # Commits of the first write: the recording transaction's, the creation, the increment.
-    gateway = FaultyGateway(open_gateway("memory://"), script={"commit": [None, UNAVAILABLE]})
+    # Commits of the first write: the creation, the recording transaction's, the creation again, the increment.
+    gateway = FaultyGateway(open_gateway("memory://"), script={"commit": [UNAVAILABLE, None, UNAVAILABLE]})
     ours = DistributedCounter(PATH, 8, gateway=gateway)
     ours.add(1)
-    assert gateway.injector.injected == {("commit", UNAVAILABLE): 1}
+    assert gateway.injector.injected == {("commit", UNAVAILABLE): 2}
     shards = [f"{PATH}/shards/{n}" for n in range(8)]
     assert sorted(p for p in documents(gateway) if "/shards/" in p) != shards  # the creation failed
     ours.add(1)
@@ -119,7 +120,8 @@ def test_a_failed_creation_of_the_shard_documents_is_made_again_at_the_next_writ
     assert ours.get_count() == 42 == page.get_count(gateway, PATH)
 
 
-def test_a_recording_whose_answer_was_lost_still_has_its_shard_documents_made():
+@pytest.mark.parametrize("first_creation", ["made", "failed"])
+def test_a_recording_whose_answer_was_lost_still_has_its_shard_documents_made(first_creation):
     """The recording transaction's commit is applied but its answer is lost
     (``CommitUnknown``; as an interrupt or a cancellation right after the
     commit): this process cannot know it recorded ``num_shards``. Its next
@@ -128,9 +130,11 @@ def test_a_recording_whose_answer_was_lost_still_has_its_shard_documents_made():
     process ever made them. The failure-point harness found it: an
     interrupt or a cancellation at ``documents.recorded``.)"""
     from gds_counter import CommitUnknown
-    from gds_counter.testing.faults import DEADLINE_EXCEEDED, FaultyGateway
+    from gds_counter.testing.faults import DEADLINE_EXCEEDED, UNAVAILABLE, FaultyGateway
 
-    gateway = FaultyGateway(open_gateway("memory://"), script={"commit": [DEADLINE_EXCEEDED]})
+    # Commits of the first write: the creation, then the recording transaction's (its answer lost).
+    creation = None if first_creation == "made" else UNAVAILABLE
+    gateway = FaultyGateway(open_gateway("memory://"), script={"commit": [creation, DEADLINE_EXCEEDED]})
     ours = DistributedCounter(PATH, 8, gateway=gateway)
     with pytest.raises(CommitUnknown):
         ours.add(1)
@@ -279,3 +283,29 @@ def test_the_caches_see_every_write_of_the_page_layout(gateway, cache, request):
     assert reader.get_count() == 3
     writer.increment(2)
     assert reader.get_count() == 5 == PageCounter(4).get_count(gateway, PATH)
+
+
+def test_shard_documents_are_made_before_the_count_that_needs_them_is_recorded(tmp_path):
+    """A process that dies right after recording ``num_shards`` must leave
+    no shard of that count missing for the page's writers: the shards are
+    committed first, the count on the counter document after."""
+    gateway = open_gateway(f"sqlite:///{tmp_path / 'order.db'}")
+    commits: list[set[str]] = []
+    hook = gateway._commit
+
+    def watched(mutations, txn):
+        commits.append({"/".join(map(str, m.entity.key.flat_path)) for m in mutations if hasattr(m, "entity")})
+        return hook(mutations, txn)
+
+    gateway._commit = watched
+    try:
+        counter = DistributedCounter(PATH, 3, gateway=gateway)
+        counter.add(1)
+        counter.increase_shards(5)
+    finally:
+        gateway.close()
+    recordings = [i for i, keys in enumerate(commits) if PATH in keys]
+    assert len(recordings) == 2
+    for recording, upto in zip(recordings, (3, 5)):
+        made = set().union(*commits[:recording])
+        assert {f"{PATH}/shards/{n}" for n in range(upto)} <= made

@@ -367,7 +367,7 @@ def _child_call(scenario: Scenario, counter: Any, call: Call) -> dict[str, Any]:
         return report
     report["outcome"] = "ok" if not isinstance(result, BaseException) else _outcome_name(result)
     if scenario.backend == "memory":
-        gateway = counter.gateway.blocking if scenario.face == "aio" else counter.gateway
+        gateway = getattr(counter.gateway, "blocking", counter.gateway)  # (the embedded engine's async face)
         read, total = _bounded(lambda: _stored(gateway, layout=scenario.layout), CHILD_BOUND)
         report["view_total"] = total if read and isinstance(total, int) else None
     return report
@@ -544,9 +544,9 @@ def _run_aio(scenario: Scenario, gateway: Any, calls: list[Call], trap: Trap, fa
         except BaseException as exc:  # the scenario reports it
             extra["loop_error"] = exc
 
-    # The loop's thread is traced. So are the worker threads the asyncio
-    # face starts, on the emulator: its RPCs run there, and the pool starts
-    # them at its first calls, so threads started meanwhile are traced too.
+    # The loop's thread is traced (on the emulator the asyncio Firestore
+    # gateway sends its RPCs from it), and any thread started meanwhile
+    # (a gateway that runs its calls in worker threads starts them then).
     workers_traced = scenario.backend == "firestore"
     trap.install()
     try:
@@ -592,7 +592,7 @@ def run_scenario(scenario: Scenario, *, directory: Optional[str] = None, first_i
     child_call = Call(first_index + count, outcome="pending", where="child")
 
     gateway: Any = aio.open_gateway(url) if scenario.face == "aio" else open_gateway(url)
-    blocking = gateway.blocking if scenario.face == "aio" else gateway
+    blocking = getattr(gateway, "blocking", gateway)  # (the embedded engine's async face runs a blocking one)
     if scenario.fault == "fork" and not scenario.point.fork_here:  # (else the thread at the point forks)
         which = _counter_of(child_call)
         shared = (_aio_counter(gateway, scenario.cache, which, scenario.layout) if scenario.face == "aio"

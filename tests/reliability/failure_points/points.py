@@ -28,7 +28,7 @@ AF = "gds_counter.counter.shard_choice"
 CP = "gds_counter.gateway.embedded._connections"
 TH = "gds_counter.aio._threaded"
 AG = "gds_counter.aio.counter"
-FS = "gds_counter.gateway.firestore._gateway"
+FR = "gds_counter.gateway.firestore._requests"
 
 BOTH = ("threads", "aio")
 AIO = ("aio",)
@@ -186,16 +186,16 @@ POINTS: tuple[Point, ...] = (
           "the shard documents exist; the process has not noted it yet", BOTH, layout="documents"),
     # -- the Firestore gateway's RPCs, on the native-mode emulator (test_firestore_points; not a
     #    mechanism of the runner's: the faults there are FIRESTORE_FAULTS, each on the faces it applies to) --
-    Point("firestore.sends", FS, "FirestoreGateway._send", r"line:return attempt\(\) if retry is None",
+    Point("firestore.sends", FR, "_send", r"line:return ask\(Send\(",
           "any RPC, as it is sent (with the client's retries)", BOTH, EMULATOR, layout="documents"),
-    Point("firestore.begins", FS, "FirestoreGateway._begin", r"line:answer = self\._send\(\"begin_transaction\"",
+    Point("firestore.begins", FR, "FirestoreRequests._begin_plan", r"line:answer = yield from _send\(",
           "the recording transaction begins", BOTH, EMULATOR, layout="documents"),
-    Point("firestore.reads", FS, "FirestoreGateway._run_query", r"line:answers = self\._send\(",
+    Point("firestore.reads", FR, "FirestoreRequests._run_query_plan", r"line:answers = yield from _send\(",
           "a read of the total (the ancestor query of the shards)", BOTH, EMULATOR, layout="documents"),
-    Point("firestore.commits", FS, "FirestoreGateway._commit", r"line:answer = self\._send\(",
+    Point("firestore.commits", FR, "FirestoreRequests._commit_plan", r"line:answer = yield from _send\(",
           "a commit (the recording, the shard creation, an increment), as it is sent", BOTH, EMULATOR,
           layout="documents"),
-    Point("firestore.committed", FS, "FirestoreGateway._commit", r"line:upserts = sum\(isinstance\(m, Upsert\)",
+    Point("firestore.committed", FR, "FirestoreRequests._commit_plan", r"line:upserts = sum\(isinstance\(m, Upsert\)",
           "a commit was applied; its caller is not answered yet", BOTH, EMULATOR, layout="documents"),
 )
 

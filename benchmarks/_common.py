@@ -436,6 +436,18 @@ def pooled(rows: list[dict[str, Any]], series: str, layout: str) -> float | None
 # --- records -------------------------------------------------------------------------------
 
 
+@attrs.frozen
+class Layout:
+    """Writers as processes x threads ("1x16", "4x4")."""
+
+    processes: int
+    threads: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.processes}x{self.threads}"
+
+
 def git_commit() -> str | None:
     try:
         head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,

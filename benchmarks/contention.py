@@ -87,6 +87,7 @@ from _common import (  # noqa: E402
     RESULTS,
     Backend,
     BackendSpec,
+    Layout,
     PhpArticleClient,
     ReturnedTotals,
     agreement,
@@ -286,16 +287,6 @@ def prepare(job: Job) -> Part:
 
 
 # --- one run, in the parent ------------------------------------------------------------------
-
-
-@attrs.frozen
-class Layout:
-    processes: int
-    threads: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.processes}x{self.threads}"
 
 
 def _setup(series: str, spec: BackendSpec) -> None:

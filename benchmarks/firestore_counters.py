@@ -75,6 +75,7 @@ from _common import (  # noqa: E402
     AGREEMENT,
     REPO,
     RESULTS,
+    Layout,
     ReturnedTotals,
     agreement,
     command_line,
@@ -258,16 +259,6 @@ def prepare(job: Job) -> Part:
 
 
 # --- one run, in the parent ------------------------------------------------------------------
-
-
-@attrs.frozen
-class Layout:
-    processes: int
-    threads: int
-
-    @property
-    def name(self) -> str:
-        return f"{self.processes}x{self.threads}"
 
 
 def stored(where: Where, shards: int) -> dict[str, int]:

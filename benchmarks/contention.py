@@ -110,10 +110,11 @@ from _common import (  # noqa: E402
     verdict,
     write_json,
 )
+from _windowed import PartResult, WindowedPart, ms, stale_fields  # noqa: E402
 from _workers import WorkerPool  # noqa: E402
 
 from gds_counter._demo import new_figure  # noqa: E402
-from gds_counter._load import LoadResult, run_load  # noqa: E402
+from gds_counter._load import LoadResult  # noqa: E402
 from gds_counter.counter import CounterShardDS  # noqa: E402
 from gds_counter.gateway.stats import Stats  # noqa: E402
 from gds_counter.gds.store import Store  # noqa: E402
@@ -189,46 +190,8 @@ class Job:
     first_writer: int = 0
 
 
-@attrs.define
-class PartResult:
-    load: LoadResult
-    stats: dict[str, int] | None
-    #: Calls that returned within the measured window (``duration`` seconds
-    #: from the start): the rate's numerator.
-    in_window: int
-    #: Totals returned by increment() that missed an increment this process
-    #: had acknowledged before the call, and how many totals were checked.
-    stale: int = 0
-    checked: int = 0
-    first_stale: str | None = None
-
-
-class Part:
-    """One process's share of one run: storage opened, one op per writer
-    built and one call made, all before the clock starts.
-
-    The rate counts the calls that return within the window (``duration``
-    seconds from the start), not every call divided by the time until the
-    last one returned: a call stuck in a lock wait when the window closes
-    (on the Firestore emulator, up to a 2 s lock timeout and its retries)
-    would otherwise stretch the time by a random amount. Calls that return
-    later still count in the totals (acknowledged, stored, lost)."""
-
-    def __init__(self, job: Job) -> None:
-        self.job = job
-        self.closers: list[Callable[[], None]] = []
-        self.totals: ReturnedTotals | None = None
-        self.stats: Stats | None = None
-        self.window_end = 0.0  # nothing counts before run()
-        self.in_window = [0] * job.threads  # one slot per writer: no lock needed
-        try:
-            self.ops = [self._windowed(op, i) for i, op in enumerate(self._ops(job))]
-            self.ops[0]()  # warm-up: channel, capability probe, config entity; off the clock
-            if self.stats is not None:
-                self.stats.reset()
-        except BaseException:
-            self.close()
-            raise
+class Part(WindowedPart):
+    """One process's share of one run (``_windowed``): its writers' calls."""
 
     def _ops(self, job: Job) -> list[Callable[[], Any]]:
         series, spec, n = job.series, job.spec, job.threads
@@ -254,32 +217,6 @@ class Part:
             return [counter.add] * n
         self.totals = ReturnedTotals()
         return [self.totals.wrap(counter.increment)] * n
-
-    def _windowed(self, op: Callable[[], Any], slot: int) -> Callable[[], None]:
-        counts = self.in_window
-
-        def call() -> None:
-            op()
-            if time.perf_counter() <= self.window_end:
-                counts[slot] += 1
-
-        return call
-
-    def run(self) -> PartResult:
-        ops = iter(self.ops)
-        self.window_end = time.perf_counter() + self.job.duration
-        load = run_load(lambda: next(ops), writers=self.job.threads, duration=self.job.duration)
-        load.warmup = 1
-        stats = None if self.stats is None else self.stats.snapshot()
-        totals = self.totals
-        if totals is None:
-            return PartResult(load, stats, sum(self.in_window))
-        return PartResult(load, stats, sum(self.in_window), totals.stale, totals.checked - 1,  # not the warm-up
-                          totals.first_stale)
-
-    def close(self) -> None:
-        while self.closers:
-            self.closers.pop()()
 
 
 def prepare(job: Job) -> Part:
@@ -383,8 +320,8 @@ def _row(series: str, layout: Layout, phase: str, repeat: int | None, window: fl
         "reads_per_inc": per("entity_reads"),
         "writes_per_inc": per("entity_writes"),
         "retries": None if stats is None else stats.get("counter.retries", 0) + stats.get("retries", 0),
-        "p50_ms": _ms(load.latency_ms(0.50)),
-        "p99_ms": _ms(load.latency_ms(0.99)),
+        "p50_ms": ms(load.latency_ms(0.50)),
+        "p99_ms": ms(load.latency_ms(0.99)),
         "warmup_calls": load.warmup,
         "acked": acked,
         **stored,
@@ -392,14 +329,8 @@ def _row(series: str, layout: Layout, phase: str, repeat: int | None, window: fl
         "stats": stats,
     }
     if series in RETURNS_TOTAL:
-        row["stale_totals"] = sum(p.stale for p in parts)
-        row["totals_checked"] = sum(p.checked for p in parts)
-        row["first_stale"] = next((p.first_stale for p in parts if p.first_stale), None)
+        row.update(stale_fields(parts))
     return row
-
-
-def _ms(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)
 
 
 def commit_latency(backend: Backend, calls: int = 50) -> float:

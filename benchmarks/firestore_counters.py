@@ -90,10 +90,11 @@ from _common import (  # noqa: E402
 )
 from _firestore_page import PageClientCounter  # noqa: E402
 from _firestore_report import markdown, report  # noqa: E402
+from _windowed import PartResult, WindowedPart, ms, stale_fields  # noqa: E402
 from _workers import WorkerPool  # noqa: E402
 
 from gds_counter import DistributedCounter  # noqa: E402
-from gds_counter._load import LoadResult, run_load  # noqa: E402
+from gds_counter._load import LoadResult  # noqa: E402
 from gds_counter.emulators import DEFAULT_PROJECT, start_emulator  # noqa: E402
 from gds_counter.gateway.mutations import Upsert  # noqa: E402
 from gds_counter.gateway.stats import Stats  # noqa: E402
@@ -170,40 +171,13 @@ class Job:
     first_writer: int = 0
 
 
-@attrs.define
-class PartResult:
-    load: LoadResult
-    stats: dict[str, int]
-    #: Calls that returned within the measured window: the rate's numerator.
-    in_window: int
-    stale: int = 0
-    checked: int = 0
-    first_stale: str | None = None
+class Part(WindowedPart):
+    """One process's share of one run (``_windowed``): its writers' calls,
+    ours or the page's; the page's RPCs counted as our gateway counts its own."""
 
-
-class Part:
-    """One process's share of one run: storage opened, one op per writer,
-    one call made (the warm-up: channel, our counter's shards and config),
-    all before the clock starts. Only calls that return within the window
-    count in the rate; later ones still count in the totals."""
-
-    def __init__(self, job: Job) -> None:
-        self.job = job
-        self.closers: list[Callable[[], None]] = []
-        self.totals = ReturnedTotals() if BY_NAME[job.series].returns_total else None
-        self.stats = Stats()
-        self.window_end = 0.0
-        self.in_window = [0] * job.threads
-        try:
-            self.ops = [self._windowed(op, i) for i, op in enumerate(self._ops())]
-            self.ops[0]()
-            self.stats.reset()
-        except BaseException:
-            self.close()
-            raise
-
-    def _ops(self) -> list[Callable[[], Any]]:
-        job = self.job
+    def _ops(self, job: Job) -> list[Callable[[], Any]]:
+        if BY_NAME[job.series].returns_total:
+            self.totals = ReturnedTotals()
         if BY_NAME[job.series].ours:
             gateway = job.where.gateway()
             self.closers.append(gateway.close)
@@ -212,6 +186,7 @@ class Part:
             if self.totals is None:
                 return [counter.add] * job.threads
             return [self.totals.wrap(counter.increment)] * job.threads
+        self.stats = Stats()
         client = job.where.client(self.stats)
         self.closers.append(client.close)
         doc_ref = client.document(PATH)
@@ -227,31 +202,6 @@ class Part:
             return call
 
         return [self.totals.wrap(counted(page)) for page in pages]
-
-    def _windowed(self, op: Callable[[], Any], slot: int) -> Callable[[], None]:
-        counts = self.in_window
-
-        def call() -> None:
-            op()
-            if time.perf_counter() <= self.window_end:
-                counts[slot] += 1
-
-        return call
-
-    def run(self) -> PartResult:
-        ops = iter(self.ops)
-        self.window_end = time.perf_counter() + self.job.duration
-        load = run_load(lambda: next(ops), writers=self.job.threads, duration=self.job.duration)
-        load.warmup = 1
-        result = PartResult(load, self.stats.snapshot(), sum(self.in_window))
-        if self.totals is not None:
-            result.stale, result.checked = self.totals.stale, self.totals.checked - 1  # not the warm-up
-            result.first_stale = self.totals.first_stale
-        return result
-
-    def close(self) -> None:
-        while self.closers:
-            self.closers.pop()()
 
 
 def prepare(job: Job) -> Part:
@@ -303,21 +253,15 @@ def run_cell(pool: WorkerPool, emulator: Any, series: str, layout: Layout, durat
         "ok": load.ok, "failed": load.failed, "errors": dict(load.errors), "first_error": load.first_error,
         "warmup_calls": load.warmup, "acked": acked, **totals,
         "stored": totals["ours_read"] if BY_NAME[series].ours else totals["page_read"],
-        "p50_ms": _ms(load.latency_ms(0.50)), "p99_ms": _ms(load.latency_ms(0.99)),
+        "p50_ms": ms(load.latency_ms(0.50)), "p99_ms": ms(load.latency_ms(0.99)),
         "stats": stats.snapshot(),
     }
     row["lost"] = acked - row["stored"]
     for key, name in (("rpcs_per_call", "rpcs"), ("reads_per_call", "entity_reads"), ("writes_per_call", "entity_writes")):
         row[key] = round(row["stats"][name] / load.ok, 3) if load.ok else None
     if BY_NAME[series].returns_total:
-        row["stale_totals"] = sum(p.stale for p in parts)
-        row["totals_checked"] = sum(p.checked for p in parts)
-        row["first_stale"] = next((p.first_stale for p in parts if p.first_stale), None)
+        row.update(stale_fields(parts))
     return row
-
-
-def _ms(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)
 
 
 # --- goal 3: a rollup read at 10,000 shards --------------------------------------------------

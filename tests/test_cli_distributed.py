@@ -95,3 +95,18 @@ def test_reset_asks_first_and_keeps_the_shard_documents(url):
     assert run("--url", url, "reset", "--yes", "counters/likes")[0] == 0
     code, out, _ = run("--url", url, "shards", "--json", "counters/likes")
     assert code == 0 and json.loads(out)["shards"] == [{"shard": n, "count": 0} for n in range(10)]
+
+
+@pytest.mark.emulator
+def test_the_command_on_firestore_in_native_mode(firestore_native_emulator, firestore_native_gateway, monkeypatch):
+    """``--url firestore://PROJECT`` (the emulator through
+    ``FIRESTORE_EMULATOR_HOST``): the page's documents, read back by the
+    library on the same emulator."""
+    for name, value in firestore_native_emulator.env.items():
+        monkeypatch.setenv(name, value)
+    url = f"firestore://{firestore_native_emulator.project}"
+    assert run("--url", url, "increment", "-n", "3", "counters/likes") == (0, "3\n", "")
+    assert run("--url", url, "increment", "counters/likes") == (0, "4\n", "")
+    code, out, _ = run("--url", url, "list", "--json")
+    assert (code, json.loads(out)) == (0, [{"target": "counters/likes", "count": 4, "shards": 10, "written": 10}])
+    assert DistributedCounter("counters/likes", gateway=firestore_native_gateway).get_count() == 4

@@ -40,6 +40,9 @@ GENERATOR_NAMES = {
     "PlannedStrategy": "counter/strategy.py: a strategy whose attempt is a plan (plan_add)",
     "is_planned": "counter/strategy.py: whether a strategy's attempt is a plan",
     "_planned": "counter/_engine.py: the counter's strategy, as a plan (or None)",
+    "HookPlans": "gateway/_driven_hooks.py: a gateway's eight hooks, each a plan",
+    "BlockingPlannedHooks": "gateway/_driven_hooks.py: those hook plans run by the blocking driver",
+    "AsyncPlannedHooks": "gateway/_driven_hooks.py: those hook plans run by the async driver",
 }
 
 #: Words of the two other ideas. SQLite's own statement, ``EXPLAIN QUERY

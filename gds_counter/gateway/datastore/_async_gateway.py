@@ -20,7 +20,7 @@ from typing import Any
 from google.api_core.retry import AsyncRetry
 
 from gds_counter.gateway._async_rules import AsyncRules
-from gds_counter.gateway._hook_plans import AsyncPlannedHooks
+from gds_counter.gateway._driven_hooks import AsyncPlannedHooks
 from gds_counter.gateway.datastore._requests import AsyncTransport, DatastoreRequests, final_error
 from gds_counter.gateway.datastore._retry import DEFAULT_ASYNC_RETRY
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 from google.api_core.retry import Retry
 
-from gds_counter.gateway._hook_plans import BlockingPlannedHooks
+from gds_counter.gateway._driven_hooks import BlockingPlannedHooks
 from gds_counter.gateway.base import BaseGateway, TransactionState
 from gds_counter.gateway.datastore._requests import DatastoreRequests, Transport, final_error
 from gds_counter.gateway.datastore._retry import DEFAULT_RETRY

@@ -26,8 +26,8 @@ from google.cloud.datastore_v1.types import query as _qry
 from gds_counter.errors import BadValueError, GatewayError, GDSError
 from gds_counter.gateway import plan
 from gds_counter.gateway._aggregation import billed_reads
+from gds_counter.gateway._driven_hooks import rollback_plan
 from gds_counter.gateway._effects import ask
-from gds_counter.gateway._hook_plans import rollback_plan
 from gds_counter.gateway._hooks import Hook
 from gds_counter.gateway.base import GatewayRules, TransactionState
 from gds_counter.gateway.datastore._budget import CallBudget

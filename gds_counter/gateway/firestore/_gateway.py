@@ -17,7 +17,7 @@ from typing import Any
 
 from google.api_core.retry import Retry
 
-from gds_counter.gateway._hook_plans import BlockingPlannedHooks
+from gds_counter.gateway._driven_hooks import BlockingPlannedHooks
 from gds_counter.gateway.base import BaseGateway, TransactionState
 from gds_counter.gateway.datastore import DEFAULT_RETRY
 from gds_counter.gateway.firestore._requests import CAPABILITIES, FirestoreRequests, Transport

@@ -36,8 +36,8 @@ from gds_counter.errors import BadKeyError, BadValueError, GatewayError, Unavail
 from gds_counter.gateway import plan
 from gds_counter.gateway._aggregation import billed_reads
 from gds_counter.gateway._contract import TransactionState
+from gds_counter.gateway._driven_hooks import HookPlans, rollback_plan
 from gds_counter.gateway._effects import ask
-from gds_counter.gateway._hook_plans import HookPlans, rollback_plan
 from gds_counter.gateway._hooks import Hook
 from gds_counter.gateway._rules import GatewayRules
 from gds_counter.gateway.capabilities import Capabilities

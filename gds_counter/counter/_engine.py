@@ -232,8 +232,8 @@ class CounterCore:
         count, let ``decide`` say what it should be, write it if it grew, and
         learn the result."""
         before: list[int] = [0]  # what the config held when this process recorded more
-        if self.layout.documents:  # shards first: a process that dies after recording leaves none missing
-            yield from self._create_shards(decide(self._recorded or None))
+        if self.layout.documents:  # shards first (as the count read now decides): none missing if this dies after
+            yield from self._create_shards(decide(self.layout.config_of((yield from plan.lookup([self._config_key]))[0])))
 
         def attempt() -> plan.Plan[int]:
             outcome: list[int] = []
@@ -501,7 +501,7 @@ class CounterCore:
                 )
             return num_shards
 
-        yield from self._record(decide)
+        yield from deadlines.bounded(self._record(decide), self._retry.deadline)
         return self._num_shards
 
     def _grow(self, seen: int) -> plan.Plan[bool]:

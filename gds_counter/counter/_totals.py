@@ -62,10 +62,20 @@ def get_counts_plan(counters: Sequence[Readable], *, use_cache: bool, max_age: f
     rolled up). ``max_age`` was checked by the caller (``check_max_age``),
     before anything is read, even when no counter is listed."""
     if max_age is None:
-        totals: list[int] = yield from counts_plan(counters, use_cache=use_cache)
+        # A counter of documents is read as its get_count() reads it, by the
+        # query of every document in its shards: the page's writers may use
+        # more shards than it recorded, which a lookup of its keys misses.
+        queried = [i for i, counter in enumerate(counters) if counter.layout.documents]
+        looked_up = [i for i, counter in enumerate(counters) if not counter.layout.documents]
+        totals: list[int] = [0] * len(counters)
+        exact = yield from counts_plan([counters[i] for i in looked_up], use_cache=use_cache)
+        for i, total in zip(looked_up, exact):
+            totals[i] = total
+        for i in queried:
+            totals[i] = yield from counters[i]._total("query", use_cache=use_cache)
         return totals
-    found, _ = yield from totals_as_of_plan(counters, max_age)
-    return [f.total for f in found]
+    rolled, _ = yield from totals_as_of_plan(counters, max_age)
+    return [f.total for f in rolled]
 
 
 def by_gateway(counters: Sequence[Readable]) -> dict[Any, list[int]]:

@@ -344,6 +344,10 @@ def document_path(key: Key) -> str:
         raise BadKeyError(f"{key} is in namespace {key.namespace!r}; Firestore in native mode has no namespaces")
     if key.is_partial:
         raise BadKeyError(f"{key} has no id or name, so it names no document")
+    for element in key.path:  # (a "/" would make more segments: another document)
+        for what, text in (("collection id (kind)", element.kind), ("document id (key name)", element.name)):
+            if text is not None and ("/" in text or text in (".", "..")):
+                raise BadKeyError(f"{key}: the {what} {text!r} cannot name a Firestore document ('/', '.' and '..' are not allowed)")
     return "/".join(
         f"{element.kind}/{element.name if element.name is not None else f'__id{element.id}__'}" for element in key.path
     )

@@ -215,6 +215,8 @@ def test_threads_count_exactly(gateway):
         ("counters/..", "not allowed"),
         ("counters/" + "x" * 1501, "over 1500 bytes"),
         ("counters/" + "é" * 751, "over 1500 bytes"),
+        ("counters/" + "b" * 1500, "at most 1,499"),  # a legal id, but its shards' range could not be read
+        ("/".join(["c", "d" * 1499] * 4 + ["e", "x" * 40]), "leaves no room"),  # 6,050 bytes
     ],
 )
 def test_bad_paths_are_refused_before_anything_is_written(tmp_path, path, why):
@@ -309,3 +311,60 @@ def test_shard_documents_are_made_before_the_count_that_needs_them_is_recorded(t
     for recording, upto in zip(recordings, (3, 5)):
         made = set().union(*commits[:recording])
         assert {f"{PATH}/shards/{n}" for n in range(upto)} <= made
+
+
+def test_get_counts_sees_the_page_writers_shards_beyond_ours(gateway):
+    """``get_counts`` reads a distributed counter as its ``get_count`` does:
+    every document in ``shards``, also those of page writers with more
+    shards than this port recorded (a lookup of its own keys missed them)."""
+    PageCounter(16).init_counter(gateway, PATH)
+    page = PageCounter(16, random.Random(5))
+    for _ in range(100):
+        page.increment_counter(gateway, PATH)
+    ours = DistributedCounter(PATH, 4, gateway=gateway)
+    ours.add(1)
+    assert get_counts([ours]) == [101] == [ours.get_count()]
+    assert get_counts([ours], use_cache=False) == [101]
+
+
+def test_a_refused_shrink_writes_nothing_and_names_the_recorded_count():
+    """``increase_shards`` below the count another writer recorded is a
+    ``BadValueError`` naming that count, raised before anything is
+    committed (the shard documents are made only for a count that will be
+    recorded)."""
+    gateway = open_gateway("memory://")
+    DistributedCounter(PATH, 40, gateway=gateway).add(1)
+    late = DistributedCounter(PATH, 10, gateway=gateway)  # has not read the counter document yet
+    commits = []
+    hook = gateway._commit
+    gateway._commit = lambda mutations, txn: (commits.append(mutations), hook(mutations, txn))[1]
+    with pytest.raises(BadValueError, match="has 40 shards"):
+        late.increase_shards(20)
+    assert commits == []
+    gateway.close()
+
+
+def test_increase_shards_ends_at_the_policys_deadline_behind_a_stalled_lock(tmp_path):
+    """Another process holds the file's write lock: ``increase_shards``
+    gives up at its policy's deadline (the shard creation and the recording
+    both wait for that lock), not 30 s later."""
+    import sqlite3
+    import time
+
+    from gds_counter import Contention, GDSError, RetryPolicy
+
+    path = tmp_path / "stalled.db"
+    counter = DistributedCounter(PATH, 2, gateway=f"sqlite:///{path}", retry=RetryPolicy(deadline=1.0))
+    counter.add(1)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        began = time.monotonic()
+        with pytest.raises(GDSError) as raised:
+            counter.increase_shards(20)
+        took = time.monotonic() - began
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert isinstance(raised.value, Contention), raised.value
+    assert took < 3.0

@@ -111,3 +111,18 @@ def test_the_asyncio_face_on_the_emulator(client, firestore_native_emulator):
             await gateway.close()
 
     assert asyncio.run(main()) == 20 == PageClientCounter(5).get_count(client.document(PATH))
+
+
+@pytest.mark.parametrize("target", [("a/b", 1), ("t", "x/y/z"), ("Counter Test", "1/..")])
+def test_a_name_with_a_slash_is_refused_before_anything_is_sent(firestore_native_gateway, target):
+    """A key name or kind holding ``/`` would name another document (more
+    path segments: the PHP article's ``a/b_1_1`` would land in collection
+    ``b``, where its query never looks, and the increment would be missing
+    from the total): a ``BadKeyError`` naming it, made here (the server
+    words its refusal otherwise), nothing written."""
+    from gds_counter import BadKeyError, CounterShardDS
+
+    counter = CounterShardDS(*target, gateway=firestore_native_gateway)
+    with pytest.raises(BadKeyError, match="cannot name a Firestore document"):
+        counter.increment()
+    assert firestore_native_gateway.stats.snapshot()["entity_writes"] == 0

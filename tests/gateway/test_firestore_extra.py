@@ -43,7 +43,7 @@ def test_without_the_extra_a_firestore_url_says_how_to_install_it():
         "    print(type(exc).__name__, exc)\n"
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("GatewayError ") and "pip install 'gds-counter[firestore]'" in done.stdout
+    assert done.stdout.startswith("GatewayError ") and "pip install -e '.[firestore]'" in done.stdout
 
 
 def test_setup_cfg_declares_the_firestore_extra_and_dev_includes_it():

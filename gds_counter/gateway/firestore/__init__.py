@@ -4,7 +4,7 @@ gives exact control of writes (update masks, increments, preconditions).
 
 google-cloud-firestore is an optional extra: importing this package
 without it raises a ``GatewayError`` saying how to install it
-(``pip install 'gds-counter[firestore]'``); nothing else of gds_counter
+(in a clone, ``pip install -e '.[firestore]'``); nothing else of gds_counter
 imports it until a ``firestore://`` gateway is opened.
 
 Split by idea, each module explaining its own part:
@@ -23,7 +23,7 @@ try:
     import google.cloud.firestore_v1  # noqa: F401  (the optional extra)
 except ImportError as _missing:  # pragma: no cover - the dev extra installs it
     raise GatewayError(
-        f"a firestore:// gateway needs google-cloud-firestore ({_missing}): pip install 'gds-counter[firestore]'"
+        f"a firestore:// gateway needs google-cloud-firestore ({_missing}): install the firestore extra (in a clone: pip install -e '.[firestore]')"
     ) from _missing
 
 from gds_counter.gateway.firestore._async_gateway import AsyncFirestoreGateway  # noqa: E402

@@ -216,8 +216,10 @@ def test_read_only_transactions_see_one_snapshot(gw, request):
     The Firestore emulator itself breaks this now and then: with Google's
     own client and no gds_counter, 2 of 1,500 read-only transactions saw a
     move between their two lookups
-    (``tests/conformance/emulator_read_only_snapshots.py``). So on the
-    emulator up to two torn sums are its own (about one run in six saw
+    (``tests/conformance/emulator_read_only_snapshots.py``), and in native
+    mode, with google-cloud-firestore's own client, 6 of 4,000
+    (``emulator_native_read_only_snapshots.py``). So on the emulator, in
+    either mode, up to two torn sums are its own (about one run in six saw
     one); a gateway that left the transaction out of its lookups tears
     most of them. The project's own backends (the embedded engine, serve)
     tear none."""
@@ -258,7 +260,8 @@ def test_read_only_transactions_see_one_snapshot(gw, request):
         stop.set()
         thread.join()
     assert moves[0] > 0
-    allowed = 2 if request.node.callspec.params["gw"] == "firestore" else 0  # the emulator's own (docstring)
+    emulator = request.node.callspec.params["gw"] in ("firestore", "firestore-native", "firestore-native+aio")
+    allowed = 2 if emulator else 0  # the emulator's own, in either mode (docstring)
     assert len(torn) <= allowed, f"{len(torn)} of {reads} read-only transactions saw a torn sum: {torn}"
 
 

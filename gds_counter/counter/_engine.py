@@ -38,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from typing import Any, Callable, ContextManager, Hashable, Iterator, Sequence
+from typing import Any, ContextManager, Hashable, Iterator
 
 import attrs
 
@@ -47,6 +47,7 @@ from gds_counter._process import deadlines
 from gds_counter.counter._arguments import check_name, check_num_shards
 from gds_counter.counter._lone import Combine, HashedKey, SharedRead
 from gds_counter.counter._reset import reset_plan
+from gds_counter.counter._shard_count import ShardCount
 from gds_counter.counter._totals import counts_plan, read_shards_plan, through_cache
 from gds_counter.counter.cache import TotalCache
 from gds_counter.counter.layout import Layout
@@ -58,9 +59,7 @@ from gds_counter.counter.strategy import Shard, Wrote, get_strategy, planned
 from gds_counter.errors import BadValueError, Contention, GDSError, TotalUnavailable, Unavailable
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import Increment, Mutation, Upsert
 from gds_counter.gateway.query import Query
-from gds_counter.gateway.values import RawEntity
 from gds_counter.gds.transaction import retry_plan
 
 __all__ = ["CounterCore"]
@@ -74,7 +73,7 @@ def _both(outer: ContextManager[None], inner: ContextManager[None]) -> Iterator[
     with outer, inner:
         yield
 
-class CounterCore:
+class CounterCore(ShardCount):
     """One counter's state and rules, stored as shards in ``layout``, on
     ``gateway`` (already resolved by the face: blocking or async) in
     ``namespace``. The public methods are the faces'; here every operation
@@ -205,114 +204,6 @@ class CounterCore:
     def __str__(self) -> str:
         return f"{self.layout.shard_kind} {self.name!r}"
 
-    # --- the config entity ------------------------------------------------------
-
-    def _writable(self) -> plan.Plan[None]:
-        """Know how many shards to write into before the first write."""
-        if not self._config_seen:
-            [config] = yield from plan.lookup([self._config_key])
-            self._learn(self.layout.config_of(config))
-
-    def _learn(self, recorded: int | None) -> None:
-        with self._lock:
-            self._config_seen = True
-            if recorded is None:
-                self._num_shards = self._num_shards or self.layout.default_shards
-                return
-            if self._created >= self._recorded:  # not while it owes shards it recorded (_record, _create_shards)
-                self._created = max(self._created, recorded)  # another writer's record: it created them
-            self._recorded = max(self._recorded, recorded)
-            if recorded > self._num_shards:
-                if self._num_shards:
-                    log.info("%s has grown to %d shards", self, recorded)
-                self._num_shards = recorded
-
-    def _record(self, decide: Callable[[int | None], int]) -> plan.Plan[None]:
-        """In one transaction (retried on conflict), read the recorded shard
-        count, let ``decide`` say what it should be, write it if it grew, and
-        learn the result."""
-        before: list[int] = [0]  # what the config held when this process recorded more
-        if self.layout.documents:  # shards first (as the count read now decides): none missing if this dies after
-            yield from self._create_shards(decide(self.layout.config_of((yield from plan.lookup([self._config_key]))[0])))
-
-        def attempt() -> plan.Plan[int]:
-            outcome: list[int] = []
-
-            def work(token: bytes) -> plan.Plan[Sequence[Mutation]]:
-                [stored] = yield from plan.lookup([self._config_key], transaction=token)
-                recorded = self.layout.config_of(stored)
-                outcome[:] = [decide(recorded)]
-                before[0] = recorded or 0
-                if outcome[0] <= (recorded or 0):
-                    return []
-                if self.layout.documents:  # maybe recorded from here on (an answer may be lost)
-                    with self._lock:
-                        owed = self._created < outcome[0]  # shards not made before: this process's to create
-                        self._recorded = max(self._recorded, outcome[0])
-                        self._created = min(self._created, before[0]) if owed else self._created
-                fields = {self.layout.config_property: outcome[0]}
-                # A counter document is the app's too: keep its other fields.
-                mask = (self.layout.config_property,) if self.layout.documents else None
-                return [Upsert(RawEntity(self._config_key, fields), property_mask=mask)]
-
-            yield from plan.in_transaction(work)
-            return outcome[0]
-
-        decided = yield from retry_plan(attempt, self._retry, what=f"recording the shards of {self}")
-        self._learn(decided)
-        if self.layout.documents and self._created < self._num_shards:
-            yield from self._create_shards()
-
-    def _create_shards(self, upto: int | None = None) -> plan.Plan[None]:
-        """Make shard documents up to ``upto`` (the recorded count) exist, as
-        the page's ``init_counter`` does: its writers ``update``, an error on
-        a missing one. An increment by 0 keeps a count written meanwhile. A
-        failure is logged and tried again at the next write, never raised
-        (our own writes create the shard they write)."""
-        first, upto = self._created, self._num_shards if upto is None else upto
-        if upto <= first:
-            return
-        count = self.layout.count_property
-        creations = [
-            Upsert(self.layout.shard_entity_at(key, self.name, None), property_mask=(), transforms=(Increment(count, 0),))
-            for key in self._shard_keys(upto)[first:]
-        ]
-        try:
-            yield from plan.commit(creations)
-        except GDSError as exc:
-            log.warning("%s: creating shard documents %d-%d failed (tried again at the next write): %s", self, first, upto - 1, exc)
-            return
-        with self._lock:
-            self._created = max(self._created, upto)
-
-    def _must_record(self) -> bool:
-        """Whether this process writes beyond the default shards more than
-        the config is known to record (``_ensure_recorded``)."""
-        wanted = self._num_shards
-        if self.layout.documents:  # the page's writers need every shard document: record (and create) them all
-            return wanted > self._recorded or wanted > self._created
-        return wanted > self.layout.default_shards and wanted > self._recorded
-
-    def _ensure_recorded(self) -> plan.Plan[None]:
-        """Before writing beyond the default shards, make sure the config says so (a reader built with the default would miss them)."""
-        wanted = self._num_shards
-        if not self._must_record():
-            return
-
-        def record() -> plan.Plan[None]:
-            yield from self._record(lambda stored: max(stored or 0, wanted))
-
-        runtime = self._runtime
-        if not (self.layout.documents and runtime.share_reads):
-            yield from record()
-            return
-        # A counter of documents records its shards at its first write: the
-        # callers of one process that write at once share one transaction
-        # on the counter document (as a read of the total is shared), not
-        # one each (20 tasks at once timed out on the emulator's locks).
-        key = HashedKey(("record", self.layout, self._ident, wanted))
-        yield from plan.ask(SharedRead(runtime.shared, runtime.async_shared, key, record, lambda: None))
-
     # --- reads ------------------------------------------------------------------
 
     def _read_method(self, method: str) -> str:
@@ -425,6 +316,15 @@ class CounterCore:
         return sorted(every.items())
 
     # --- writes -------------------------------------------------------------------
+
+    def _must_record(self) -> bool:
+        """Whether this process writes beyond the default shards more than
+        the config is known to record (``_ensure_recorded``): on every
+        write's path, so here, not in ``_shard_count``."""
+        wanted = self._num_shards
+        if self.layout.documents:  # the page's writers need every shard document: record (and create) them all
+            return wanted > self._recorded or wanted > self._created
+        return wanted > self.layout.default_shards and wanted > self._recorded
 
     def _add(self, amount: int = 1) -> plan.Plan[None]:
         """Add ``amount`` without reading anything back: the hot path. Returns

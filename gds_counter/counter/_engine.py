@@ -266,7 +266,8 @@ class CounterCore(ShardCount):
             query = self._target_query = self.layout.shards_query(self.name, self.namespace)
         found = yield from plan.query_all(query)
         if self.layout.documents:  # the ancestor query also finds deeper documents named "shards"
-            found = [shard for shard in found if shard.key is not None and self.layout.owns(self.name, shard.key)]
+            under, home = self.layout.under, self._config_key
+            found = [shard for shard in found if shard.key is not None and under(home, shard.key)]
         # One pass over the rows: each shard's count, and by shard number,
         # which shards other processes write, for this process's next choice.
         # A count stored as an int (every writer's but an odd PHP one's) is
@@ -310,7 +311,7 @@ class CounterCore(ShardCount):
         self._learn(self.layout.config_of(config))
         every = dict.fromkeys(self.layout.shard_numbers(self._read_shards()), 0)
         for key, count in (yield from self._query_shards()):
-            number = self.layout.shard_number(self.name, key)
+            number = self._number_of(key)
             if number is not None:  # an entity with this target but another key name is in no shard
                 every[number] = count
         return sorted(every.items())

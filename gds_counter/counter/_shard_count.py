@@ -85,8 +85,12 @@ class ShardCount:
         count, let ``decide`` say what it should be, write it if it grew, and
         learn the result."""
         before: list[int] = [0]  # what the config held when this process recorded more
-        if self.layout.documents:  # shards first (as the count read now decides): none missing if this dies after
-            yield from self._create_shards(decide(self.layout.config_of((yield from plan.lookup([self._config_key]))[0])))
+        if self.layout.documents:
+            # The shard documents first, for the count the stored one now
+            # decides (a refusal is raised here, before anything is written):
+            # none is missing if this process dies after recording it.
+            [config] = yield from plan.lookup([self._config_key])
+            yield from self._create_shards(decide(self.layout.config_of(config)))
 
         def attempt() -> plan.Plan[int]:
             outcome: list[int] = []

@@ -140,8 +140,12 @@ class Layout:
         also finds, is not); otherwise any key of the shard kind."""
         if not self.documents:
             return key.kind == self.shard_kind
-        parent = key.parent
-        return key.kind == self.shard_kind and parent is not None and parent.path == document_key(target, "counter path").path
+        return self.under(self.config_key(target), key)
+
+    def under(self, counter: Key, key: Key) -> bool:
+        """``owns`` for documents, given the counter document's key (a
+        reader that holds it checks each row without parsing the path)."""
+        return key.kind == self.shard_kind and key.path[:-1] == counter.path
 
     @property
     def can_query(self) -> bool:

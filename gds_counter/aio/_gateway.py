@@ -73,7 +73,7 @@ def _firestore_twin(blocking: Any) -> Any:
         return None
     return AsyncFirestoreGateway(
         blocking.project, blocking.database, emulator_host=blocking.emulator_host or "", timeout=blocking.timeout,
-        credentials=blocking._credentials,
+        credentials=blocking.credentials,
     )
 
 

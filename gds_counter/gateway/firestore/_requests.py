@@ -135,7 +135,8 @@ class FirestoreRequests(CallBudget, GatewayRules, HookPlans):
     emulator_host: str | None
     _codec: DocumentCodec
     _metadata: list[tuple[str, str]]
-    _credentials: Any
+    #: The credentials given (None: the emulator needs none, else Application Default Credentials).
+    credentials: Any
 
     def _configure(self, project: str, database: str, emulator_host: str | None, credentials: Any,
                    timeout: float, retry: Any) -> None:
@@ -157,7 +158,7 @@ class FirestoreRequests(CallBudget, GatewayRules, HookPlans):
         host = emulator_host if emulator_host is not None else os.environ.get("FIRESTORE_EMULATOR_HOST")
         self.emulator_host = strip_scheme(host) if host else None
         self._metadata = [("google-cloud-resource-prefix", self._codec.database_name)]
-        self._credentials = credentials
+        self.credentials = credentials
         if self.emulator_host:
             if credentials is not None:
                 log.warning("credentials are ignored: talking to the emulator at %s", self.emulator_host)
@@ -174,7 +175,7 @@ class FirestoreRequests(CallBudget, GatewayRules, HookPlans):
         from google.auth.exceptions import DefaultCredentialsError
 
         try:
-            return client(credentials=self._credentials)
+            return client(credentials=self.credentials)
         except DefaultCredentialsError as exc:
             raise GatewayError(
                 f"cannot reach Cloud Firestore project {self.project!r}: no credentials ({exc}). Pass credentials=, "

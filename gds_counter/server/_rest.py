@@ -11,9 +11,18 @@ REST APIs write them. The project of the path wins over one in the body.
 with a header naming the storage served (``counter._storage_scope``: a
 shared count cache's clients of the server and of the file are one).
 
-Errors are Google's JSON error shape, ``{"error": {"code", "message",
-"status"}}``, with the HTTP status Google maps each gRPC status to (400
-INVALID_ARGUMENT, 404 NOT_FOUND, 409 ALREADY_EXISTS and ABORTED...).
+A request sent as ``Content-Type: application/x-protobuf`` (what
+google-cloud-datastore's HTTP transport sends, ``GOOGLE_CLOUD_DISABLE_GRPC``)
+carries the request message in protobuf's binary form and is answered in
+it, its errors as a binary ``google.rpc.Status`` (the gRPC code number and
+the message), as the Firestore emulator answers it; a body that is not the
+message is INVALID_ARGUMENT "Payload isn't valid for request.", the
+emulator's words.
+
+Errors of JSON requests are Google's JSON error shape, ``{"error": {"code",
+"message", "status"}}``; both kinds carry the HTTP status Google maps each
+gRPC status to (400 INVALID_ARGUMENT, 404 NOT_FOUND, 409 ALREADY_EXISTS and
+ABORTED...).
 
 One connection is served by one thread (``_listener`` starts it), with
 keep-alive; the listener closes an idle connection when the server stops,
@@ -43,6 +52,8 @@ from typing import Any, Callable
 
 import attrs
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from google.rpc import status_pb2
 
 from gds_counter.counter import STORAGE_HEADER, storage_scope
 from gds_counter.server._service import METHODS, DatastoreService
@@ -57,6 +68,9 @@ _PATH = re.compile(r"^/v1/projects/(?P<project>[^/:?]+):(?P<verb>[A-Za-z]+)(?:\?
 
 #: The largest request body taken: more than Datastore's 10 MiB request limit.
 MAX_BODY_BYTES = 32 * 1024 * 1024
+
+#: The media type of protobuf's binary form, as Google's HTTP clients name it.
+PROTOBUF = "application/x-protobuf"
 
 #: Origins of this machine: a browser page served from one may use the server.
 _LOCAL_ORIGIN = re.compile(r"^https?://(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d+)?$", re.IGNORECASE)
@@ -107,6 +121,8 @@ class RestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "gds-counter-serve"
     server: RestContext  # type: ignore[assignment]
+    #: Whether the request being answered came in protobuf's binary form (then so does its answer).
+    _binary = False
 
     def __init__(self, request: Any, client_address: Any, server: RestContext, first: bytes = b"") -> None:
         self._first = first
@@ -147,6 +163,7 @@ class RestHandler(BaseHTTPRequestHandler):
         return True
 
     def do_GET(self) -> None:
+        self._binary = False
         if self._from_elsewhere():
             return
         if self.path.split("?", 1)[0] == "/":
@@ -159,6 +176,8 @@ class RestHandler(BaseHTTPRequestHandler):
             self._error(ServiceError("NOT_FOUND", f"no such resource: GET {self.path}"))
 
     def do_POST(self) -> None:
+        media = self.headers.get("Content-Type", "").split(";", 1)[0].strip().lower()
+        self._binary = media == PROTOBUF
         if self._from_elsewhere():
             return
         try:
@@ -174,10 +193,9 @@ class RestHandler(BaseHTTPRequestHandler):
             return
         [(method, _verb, request_class, _response_class)] = found
         try:
-            request = request_class()
-            json_format.Parse(body.decode("utf-8") if body.strip() else "{}", request)
-        except (json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
-            self._error(ServiceError("INVALID_ARGUMENT", f"Invalid JSON payload received. {exc}"))
+            request = self._request(request_class, body)
+        except ServiceError as error:
+            self._error(error)
             return
         request.project_id = match.group("project")
         try:
@@ -185,8 +203,27 @@ class RestHandler(BaseHTTPRequestHandler):
         except ServiceError as error:
             self._error(error)
             return
-        payload = json_format.MessageToJson(response, indent=None)
-        self._send(200, payload.encode("utf-8"), "application/json; charset=utf-8")
+        if self._binary:
+            self._send(200, response.SerializeToString(), PROTOBUF)
+        else:
+            payload = json_format.MessageToJson(response, indent=None)
+            self._send(200, payload.encode("utf-8"), "application/json; charset=utf-8")
+
+    def _request(self, request_class: Any, body: bytes) -> Any:
+        """The request message from its body, binary or JSON as the
+        request's media type says."""
+        request = request_class()
+        if self._binary:
+            try:
+                request.ParseFromString(body)
+            except DecodeError:
+                raise ServiceError("INVALID_ARGUMENT", "Payload isn't valid for request.") from None
+            return request
+        try:
+            json_format.Parse(body.decode("utf-8") if body.strip() else "{}", request)
+        except (json_format.ParseError, UnicodeDecodeError, ValueError) as exc:
+            raise ServiceError("INVALID_ARGUMENT", f"Invalid JSON payload received. {exc}") from None
+        return request
 
     # --- plumbing ------------------------------------------------------------
 
@@ -233,7 +270,11 @@ class RestHandler(BaseHTTPRequestHandler):
             return None
 
     def _error(self, error: ServiceError) -> None:
-        code = HTTP_STATUS[error.status][1]
+        number, code = HTTP_STATUS[error.status]
+        if self._binary:
+            status = status_pb2.Status(code=number, message=error.message)
+            self._send(code, status.SerializeToString(), PROTOBUF)
+            return
         body = json.dumps({"error": {"code": code, "message": error.message, "status": error.status}})
         self._send(code, body.encode("utf-8"), "application/json; charset=utf-8")
 

@@ -115,6 +115,10 @@ class DatastoreService:
         status = "OK"
         token = deadlines.limit(deadline) if deadline is not None else None
         try:
+            if deadline is not None and started >= deadline:
+                # Waited in the queue past the caller's deadline: the caller
+                # has been told DEADLINE_EXCEEDED, so nothing may be applied.
+                raise ServiceError("DEADLINE_EXCEEDED", "Deadline Exceeded (before the server took the request)")
             handler = self._handlers.get(method)
             if handler is None:
                 raise ServiceError("UNIMPLEMENTED", f"unknown method {method!r}")

@@ -14,7 +14,7 @@ from gds_counter import _demo as demo
 from gds_counter.cli._context import EXIT_OK, Context, command, storage_label
 from gds_counter.counter import size_shards
 from gds_counter.errors import BadValueError
-from gds_counter.gateway import open_gateway
+from gds_counter.gateway import Gateway, open_gateway
 
 log = logging.getLogger("gds_counter.cli")
 
@@ -47,7 +47,7 @@ def _demo(ctx: Context) -> int:
 @command("serve")
 def _serve(ctx: Context) -> int:
     from gds_counter.gateway import DEFAULT_URL
-    from gds_counter.server import Server, serve_until_signalled
+    from gds_counter.server import Server, named_url, serve_until_signalled
 
     url = ctx.args.serve_url or ctx.args.url or os.environ.get("GDS_URL") or DEFAULT_URL
     if not url.lower().startswith(("sqlite:", "memory:")):
@@ -60,7 +60,10 @@ def _serve(ctx: Context) -> int:
                   f"{storage_label(gateway, url)}; export DATASTORE_EMULATOR_HOST={server.emulator_host}",
                   file=ctx.err, flush=True)
 
-        serve_until_signalled(Server(gateway, ctx.args.host, ctx.args.port), ready)
+        def open_named(database: str) -> Gateway:
+            return open_gateway(named_url(url, database))
+
+        serve_until_signalled(Server(gateway, ctx.args.host, ctx.args.port, databases=open_named), ready)
     finally:
         gateway.close()
     return EXIT_OK

@@ -10,6 +10,7 @@ Split by idea:
 
 * ``_service``: the API's eight methods on a gateway, protobuf in and out
   (and how projects map to the store: they do not, see there).
+* ``_databases``: a store and a service per database id.
 * ``_status``: which gRPC and HTTP status each error answers with.
 * ``_grpc``: grpcio serving ``google.datastore.v1.Datastore``.
 * ``_rest``: the JSON API and ``GET /`` over HTTP/1.1.
@@ -33,6 +34,7 @@ from typing import Any, Callable, Iterator
 
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.base import Gateway
+from gds_counter.server._databases import Databases, named_url
 from gds_counter.server._expiry import IDLE_S
 from gds_counter.server._grpc import grpc_server
 from gds_counter.server._listener import IDLE_S as CONNECTION_IDLE_S
@@ -41,7 +43,7 @@ from gds_counter.server._rest import RestContext, RestHandler
 from gds_counter.server._service import DatastoreService
 from gds_counter.server._status import ServiceError
 
-__all__ = ["DEFAULT_PORT", "DatastoreService", "Server", "ServiceError", "serve_until_signalled", "serving"]
+__all__ = ["DEFAULT_PORT", "DatastoreService", "Server", "ServiceError", "named_url", "serve_until_signalled", "serving"]
 
 log = logging.getLogger("gds_counter.server")
 
@@ -75,6 +77,7 @@ class Server:
         grace: float = DEFAULT_GRACE_S,
         transaction_idle: float = IDLE_S,
         connection_idle: float = CONNECTION_IDLE_S,
+        databases: Callable[[str], Gateway] | None = None,
     ) -> None:
         if not isinstance(port, int) or not 0 <= port <= 65535:
             raise BadValueError(f"port must be a number from 0 to 65535, got {port!r}")
@@ -82,7 +85,10 @@ class Server:
             raise BadValueError(f"workers must be at least 1, got {workers!r}")
         if not connection_idle > 0:
             raise BadValueError(f"connection_idle must be a positive number of seconds, got {connection_idle!r}")
+        #: The default database's service (``gateway`` is its storage).
         self.service = DatastoreService(gateway, transaction_idle=transaction_idle)
+        #: Every database's service: ``databases(id)`` opens a named one's storage on first use.
+        self.databases = Databases(self.service, databases, transaction_idle)
         self.host = host
         self.port = port
         self.workers = workers
@@ -105,7 +111,7 @@ class Server:
         sock = self._bind()
         try:
             self._start_grpc()
-            context = RestContext(self.service, self._is_stopping, self._busy, self.connection_idle)
+            context = RestContext(self.databases, self._is_stopping, self._busy, self.connection_idle)
             self._listener = Listener(
                 sock, self._connect_grpc, lambda conn, address, first: RestHandler(conn, address, context, first),
                 idle=self.connection_idle,
@@ -141,10 +147,10 @@ class Server:
         if hasattr(socket, "AF_UNIX"):
             self._folder = tempfile.mkdtemp(prefix="gds-serve-")
             path = os.path.join(self._folder, "grpc.sock")
-            self._grpc, _ = grpc_server(self.service, f"unix:{path}", workers=self.workers, idle=self.connection_idle)
+            self._grpc, _ = grpc_server(self.databases, f"unix:{path}", workers=self.workers, idle=self.connection_idle)
             self._inner = (socket.AF_UNIX, path)
         else:  # pragma: no cover - platforms without Unix sockets
-            self._grpc, port = grpc_server(self.service, "127.0.0.1:0", workers=self.workers, idle=self.connection_idle)
+            self._grpc, port = grpc_server(self.databases, "127.0.0.1:0", workers=self.workers, idle=self.connection_idle)
             self._inner = (socket.AF_INET, ("127.0.0.1", port))
 
     def _connect_grpc(self) -> socket.socket:
@@ -177,6 +183,7 @@ class Server:
         self._listener.stop_accepting()
         self._stop_grpc(grace)
         self._listener.close(grace)
+        self.databases.close()
         log.info("stopped")
 
     def _stop_grpc(self, grace: float) -> None:
@@ -200,12 +207,14 @@ def serving(url: str, **options: Any) -> Iterator[Server]:
     (``sqlite:///file`` or ``memory://``), opened here and closed after the
     server has stopped: what tests and benchmarks need of ``gds-counter
     serve`` in their own process. ``options`` are ``Server``'s (``workers``,
-    ``transaction_idle``...); ``server.service.gateway`` is the storage."""
+    ``transaction_idle``...); ``server.service.gateway`` is the default
+    database's storage, named databases are opened beside it (``named_url``)."""
     from gds_counter.gateway import open_gateway
 
     gateway = open_gateway(url)
     try:
-        with Server(gateway, "127.0.0.1", 0, **options) as server:
+        named = options.pop("databases", lambda database: open_gateway(named_url(url, database)))
+        with Server(gateway, "127.0.0.1", 0, databases=named, **options) as server:
             yield server
     finally:
         gateway.close()

@@ -15,7 +15,8 @@ from typing import Any, Callable
 
 import grpc
 
-from gds_counter.server._service import METHODS, DatastoreService
+from gds_counter.server._databases import Databases
+from gds_counter.server._service import METHODS
 from gds_counter.server._status import ServiceError
 
 __all__ = ["SERVICE_NAME", "grpc_server"]
@@ -27,7 +28,7 @@ SERVICE_NAME = "google.datastore.v1.Datastore"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
-def _unary(service: DatastoreService, method: str) -> Callable[[Any, Any], Any]:
+def _unary(service: Databases, method: str) -> Callable[[Any, Any], Any]:
     def handle(request: Any, context: Any) -> Any:
         left = context.time_remaining()
         deadline = time.monotonic() + left if left is not None else None
@@ -65,7 +66,7 @@ def _idle_options(idle: float) -> list[tuple[str, int]]:
     ]
 
 
-def grpc_server(service: DatastoreService, address: str, *, workers: int, idle: float) -> tuple[Any, int]:
+def grpc_server(service: Databases, address: str, *, workers: int, idle: float) -> tuple[Any, int]:
     """A started gRPC server of ``service`` on ``address`` (``unix:PATH`` or
     ``HOST:PORT``; port 0 picks one), ``workers`` requests at a time, closing
     connections stalled for ``idle`` seconds (``_idle_options``), and the

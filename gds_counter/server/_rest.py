@@ -56,7 +56,8 @@ from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
 
 from gds_counter.counter import STORAGE_HEADER, storage_scope
-from gds_counter.server._service import METHODS, DatastoreService
+from gds_counter.server._databases import Databases
+from gds_counter.server._service import METHODS
 from gds_counter.server._status import HTTP_STATUS, ServiceError
 
 __all__ = ["RestContext", "RestHandler"]
@@ -84,7 +85,7 @@ class RestContext:
     done, so that stopping closes only idle connections; ``idle``: the
     seconds a connection may send nothing (between requests, or within one)."""
 
-    service: DatastoreService
+    service: Databases
     stopping: Callable[[], bool]
     busy: Callable[[Any, bool], None]
     idle: float

@@ -16,7 +16,7 @@ from gds_counter.gateway.values import RawEntity, SealedProperties, check_value,
 __all__ = [
     "MAX_MUTATIONS_PER_COMMIT", "AppendMissingElements", "CommitResult", "Delete", "Increment", "Insert", "Maximum",
     "Minimum", "Mutation", "MutationResult", "RemoveAllFromArray", "RequestTime", "Transform", "Update", "Upsert",
-    "check_commit", "check_mutation", "map_keys",
+    "check_commit", "check_mutation", "check_transforms", "map_keys",
 ]
 
 #: Datastore's limit on the mutations of one commit.

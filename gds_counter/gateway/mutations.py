@@ -9,13 +9,14 @@ import attrs
 
 from gds_counter._checks import check_int
 from gds_counter.errors import BadKeyError, BadValueError
-from gds_counter.gateway._paths import check_path
+from gds_counter.gateway._paths import check_path, parse
 from gds_counter.gateway.keys import Key, require_complete
-from gds_counter.gateway.values import RawEntity, SealedProperties, validate_entity
+from gds_counter.gateway.values import RawEntity, SealedProperties, check_value, validate_entity
 
 __all__ = [
-    "MAX_MUTATIONS_PER_COMMIT", "CommitResult", "Delete", "Increment", "Insert", "Mutation", "MutationResult", "Update",
-    "Upsert", "check_commit", "check_mutation", "map_keys",
+    "MAX_MUTATIONS_PER_COMMIT", "AppendMissingElements", "CommitResult", "Delete", "Increment", "Insert", "Maximum",
+    "Minimum", "Mutation", "MutationResult", "RemoveAllFromArray", "RequestTime", "Transform", "Update", "Upsert",
+    "check_commit", "check_mutation", "check_transforms", "map_keys",
 ]
 
 #: Datastore's limit on the mutations of one commit.
@@ -32,7 +33,69 @@ class Increment:
     amount: int | float
 
 
-def _transforms(transforms: Iterable[Increment]) -> tuple[Increment, ...]:
+@attrs.frozen
+class Maximum:
+    """A server-side transform: set property ``name`` to the larger of its
+    value and ``value`` (Datastore's PropertyTransform.maximum). Measured on
+    the Firestore emulator: integers and doubles compare as numbers (exactly:
+    2**53 + 1 beats 2.0**53); on a tie (1 and 1.0, 0 and -0.0) the stored
+    value stays, type included; NaN on either side makes NaN; a value that
+    is not a number (or none) is replaced by ``value``."""
+
+    name: str
+    value: int | float
+
+
+@attrs.frozen
+class Minimum:
+    """``Maximum``'s twin: the smaller of the two (PropertyTransform.minimum)."""
+
+    name: str
+    value: int | float
+
+
+@attrs.frozen
+class AppendMissingElements:
+    """A server-side transform: append to the array ``name`` each of
+    ``elements`` it does not hold yet, in order (PropertyTransform.
+    append_missing_elements). Equality is the server's: integers and doubles
+    by number (1 is 1.0, 0 is -0.0), NaN equals NaN, entity values by their
+    properties (index flags aside); other types never equal each other
+    (True is not 1, "a" is not b"a"). Elements already stored twice stay
+    twice; a value that is not an array (or none) is replaced by a new one.
+    Its transform result is None."""
+
+    name: str
+    elements: tuple[Any, ...] = attrs.field(converter=tuple)
+
+
+@attrs.frozen
+class RemoveAllFromArray:
+    """A server-side transform: remove from the array ``name`` every element
+    equal to one of ``elements`` (``AppendMissingElements``' equality;
+    PropertyTransform.remove_all_from_array). A value that is not an array
+    (or none) becomes an empty array. Its transform result is None."""
+
+    name: str
+    elements: tuple[Any, ...] = attrs.field(converter=tuple)
+
+
+@attrs.frozen
+class RequestTime:
+    """A server-side transform: set property ``name`` to the time the server
+    took the commit (PropertyTransform.set_to_server_value REQUEST_TIME).
+    Every such transform of one commit gets the same time, its result; it
+    is not the commit's ``commit_time`` (the emulator's is a little later)."""
+
+    name: str
+
+
+#: The transforms an upsert carries, applied in order, each on the value the
+#: ones before it left (two on one property chain).
+Transform = Union[Increment, Maximum, Minimum, AppendMissingElements, RemoveAllFromArray, RequestTime]
+
+
+def _transforms(transforms: Iterable[Transform]) -> tuple[Transform, ...]:
     return tuple(transforms)
 
 
@@ -47,7 +110,7 @@ class Upsert:
 
     entity: RawEntity
     property_mask: tuple[str, ...] | None = None
-    transforms: tuple[Increment, ...] = attrs.field(default=(), converter=_transforms)
+    transforms: tuple[Transform, ...] = attrs.field(default=(), converter=_transforms)
 
 
 @attrs.frozen
@@ -156,11 +219,45 @@ def check_mutation(mutation: Any) -> None:
         validate_entity(mutation.entity)
         for name in mutation.property_mask or ():
             check_path(name, "property mask path")
-        for transform in mutation.transforms:
-            check_path(transform.name, "incremented property")
-            isinstance(transform.amount, float) or check_int(transform.amount, f"increment of {transform.name!r}")
+        check_transforms(mutation.transforms)
     else:
         raise BadValueError(f"unknown mutation {mutation!r}")
+
+
+def check_transforms(transforms: Sequence[Any]) -> None:
+    """Each transform's path and operand, then Datastore's rule that one
+    commit may not transform both a property and a property inside it
+    ("Cannot transform property a and its nested property at the same
+    time", measured on the Firestore emulator); one path twice is fine."""
+    paths: dict[tuple[str, ...], str] = {}
+    for transform in transforms:
+        if not isinstance(transform, _TRANSFORMS):
+            raise BadValueError(f"unknown property transform {transform!r}")
+        name = transform.name
+        check_path(name, "transformed property")
+        if isinstance(transform, (Increment, Maximum, Minimum)):
+            number = transform.amount if isinstance(transform, Increment) else transform.value
+            what = f"{type(transform).__name__.lower()} of {name!r}"
+            if isinstance(number, bool) or not isinstance(number, (int, float)):
+                raise BadValueError(f"the {what} needs an integer or a double, got {number!r}")
+            isinstance(number, float) or check_int(number, what)
+        elif isinstance(transform, (AppendMissingElements, RemoveAllFromArray)):
+            for element in transform.elements:
+                if isinstance(element, list):
+                    raise BadValueError(f"property {name!r}: an array transform's element may not be an array")
+                check_value(name, element, False)
+        members = tuple(parse(name))
+        for other, other_name in paths.items():
+            shorter = min(len(other), len(members))
+            if other != members and other[:shorter] == members[:shorter]:
+                raise BadValueError(
+                    f"cannot transform {other_name!r} and {name!r}, a property and one inside it, in one mutation; "
+                    "Datastore refuses that"
+                )
+        paths[members] = name
+
+
+_TRANSFORMS = (Increment, Maximum, Minimum, AppendMissingElements, RemoveAllFromArray, RequestTime)
 
 
 #: What ``map_keys`` calls for each key: the key, then the entity holding it

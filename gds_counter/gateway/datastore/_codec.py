@@ -13,8 +13,8 @@ The reverse direction, requests read back into neutral queries, mutations
 and GQL bindings (``query_from_pb``, ``mutation_from_pb``...), is what
 ``gds-counter serve`` (``gds_counter.server``) runs on: one codec, so a
 value or a filter means the same thing whichever side of the wire it is on.
-What the neutral types cannot say (transforms other than increments,
-conflict detection by version, a vector search) is refused with
+What the neutral types cannot say (conflict detection by version, a
+vector search, a server value other than REQUEST_TIME) is refused with
 ``BadValueError`` there rather than dropped.
 
 Raw protobuf classes, not proto-plus wrappers: they are faster, and they
@@ -39,7 +39,20 @@ from google.cloud.datastore_v1.types import query as _qry
 
 from gds_counter.errors import BadValueError, GatewayError
 from gds_counter.gateway.keys import Key, PathElement
-from gds_counter.gateway.mutations import Delete, Increment, Insert, Mutation, Update, Upsert
+from gds_counter.gateway.mutations import (
+    AppendMissingElements,
+    Delete,
+    Increment,
+    Insert,
+    Maximum,
+    Minimum,
+    Mutation,
+    RemoveAllFromArray,
+    RequestTime,
+    Transform,
+    Update,
+    Upsert,
+)
 from gds_counter.gateway.query import (
     Aggregation,
     AggregationQuery,
@@ -57,6 +70,7 @@ _EntityPb = _ent.Entity.pb()
 _KeyPb = _ent.Key.pb()
 _PartitionIdPb = _ent.PartitionId.pb()
 _MutationPb = _ds.Mutation.pb()
+_REQUEST_TIME = int(_ds.PropertyTransform.ServerValue.REQUEST_TIME)
 _QueryPb = _qry.Query.pb()
 _GqlQueryPb = _qry.GqlQuery.pb()
 _PropertyFilterPb = _qry.PropertyFilter.pb()
@@ -319,15 +333,24 @@ class Codec:
                 # naming only __key__ keeps every stored property instead.
                 pb.property_mask.paths.extend(mutation.property_mask or ("__key__",))
             for transform in mutation.transforms:
-                item = pb.property_transforms.add()
-                item.property = transform.name
-                if isinstance(transform.amount, float):
-                    item.increment.double_value = transform.amount
-                else:
-                    item.increment.integer_value = transform.amount
+                self._transform_to_pb(transform, pb.property_transforms.add())
         else:
             pb.delete.CopyFrom(self.key_to_pb(mutation.key))
         return pb
+
+    def _transform_to_pb(self, transform: Transform, item: Any) -> None:
+        item.property = transform.name
+        if isinstance(transform, Increment):
+            self.value_to_pb(transform.amount, False, item.increment)
+        elif isinstance(transform, (Maximum, Minimum)):
+            self.value_to_pb(transform.value, False, getattr(item, type(transform).__name__.lower()))
+        elif isinstance(transform, RequestTime):
+            item.set_to_server_value = _REQUEST_TIME
+        else:
+            array = item.append_missing_elements if isinstance(transform, AppendMissingElements) else item.remove_all_from_array
+            array.SetInParent()  # (no elements is still this transform)
+            for element in transform.elements:
+                self.value_to_pb(element, False, array.values.add())
 
     # --- requests read back: the server's direction ---------------------------
 
@@ -440,14 +463,24 @@ class Codec:
         if pb.HasField("property_mask"):
             # The gateway's own codec sends an empty mask as __key__ alone.
             mask = tuple(path for path in pb.property_mask.paths if path != "__key__")
-        transforms = []
-        for item in pb.property_transforms:
-            kind = item.WhichOneof("transform_type")
-            if kind != "increment":
-                raise BadValueError(f"the property transform {kind} of {item.property!r} is not supported (only increment is)")
-            amount, _ = self.value_from_pb(item.increment)
-            if isinstance(amount, bool) or not isinstance(amount, (int, float)):
-                raise BadValueError(f"an increment of {item.property!r} needs an integer or a double, got {amount!r}")
-            transforms.append(Increment(item.property, amount))
+        transforms = [self._transform_from_pb(item) for item in pb.property_transforms]
         kind_of = Insert if which == "insert" else Update if which == "update" else Upsert
         return kind_of(self.entity_from_pb(written), property_mask=mask, transforms=tuple(transforms))
+
+    def _transform_from_pb(self, item: Any) -> Transform:
+        """A wire property transform as a neutral one; its operand is
+        checked by the commit rules (``mutations.check_transforms``)."""
+        kind, name = item.WhichOneof("transform_type"), item.property
+        if kind is None:
+            raise BadValueError(f"the property transform of {name!r} needs a transform type")
+        if kind == "set_to_server_value":
+            if item.set_to_server_value != _REQUEST_TIME:
+                raise BadValueError(f"the property transform of {name!r} needs a server value: REQUEST_TIME")
+            return RequestTime(name)
+        if kind in ("append_missing_elements", "remove_all_from_array"):
+            elements = [self.value_from_pb(value)[0] for value in getattr(item, kind).values]
+            return (AppendMissingElements if kind == "append_missing_elements" else RemoveAllFromArray)(name, elements)
+        if kind not in ("increment", "maximum", "minimum"):
+            raise BadValueError(f"the property transform {kind} of {name!r} is not supported")
+        number, _ = self.value_from_pb(getattr(item, kind))
+        return Increment(name, number) if kind == "increment" else Maximum(name, number) if kind == "maximum" else Minimum(name, number)

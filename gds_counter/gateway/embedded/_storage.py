@@ -46,7 +46,6 @@ from typing import Any, Hashable, Iterable, Iterator
 
 import attrs
 
-from gds_counter._checks import INT64_MAX, INT64_MIN
 from gds_counter._process import deadlines, forks
 from gds_counter._process.interrupts import surely
 from gds_counter.errors import AlreadyExists, Contention, GatewayError, GDSError, NotFound
@@ -63,8 +62,9 @@ from gds_counter.gateway.embedded._encoding import (
     sortable,
     stable_index,
 )
+from gds_counter.gateway.embedded._transforms import incremented, request_time, transformed
 from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import Insert, Update, Upsert
+from gds_counter.gateway.mutations import Increment, Insert, Update, Upsert
 from gds_counter.gateway.query import Query
 from gds_counter.gateway.values import RawEntity, check_entity_limits
 
@@ -359,19 +359,6 @@ def upserted_keys(batch: Iterable[Any]) -> Iterator[bytes]:
 PLAIN_TEXT_LIMIT = 4096
 
 
-def incremented(current: Any, amount: int | float) -> int | float:
-    """Datastore's increment transform, as the Firestore emulator applies
-    it: integers add and saturate at the 64-bit bounds (never an error, so
-    a result at a bound may have been cut short); a double on either side
-    makes a double (1.5 + 1 is 2.5); anything else stored (nothing, null, a
-    string, a bool, a list, a timestamp) is replaced by the amount."""
-    if not isinstance(current, (int, float)) or isinstance(current, bool):
-        return amount
-    if isinstance(current, float) or isinstance(amount, float):
-        return float(current) + float(amount)
-    return min(max(current + amount, INT64_MIN), INT64_MAX)
-
-
 def _rows_of(index: Index) -> set[tuple[str, bytes]]:
     """The index rows (name, encoding) the index values ``index`` give today."""
     return {(name, enc) for name, values in index.items() for enc, _ in values}
@@ -424,8 +411,8 @@ def masked_plain(mutation: Upsert, key: Key, text: str, decodings: Decodings) ->
     results = []
     for transform in mutation.transforms:
         name = transform.name
-        if "." in name or "`" in name:
-            return None
+        if "." in name or "`" in name or type(transform) is not Increment:
+            return None  # (the counter's transform is an increment of a top-level property)
         total = incremented(properties.get(name), transform.amount)
         changed |= _put(properties, unindexed, index, name, total, name in excluded)
         results.append(total)
@@ -501,12 +488,12 @@ def upsert(
             else:
                 paths.put(properties, unindexed, members, value, paths.excluded(entity, members))
     transform_results = []
+    when = request_time(now)  # (one clock reading per commit: every REQUEST_TIME of it is the same)
     for transform in mutation.transforms:
         members = paths.parse(transform.name)
-        current = paths.get(properties, members)
-        total = incremented(None if current is paths.MISSING else current, transform.amount)
-        paths.put(properties, unindexed, members, total, paths.excluded(entity, members))
-        transform_results.append(total)
+        value, result = transformed(transform, paths.get(properties, members), when)
+        paths.put(properties, unindexed, members, value, paths.excluded(entity, members))
+        transform_results.append(result)
     written = RawEntity(key, properties, frozenset(unindexed & set(properties)))
     if mutation.property_mask is not None:
         check_entity_limits(written)  # stored values and new ones together, never validated as a whole

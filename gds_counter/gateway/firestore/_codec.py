@@ -43,7 +43,19 @@ from google.cloud.firestore_v1.types import write as _write
 from gds_counter.errors import BadValueError, GatewayError
 from gds_counter.gateway._paths import parse
 from gds_counter.gateway.keys import Key, document_path, key_of_document
-from gds_counter.gateway.mutations import Delete, Insert, Mutation, Update, Upsert
+from gds_counter.gateway.mutations import (
+    AppendMissingElements,
+    Delete,
+    Increment,
+    Insert,
+    Maximum,
+    Minimum,
+    Mutation,
+    RequestTime,
+    Transform,
+    Update,
+    Upsert,
+)
 from gds_counter.gateway.query import KEY_PROPERTY
 from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity
 
@@ -51,6 +63,7 @@ __all__ = ["DocumentCodec", "field_path", "random_id"]
 
 _ValuePb = _doc.Value.pb()
 _WritePb = _write.Write.pb()
+_REQUEST_TIME = int(_write.DocumentTransform.FieldTransform.ServerValue.REQUEST_TIME)
 _UTC = _dt.timezone.utc
 
 #: A field path member Firestore takes without backticks.
@@ -204,17 +217,30 @@ class DocumentCodec:
             pb.update_mask.SetInParent()  # an empty mask writes nothing and keeps every field
             pb.update_mask.field_paths.extend(field_path(path) for path in mutation.property_mask)
         for transform in mutation.transforms:
-            item = pb.update_transforms.add()
-            item.field_path = field_path(transform.name)
-            if isinstance(transform.amount, float):
-                item.increment.double_value = transform.amount
-            else:
-                item.increment.integer_value = transform.amount
+            self._transform_to_pb(transform, pb.update_transforms.add())
         if isinstance(mutation, Insert) or mutation.entity.key is not key:
             pb.current_document.exists = False  # (a completed key: a clash of random ids is no overwrite)
         elif isinstance(mutation, Update):
             pb.current_document.exists = True
         return pb
+
+
+    def _transform_to_pb(self, transform: Transform, item: Any) -> None:
+        """A neutral transform as a Firestore ``FieldTransform``: the same six
+        transforms, on the field of the same path."""
+        name = transform.name
+        item.field_path = field_path(name)
+        if isinstance(transform, Increment):
+            self.value_to_pb(transform.amount, item.increment, name=name)
+        elif isinstance(transform, (Maximum, Minimum)):
+            self.value_to_pb(transform.value, getattr(item, type(transform).__name__.lower()), name=name)
+        elif isinstance(transform, RequestTime):
+            item.set_to_server_value = _REQUEST_TIME
+        else:
+            array = item.append_missing_elements if isinstance(transform, AppendMissingElements) else item.remove_all_from_array
+            array.SetInParent()
+            for element in transform.elements:
+                self.value_to_pb(element, array.values.add(), name=name, in_array=True)
 
 
 def document_of(mutation: Mutation) -> Key:

@@ -114,7 +114,7 @@ def check_aggregation(aggregation: Any) -> AggregationQuery:
             if item.up_to is not None:
                 raise BadValueError(f"{item.kind} takes no up_to (got {item.up_to!r})")
             if item.property == KEY_PROPERTY:
-                raise BadValueError(f"{item.kind} cannot aggregate __key__")
+                raise BadValueError(f"Aggregations are not supported for the property: __key__ ({item.kind})")
             _check_name(item.property, f"{item.kind} property")
             # As the Firestore emulator refuses them:
             if query.keys_only or query.projection == (KEY_PROPERTY,):
@@ -129,7 +129,8 @@ def check_aggregation(aggregation: Any) -> AggregationQuery:
     for alias in aliases:
         if aliases.count(alias) > 1:
             raise BadValueError(
-                f"aggregation alias {alias!r} is used twice (aggregations without an alias are named property_1, property_2, ...)"
+                f"Aggregation aliases contain duplicate alias: {alias}. (Aggregations without an alias are named "
+                "property_1, property_2, ...)"
             )
     return aggregation
 

@@ -247,7 +247,7 @@ def _check_filter(node: object, depth: int = 1) -> None:
     elif isinstance(node, PropertyFilter):
         _check_name(node.name, "filtered property")
         if node.op in ("IN", "NOT_IN") and (not isinstance(node.value, (list, tuple)) or not node.value):
-            raise BadValueError(f"{node.op} on {node.name!r} needs a non-empty list of values, got {node.value!r}")
+            raise BadValueError(f"{node.op} requires an non-empty ArrayValue. ({node.op} on {node.name!r} got {node.value!r})")
         if node.op == "HAS_ANCESTOR" and not isinstance(node.value, Key):
             raise BadValueError(f"HAS_ANCESTOR needs a Key, got {type(node.value).__name__} {node.value!r}")
         if node.name == KEY_PROPERTY:

@@ -111,7 +111,8 @@ class AggregationParser(Parser):
         for i, (_, token) in enumerate(items):
             if aliases[i] in aliases[:i]:
                 self.error(
-                    f"alias {aliases[i]!r} is used twice (aggregations without AS are named property_1, property_2, ...)",
+                    f"Aggregation aliases contain duplicate alias: {aliases[i]}. (Aggregations without AS are "
+                    "named property_1, property_2, ...)",
                     token,
                 )
         return tuple(item for item, _ in items)
@@ -144,7 +145,7 @@ class AggregationParser(Parser):
             token = self.tok
             name = self.strict_name("a property name", dotted=True)
             if name == KEY_PROPERTY:
-                self.error(f"{kind} cannot aggregate __key__", token)
+                self.error(f"Aggregations are not supported for the property: __key__ ({kind})", token)
             item = Aggregation(kind, property=name)
         else:
             self.fail(_AGGREGATIONS_EXPECTED)

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from sizes import params
 
 sys.path.insert(0, str(Path(__file__).parent))

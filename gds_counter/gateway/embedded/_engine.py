@@ -18,6 +18,7 @@ import logging
 import os
 import sqlite3
 import weakref
+from datetime import datetime
 from typing import Any, Iterator
 
 from gds_counter._process import deadlines
@@ -28,6 +29,7 @@ from gds_counter.gateway.embedded._commit_writes import CommitWrites
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, ConnectionPool, HeldLease, Lease
 from gds_counter.gateway.embedded._encoding import Decodings, key_bytes
 from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, GroupCommit, for_another
+from gds_counter.gateway.embedded._history import past
 from gds_counter.gateway.embedded._metadata import metadata_batch
 from gds_counter.gateway.embedded._projects import Projects, check_home, check_home_mutations, resolved
 from gds_counter.gateway.embedded._query_batches import BATCH_SIZE, BatchRead, Compiled, QueryBatches, answer, explain
@@ -114,10 +116,17 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
 
     # -- transactions --------------------------------------------------------
 
-    def _begin(self, read_only: bool) -> Transaction:
+    def _begin(self, read_only: bool, read_time: datetime | None = None) -> Transaction:
         self._record("begin_transaction")
         txn = Transaction(os.urandom(16), read_only)
-        if read_only:
+        if read_time is not None:
+            # A past time: its reads run on a copy of the database rewound
+            # to it (``_history.past``), the slow path.
+            with self._db() as conn:
+                txn.snapshot = past(conn, read_time)
+            txn.seq = -1
+            self.stats.bump("snapshot_copies")
+        elif read_only:
             # A read-only transaction reads as of its begin, as on the
             # Firestore emulator (tests/conformance/test_transactions.py):
             # its snapshot is pinned now. A read-write one reads the newest
@@ -141,6 +150,9 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
     @contextlib.contextmanager
     def _snapshot(self, txn: Transaction) -> Iterator[sqlite3.Connection]:
         """A connection reading ``txn``'s snapshot; the first read pins it."""
+        if txn.snapshot is not None and self.path is not None:  # (a past read_time's copy)
+            yield txn.snapshot
+            return
         if self.path is None:
             with self._db() as main:
                 if txn.snapshot is not None:

@@ -91,6 +91,9 @@ class DatastoreService:
 
     def __init__(self, gateway: Gateway, *, transaction_idle: float = IDLE_S) -> None:
         self.gateway = gateway
+        keep_history = getattr(gateway, "keep_history", None)
+        if keep_history is not None:  # the embedded engine: reads at a past read_time need its history
+            keep_history()
         #: Transactions clients began and have not ended (``_expiry``).
         self.transactions = OpenTransactions(gateway.rollback, transaction_idle)
         #: The past time each open transaction at a ``read_time`` reads at (its reads answer it).

@@ -29,7 +29,7 @@ from gds_counter.gateway.embedded._commit_writes import CommitWrites
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, ConnectionPool, HeldLease, Lease
 from gds_counter.gateway.embedded._encoding import Decodings, key_bytes
 from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, GroupCommit, for_another
-from gds_counter.gateway.embedded._history import past
+from gds_counter.gateway.embedded._history import ensure_history, past
 from gds_counter.gateway.embedded._metadata import metadata_batch
 from gds_counter.gateway.embedded._projects import Projects, check_home, check_home_mutations, resolved
 from gds_counter.gateway.embedded._query_batches import BATCH_SIZE, BatchRead, Compiled, QueryBatches, answer, explain
@@ -76,6 +76,10 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
     sustained write limit on one entity (about one per second): a commit that
     writes an entity written less than ``1/rate`` seconds ago raises
     Contention. It is a model for demos, not a measurement of Datastore.
+
+    ``history`` keeps the versions commits replace (``keep_history``), so
+    that ``begin_transaction(read_only=True, read_time=...)`` reads the data
+    as it was up to an hour ago; without it such a read is ``ReadTimeTooOld``.
     """
 
     def __init__(
@@ -86,9 +90,12 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
         entity_writes_per_second: float | None = None,
         read_only: bool = False,
         project: str | None = None,
+        history: bool = False,
     ) -> None:
         if entity_writes_per_second is not None and entity_writes_per_second <= 0:
             raise BadValueError(f"entity_writes_per_second must be positive, got {entity_writes_per_second!r}")
+        if history and read_only:
+            raise BadValueError("history=True keeps the versions commits replace: a read-only gateway writes none")
         super().__init__(namespace, capabilities=CAPABILITIES)
         self.projects = Projects(project)
         if path is not None and os.fspath(path) == ":memory:":
@@ -104,6 +111,18 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
         self._decodings = Decodings()  # stored texts this gateway decoded or wrote
         self._queries = QueryBatches(self.stats, self._decodings)
         self._group = GroupCommit()
+        if history:
+            self.keep_history()
+
+    def keep_history(self) -> None:
+        """Keep the versions commits replace for ``_history.HISTORY_S``, so
+        that a read-only transaction can read at a past ``read_time``
+        (``_history``). It costs every write of an existing entity a row
+        (docs/architecture.md has the figures), so it is asked for:
+        ``history=True``, or this; gds-counter serve does. A file keeps it
+        from then on, for every gateway that writes it."""
+        with self._db() as conn:
+            ensure_history(conn)
 
     # -- connections -------------------------------------------------------
 

@@ -39,7 +39,7 @@ from gds_counter.gateway._read_time import TOO_OLD, epoch_seconds
 from gds_counter.gateway.embedded._encoding import index_entries, load_entity
 from gds_counter.gateway.embedded._storage import _write_index
 
-__all__ = ["HISTORY_S", "PRUNE_EVERY", "ensure_history", "keep_deleted", "past", "prune"]
+__all__ = ["HISTORY_S", "PRUNE_EVERY", "ensure_history", "history_kept", "keep_deleted", "past", "prune"]
 
 #: How long a replaced version is kept, in seconds.
 HISTORY_S = 3600.0
@@ -63,8 +63,10 @@ END;
 
 
 def ensure_history(conn: sqlite3.Connection) -> None:
-    """Give a writable database its history table and trigger, once: a file
-    made before they existed gets them, and its history starts then."""
+    """Give a writable database its history table and trigger, once; a file
+    that already held entities keeps its history from then on. Every later
+    writer of the file keeps it too (the trigger is in the file, and
+    ``history_kept`` tells the commits to keep their deletes)."""
     if conn.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('history', 'history_of_updates')").fetchone()[0] == 2:
         return
     since = int(time.time() * 1_000_000)
@@ -77,6 +79,12 @@ def ensure_history(conn: sqlite3.Connection) -> None:
     finally:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
+
+
+def history_kept(conn: sqlite3.Connection) -> bool:
+    """Whether the database keeps history (a gateway turned it on, in this
+    process or another one): its deletes must then keep their versions."""
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'history'").fetchone() is not None
 
 
 def keep_deleted(conn: sqlite3.Connection, kb: bytes, now: float) -> None:
@@ -111,7 +119,7 @@ def past(conn: sqlite3.Connection, read_time: _dt.datetime) -> sqlite3.Connectio
     if row is None or at < max(oldest, row[0] / 1_000_000):
         copy.close()
         reach = (
-            "this file keeps no history (it is opened read-only and no writer of this version opened it)" if row is None
+            "this database keeps no history (EmbeddedGateway(history=True) keeps it; gds-counter serve does)" if row is None
             else f"gds-counter keeps replaced versions for {HISTORY_S:g} s (as Datastore without point-in-time recovery)"
             + (f", and this file's history starts at {_iso(row[0] / 1_000_000)}" if row[0] else "")
         )

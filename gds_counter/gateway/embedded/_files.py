@@ -16,7 +16,6 @@ from pathlib import Path
 from gds_counter._process import forks
 from gds_counter.errors import Contention, GatewayError, GDSError
 from gds_counter.gateway.embedded._file_ids import FileId, file_id
-from gds_counter.gateway.embedded._history import ensure_history
 from gds_counter.gateway.embedded._storage import create_schema, is_busy, schema_ready
 
 __all__ = [
@@ -74,8 +73,6 @@ def open_connection(
             if read_only:
                 raise GatewayError(f"{where} has no gds_counter tables, and it is opened read-only")
             create_schema(conn)
-        if not read_only:
-            ensure_history(conn)
         if path is None:
             return conn, None
         found = file_id(path)

@@ -35,6 +35,12 @@ class SchemaError(BadValueError):
     """Data does not fit the schema (unknown kind, wrong property type)."""
 
 
+class ReadTimeTooOld(BadValueError):
+    """A read at a past ``read_time`` older than the storage keeps versions
+    for (Datastore's FAILED_PRECONDITION, "The requested 'read_time' is too
+    old."): nothing was read. The message says how far back it reaches."""
+
+
 class CorruptDataError(GDSError):
     """Stored data is not what its layout promises (e.g. a shard count that is
     not an integer). The message names the entity so it can be repaired."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+from datetime import datetime
 from typing import Any, Callable, Sequence, TypeVar
 
 from gds_counter.aio._pool import ForkSafePool
@@ -102,8 +103,8 @@ class ThreadedGateway:
     ) -> AggregationResult:
         return await self._in_pool(self.blocking.run_aggregation, aggregation, transaction=transaction)
 
-    async def begin_transaction(self, *, read_only: bool = False) -> bytes:
-        return await self._in_pool(self.blocking.begin_transaction, read_only=read_only)
+    async def begin_transaction(self, *, read_only: bool = False, read_time: datetime | None = None) -> bytes:
+        return await self._in_pool(self.blocking.begin_transaction, read_only=read_only, read_time=read_time)
 
     async def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult:
         return await self._in_pool(self.blocking.commit, mutations, transaction=transaction)

@@ -17,6 +17,7 @@ import abc
 import asyncio
 import logging
 import weakref
+from datetime import datetime
 from typing import Any, Sequence, TypeVar
 
 from gds_counter.gateway import plan
@@ -76,8 +77,8 @@ class AsyncRules(GatewayRules, AsyncHooks[TransactionState]):
     ) -> AggregationResult:
         return await plan.arun(self._plan_run_aggregation(aggregation, transaction), self)
 
-    async def begin_transaction(self, *, read_only: bool = False) -> bytes:
-        return await plan.arun(self._plan_begin(read_only), self)
+    async def begin_transaction(self, *, read_only: bool = False, read_time: datetime | None = None) -> bytes:
+        return await plan.arun(self._plan_begin(read_only, read_time), self)
 
     async def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult:
         return await plan.arun(self._plan_commit(mutations, transaction), self)

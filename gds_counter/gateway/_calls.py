@@ -15,6 +15,7 @@ looked up at run time.
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from typing import ClassVar, Protocol, Sequence
 
 from gds_counter.gateway._contract import AsyncGateway, Gateway
@@ -62,7 +63,7 @@ class RulePlans(Protocol):
         self, aggregation: AggregationQuery, transaction: bytes | None
     ) -> Plan[AggregationResult]: ...
 
-    def _plan_begin(self, read_only: bool) -> Plan[bytes]: ...
+    def _plan_begin(self, read_only: bool, read_time: datetime | None = None) -> Plan[bytes]: ...
 
     def _plan_commit(self, mutations: Sequence[Mutation], transaction: bytes | None) -> Plan[CommitResult]: ...
 
@@ -148,15 +149,16 @@ class RunAggregation(GatewayCall[AggregationResult]):
 class BeginTransaction(GatewayCall[bytes]):
     method: ClassVar[str] = "begin_transaction"
     read_only: bool = False
+    read_time: datetime | None = None
 
     def perform(self, gateway: Gateway) -> bytes:
-        return gateway.begin_transaction(read_only=self.read_only)
+        return gateway.begin_transaction(read_only=self.read_only, read_time=self.read_time)
 
     async def aperform(self, gateway: AsyncGateway) -> bytes:
-        return await gateway.begin_transaction(read_only=self.read_only)
+        return await gateway.begin_transaction(read_only=self.read_only, read_time=self.read_time)
 
     def rules(self, owner: RulePlans) -> Plan[bytes]:
-        return owner._plan_begin(self.read_only)
+        return owner._plan_begin(self.read_only, self.read_time)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -257,8 +259,8 @@ def run_aggregation(aggregation: AggregationQuery, *, transaction: bytes | None 
     return ask(RunAggregation(aggregation, transaction))
 
 
-def begin_transaction(*, read_only: bool = False) -> Plan[bytes]:
-    return ask(BeginTransaction(read_only))
+def begin_transaction(*, read_only: bool = False, read_time: datetime | None = None) -> Plan[bytes]:
+    return ask(BeginTransaction(read_only, read_time))
 
 
 def commit(mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> Plan[CommitResult]:

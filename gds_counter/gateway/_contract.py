@@ -10,6 +10,7 @@ a blocking backend's hooks.
 from __future__ import annotations
 
 import inspect
+from datetime import datetime
 from typing import Protocol, Sequence, runtime_checkable
 
 import attrs
@@ -48,6 +49,9 @@ class Gateway(Protocol):
       run_query makes those reads part of the transaction. A token that is
       unknown, or already committed or rolled back, is a ``BadValueError``
       (``rollback`` of a finished transaction is a no-op: it is cleanup).
+      ``read_time`` (an aware ``datetime``, read-only only): its reads see
+      the database as it was then (``gateway._read_time``); a time older
+      than the storage keeps is ``ReadTimeTooOld``.
     * ``run_query`` applies ``offset`` fully before it returns a batch, so a
       continuation from ``end_cursor`` never needs the offset again.
     * ``run_aggregation`` runs an ``AggregationQuery`` (``COUNT``,
@@ -75,7 +79,7 @@ class Gateway(Protocol):
         self, aggregation: AggregationQuery, *, transaction: bytes | None = None
     ) -> AggregationResult: ...
 
-    def begin_transaction(self, *, read_only: bool = False) -> bytes: ...
+    def begin_transaction(self, *, read_only: bool = False, read_time: datetime | None = None) -> bytes: ...
 
     def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult: ...
 
@@ -128,7 +132,7 @@ class AsyncGateway(Protocol):
         self, aggregation: AggregationQuery, *, transaction: bytes | None = None
     ) -> AggregationResult: ...
 
-    async def begin_transaction(self, *, read_only: bool = False) -> bytes: ...
+    async def begin_transaction(self, *, read_only: bool = False, read_time: datetime | None = None) -> bytes: ...
 
     async def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult: ...
 

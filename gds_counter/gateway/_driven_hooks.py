@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import logging
+from datetime import datetime
 from typing import Any, Callable
 
 from gds_counter.errors import BadValueError, Contention
@@ -43,7 +44,7 @@ class HookPlans(abc.ABC):
     ) -> plan.Plan[AggregationResult]: ...
 
     @abc.abstractmethod
-    def _begin_plan(self, read_only: bool) -> plan.Plan[TransactionState]: ...
+    def _begin_plan(self, read_only: bool, read_time: datetime | None = None) -> plan.Plan[TransactionState]: ...
 
     @abc.abstractmethod
     def _rollback_plan(self, txn: TransactionState) -> plan.Plan[None]: ...
@@ -74,8 +75,8 @@ class BlockingPlannedHooks(HookPlans, BlockingHooks[TransactionState]):
     def _run_aggregation(self, aggregation: AggregationQuery, txn: TransactionState | None) -> AggregationResult:
         return plan.run(self._run_aggregation_plan(aggregation, txn), self._driven())
 
-    def _begin(self, read_only: bool) -> TransactionState:
-        return plan.run(self._begin_plan(read_only), self._driven())
+    def _begin(self, read_only: bool, read_time: datetime | None = None) -> TransactionState:
+        return plan.run(self._begin_plan(read_only, read_time), self._driven())
 
     def _rollback(self, txn: TransactionState) -> None:
         plan.run(self._rollback_plan(txn), self._driven())
@@ -103,8 +104,8 @@ class AsyncPlannedHooks(HookPlans, AsyncHooks[TransactionState]):
     async def _run_aggregation(self, aggregation: AggregationQuery, txn: TransactionState | None) -> AggregationResult:
         return await plan.arun(self._run_aggregation_plan(aggregation, txn), self._driven())
 
-    async def _begin(self, read_only: bool) -> TransactionState:
-        return await plan.arun(self._begin_plan(read_only), self._driven())
+    async def _begin(self, read_only: bool, read_time: datetime | None = None) -> TransactionState:
+        return await plan.arun(self._begin_plan(read_only, read_time), self._driven())
 
     async def _rollback(self, txn: TransactionState) -> None:
         await plan.arun(self._rollback_plan(txn), self._driven())

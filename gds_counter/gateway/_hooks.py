@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from datetime import datetime
 from typing import Generic, TypeVar
 
 from typing_extensions import TypeIs
@@ -69,8 +70,9 @@ class BlockingHooks(abc.ABC, Generic[T]):
         """A checked aggregation."""
 
     @abc.abstractmethod
-    def _begin(self, read_only: bool) -> T:
-        """Start a transaction on the server and describe it."""
+    def _begin(self, read_only: bool, read_time: datetime | None = None) -> T:
+        """Start a transaction on the server and describe it; ``read_time``
+        (checked, read-only only): its reads see the data as it was then."""
 
     @abc.abstractmethod
     def _commit(self, mutations: list[Mutation], txn: T | None) -> Written:
@@ -102,7 +104,7 @@ class AsyncHooks(abc.ABC, Generic[T]):
     async def _run_aggregation(self, aggregation: AggregationQuery, txn: T | None) -> AggregationResult: ...
 
     @abc.abstractmethod
-    async def _begin(self, read_only: bool) -> T: ...
+    async def _begin(self, read_only: bool, read_time: datetime | None = None) -> T: ...
 
     @abc.abstractmethod
     async def _commit(self, mutations: list[Mutation], txn: T | None) -> Written: ...
@@ -187,12 +189,13 @@ class RunAggregationHook(Hook[AggregationResult]):
 @dataclasses.dataclass(frozen=True, slots=True)
 class BeginHook(Hook[TransactionState]):
     read_only: bool
+    read_time: datetime | None = None
 
     def call(self, hooks: BlockingHooks[TransactionState]) -> TransactionState:
-        return hooks._begin(self.read_only)
+        return hooks._begin(self.read_only, self.read_time)
 
     async def acall(self, hooks: AsyncHooks[TransactionState]) -> TransactionState:
-        return await hooks._begin(self.read_only)
+        return await hooks._begin(self.read_only, self.read_time)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ import collections
 import contextvars
 import logging
 import threading
+from datetime import datetime
 from typing import Any, ClassVar, Sequence, TypeVar
 
 import attrs
@@ -38,6 +39,7 @@ from gds_counter.gateway._hooks import (
     RunQueryHook,
 )
 from gds_counter.gateway._probe import probe
+from gds_counter.gateway._read_time import check_read_time
 from gds_counter.gateway.capabilities import Capabilities
 from gds_counter.gateway.keys import Key, plain_key, require_complete
 from gds_counter.gateway.mutations import (
@@ -143,8 +145,10 @@ class GatewayRules:
             return None
         return call.rules(self)
 
-    def _plan_begin(self, read_only: bool) -> Plan[bytes]:
-        txn = yield from ask(BeginHook(bool(read_only)))
+    def _plan_begin(self, read_only: bool, read_time: datetime | None = None) -> Plan[bytes]:
+        if read_time is not None:
+            read_time = check_read_time(read_time, read_only=bool(read_only))
+        txn = yield from ask(BeginHook(bool(read_only), read_time))
         with self._transactions_lock:
             self._open_transactions[txn.token] = txn
             while len(self._open_transactions) > MAX_OPEN_TRANSACTIONS:

@@ -24,6 +24,7 @@ and ``PROBE_KIND``.
 from __future__ import annotations
 
 import threading
+from datetime import datetime
 from typing import Iterator, Sequence, TypeVar
 
 from gds_counter.gateway import plan
@@ -95,8 +96,8 @@ class BaseGateway(GatewayRules, BlockingHooks[T]):
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def begin_transaction(self, *, read_only: bool = False) -> bytes:
-        return plan.run(self._plan_begin(read_only), self)
+    def begin_transaction(self, *, read_only: bool = False, read_time: datetime | None = None) -> bytes:
+        return plan.run(self._plan_begin(read_only, read_time), self)
 
     def rollback(self, transaction: bytes) -> None:
         plan.run(self._plan_rollback(transaction), self)

@@ -27,7 +27,7 @@ import contextlib
 import datetime as _dt
 import logging
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from google.cloud.datastore_v1.types import datastore as _ds
 from google.cloud.datastore_v1.types import query as _qry
@@ -75,6 +75,11 @@ def _transaction_of(request: Any) -> bytes | None:
     return None
 
 
+#: How many open transactions at a ``read_time`` the server remembers the time of.
+_PAST_KEPT = 10_000
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+
+
 def _now(out: Any) -> None:
     out.FromDatetime(_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None))
 
@@ -86,8 +91,13 @@ class DatastoreService:
 
     def __init__(self, gateway: Gateway, *, transaction_idle: float = IDLE_S) -> None:
         self.gateway = gateway
+        keep_history = getattr(gateway, "keep_history", None)
+        if keep_history is not None:  # the embedded engine: reads at a past read_time need its history
+            keep_history()
         #: Transactions clients began and have not ended (``_expiry``).
         self.transactions = OpenTransactions(gateway.rollback, transaction_idle)
+        #: The past time each open transaction at a ``read_time`` reads at (its reads answer it).
+        self._past: dict[bytes, _dt.datetime] = {}
         #: What a request in a transaction not open here is told: the
         #: Firestore emulator's words (the Datastore gateway knows them).
         self._lost = (
@@ -147,25 +157,44 @@ class DatastoreService:
 
     # --- reads ---------------------------------------------------------------
 
-    def _read_transaction(self, options: Any) -> tuple[bytes | None, bytes | None]:
+    @contextlib.contextmanager
+    def _read_transaction(self, options: Any) -> Iterator[tuple[bytes | None, bytes | None]]:
         """The transaction a read runs in, and the token to send back when
-        the read began it (``new_transaction``)."""
+        the read began it (``new_transaction``). A read at a ``read_time``
+        runs in a read-only transaction at that time, begun and rolled back
+        here."""
         which = options.WhichOneof("consistency_type")
         if which == "transaction":
-            return bytes(options.transaction), None
-        if which == "new_transaction":
-            token = self.gateway.begin_transaction(read_only=options.new_transaction.HasField("read_only"))
-            self.transactions.began(token)
-            return token, token
-        if which == "read_time":
-            raise BadValueError("read_time (a read at a past time) is not supported by gds-counter serve")
-        return None, None  # strong or eventual: the embedded engine's reads are always strong
+            yield bytes(options.transaction), None
+        elif which == "new_transaction":
+            token = self._begin(options.new_transaction)
+            yield token, token
+        elif which == "read_time":
+            read_time = _read_time(options.read_time)
+            token = self.gateway.begin_transaction(read_only=True, read_time=read_time)
+            self._past[token] = read_time
+            try:
+                yield token, None
+            finally:
+                self._past.pop(token, None)
+                self.gateway.rollback(token)
+        else:
+            yield None, None  # strong or eventual: the embedded engine's reads are always strong
+
+    def _read_time_of(self, token: bytes | None, out: Any) -> None:
+        """A read's ``read_time``: the past time its transaction reads at, else now."""
+        read_time = self._past.get(token) if token is not None else None
+        if read_time is None:
+            _now(out)
+        else:
+            out.FromDatetime(read_time)
 
     def _lookup(self, request: Any, codec: Codec) -> Any:
-        token, began = self._read_transaction(request.read_options)
         keys = list(dict.fromkeys(codec.key_from_pb(pb) for pb in request.keys))
-        found = self.gateway.lookup(keys, transaction=token)
         response = _ds.LookupResponse.pb()()
+        with self._read_transaction(request.read_options) as (token, began):
+            found = self.gateway.lookup(keys, transaction=token)
+            self._read_time_of(token, response.read_time)
         for key, entity in zip(keys, found):
             if entity is None:
                 response.missing.add().entity.key.CopyFrom(codec.key_to_pb(key))
@@ -173,7 +202,6 @@ class DatastoreService:
                 codec.entity_to_pb(entity, response.found.add().entity)
         if began is not None:
             response.transaction = began
-        _now(response.read_time)
         return response
 
     def _query_of(self, request: Any, codec: Codec, *, aggregation: bool) -> Any:
@@ -201,10 +229,10 @@ class DatastoreService:
 
     def _run_query(self, request: Any, codec: Codec) -> Any:
         query: Query = self._query_of(request, codec, aggregation=False)
-        token, began = self._read_transaction(request.read_options)
-        result = self.gateway.run_query(query, transaction=token)
         response = _ds.RunQueryResponse.pb()()
-        self._batch(query, result, codec, response.batch, token)
+        with self._read_transaction(request.read_options) as (token, began):
+            result = self.gateway.run_query(query, transaction=token)
+            self._batch(query, result, codec, response.batch, token)
         if request.HasField("gql_query"):
             response.query.CopyFrom(codec.query_to_pb(query))
         if began is not None:
@@ -236,7 +264,7 @@ class DatastoreService:
             out.more_results = _BatchPb.MORE_RESULTS_AFTER_LIMIT
         else:
             out.more_results = _BatchPb.NO_MORE_RESULTS
-        _now(out.read_time)
+        self._read_time_of(token, out.read_time)
 
     def _skipped(self, query: Query, result: QueryResult, token: bytes | None) -> int:
         """How many results the offset skipped: all of it when a result
@@ -257,15 +285,15 @@ class DatastoreService:
 
     def _run_aggregation_query(self, request: Any, codec: Codec) -> Any:
         aggregation: AggregationQuery = self._query_of(request, codec, aggregation=True)
-        token, began = self._read_transaction(request.read_options)
-        values = self.gateway.run_aggregation(aggregation, transaction=token)
         response = _ds.RunAggregationQueryResponse.pb()()
         batch = response.batch
+        with self._read_transaction(request.read_options) as (token, began):
+            values = self.gateway.run_aggregation(aggregation, transaction=token)
+            self._read_time_of(token, batch.read_time)
         row = batch.aggregation_results.add()
         for alias, value in values.items():
             codec.value_to_pb(value, False, row.aggregate_properties[alias])
         batch.more_results = _BatchPb.NO_MORE_RESULTS
-        _now(batch.read_time)
         if request.HasField("gql_query"):
             response.query.CopyFrom(codec.aggregation_to_pb(aggregation))
         if began is not None:
@@ -275,12 +303,21 @@ class DatastoreService:
     # --- transactions ----------------------------------------------------------
 
     def _begin_transaction(self, request: Any, codec: Codec) -> Any:
-        options = request.transaction_options
-        if options.HasField("read_only") and options.read_only.HasField("read_time"):
-            raise BadValueError("a read-only transaction at a past read_time is not supported by gds-counter serve")
-        token = self.gateway.begin_transaction(read_only=options.HasField("read_only"))
+        return _ds.BeginTransactionResponse.pb()(transaction=self._begin(request.transaction_options))
+
+    def _begin(self, options: Any) -> bytes:
+        """Begin a transaction with these ``TransactionOptions``; a read-only
+        one at a ``read_time`` reads the data as it was then."""
+        read_only = options.HasField("read_only")
+        past = read_only and options.read_only.HasField("read_time")
+        read_time = _read_time(options.read_only.read_time) if past else None
+        token = self.gateway.begin_transaction(read_only=read_only, read_time=read_time)
         self.transactions.began(token)
-        return _ds.BeginTransactionResponse.pb()(transaction=token)
+        if read_time is not None:
+            self._past[token] = read_time
+            while len(self._past) > _PAST_KEPT:  # (one a client never ended: forgotten, oldest first)
+                del self._past[next(iter(self._past))]
+        return token
 
     def _rollback(self, request: Any, codec: Codec) -> Any:
         if not request.transaction:
@@ -288,6 +325,7 @@ class DatastoreService:
         if not self.transactions.known(bytes(request.transaction)):
             raise BadValueError("Invalid transaction: this server never began it")  # as the emulator answers
         self.transactions.ended(bytes(request.transaction))
+        self._past.pop(bytes(request.transaction), None)
         self.gateway.rollback(bytes(request.transaction))
         return _ds.RollbackResponse.pb()()
 
@@ -303,6 +341,7 @@ class DatastoreService:
         elif which == "transaction":
             token = bytes(request.transaction)
             self.transactions.ended(token)  # committed or not, it ends here
+            self._past.pop(token, None)
         elif which == "single_use_transaction":
             token = self.gateway.begin_transaction(read_only=request.single_use_transaction.HasField("read_only"))
         elif request.mode == _CommitRequestPb.TRANSACTIONAL:
@@ -333,6 +372,14 @@ class DatastoreService:
         keys: list[Key] = [codec.key_from_pb(pb) for pb in request.keys]
         self.gateway.reserve_ids(keys)
         return _ds.ReserveIdsResponse.pb()()
+
+
+def _read_time(stamp: Any) -> _dt.datetime:
+    """A request's ``read_time`` (a protobuf ``Timestamp``) as an aware
+    datetime; microseconds at most, as Datastore takes it."""
+    if stamp.nanos % 1000:
+        raise BadValueError(f"timestamp cannot have more than microseconds precision (read_time nanos={stamp.nanos})")
+    return _EPOCH + _dt.timedelta(seconds=stamp.seconds, microseconds=stamp.nanos // 1000)
 
 
 def _check_project(project: str) -> None:

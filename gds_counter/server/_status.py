@@ -22,6 +22,7 @@ from gds_counter.errors import (
     GDSError,
     GQLError,
     NotFound,
+    ReadTimeTooOld,
     TransactionLost,
     Unavailable,
 )
@@ -76,6 +77,8 @@ def status_of(exc: BaseException) -> ServiceError:
         return ServiceError("ALREADY_EXISTS", text)
     if isinstance(exc, NotFound):
         return ServiceError("NOT_FOUND", text)
+    if isinstance(exc, ReadTimeTooOld):
+        return ServiceError("FAILED_PRECONDITION", text)  # as Datastore and the Firestore emulator answer
     if isinstance(exc, (BadValueError, GQLError)):
         return ServiceError("INVALID_ARGUMENT", text)
     if isinstance(exc, CommitUnknown):

@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Mapping, Sequence
 
 from gds_counter.aio import is_async_gateway
@@ -72,8 +73,8 @@ class FaultyAsyncGateway(FaultPlans):
         result: AggregationResult = await self.inner.run_aggregation(aggregation, transaction=transaction)
         return result
 
-    async def begin_transaction(self, *, read_only: bool = False) -> bytes:
-        return await plan.arun(self._begin_plan(read_only), self.inner)
+    async def begin_transaction(self, *, read_only: bool = False, read_time: datetime | None = None) -> bytes:
+        return await plan.arun(self._begin_plan(read_only, read_time), self.inner)
 
     async def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult:
         return await plan.arun(self._commit_plan(mutations, transaction), self.inner)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from datetime import datetime
 from typing import Any, Awaitable, Sequence, TypeVar
 
 from gds_counter.gateway.capabilities import Capabilities
@@ -71,8 +72,8 @@ class BlockingBridge:
     def run_aggregation(self, aggregation: AggregationQuery, *, transaction: bytes | None = None) -> AggregationResult:
         return self.run(self.async_gateway.run_aggregation(aggregation, transaction=transaction))
 
-    def begin_transaction(self, *, read_only: bool = False) -> bytes:
-        return self.run(self.async_gateway.begin_transaction(read_only=read_only))
+    def begin_transaction(self, *, read_only: bool = False, read_time: datetime | None = None) -> bytes:
+        return self.run(self.async_gateway.begin_transaction(read_only=read_only, read_time=read_time))
 
     def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult:
         return self.run(self.async_gateway.commit(mutations, transaction=transaction))

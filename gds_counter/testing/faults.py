@@ -63,6 +63,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+from datetime import datetime
 from typing import Any, Mapping, Sequence, TypeVar
 
 from gds_counter.errors import BadValueError, CommitUnknown, Contention, GatewayError, GDSError, Unavailable
@@ -196,11 +197,11 @@ class FaultPlans:
     def _allocate_ids_plan(self, keys: Sequence[Key]) -> plan.Plan[list[Key]]:
         return self._faulty("allocate_ids", plan.allocate_ids(keys))
 
-    def _begin_plan(self, read_only: bool) -> plan.Plan[bytes]:
+    def _begin_plan(self, read_only: bool, read_time: datetime | None = None) -> plan.Plan[bytes]:
         fault = self.injector.draw("begin_transaction")
         if fault is not None and fault != DEADLINE_EXCEEDED:
             self._fail_before("begin_transaction", fault)
-        token = yield from plan.begin_transaction(read_only=read_only)
+        token = yield from plan.begin_transaction(read_only=read_only, read_time=read_time)
         if fault == DEADLINE_EXCEEDED:
             # The caller never learns the token: end the transaction, as it
             # would expire on a server.
@@ -269,8 +270,8 @@ class FaultyGateway(FaultPlans):
         result: AggregationResult = self.inner.run_aggregation(aggregation, transaction=transaction)
         return result
 
-    def begin_transaction(self, *, read_only: bool = False) -> bytes:
-        return plan.run(self._begin_plan(read_only), self.inner)
+    def begin_transaction(self, *, read_only: bool = False, read_time: datetime | None = None) -> bytes:
+        return plan.run(self._begin_plan(read_only, read_time), self.inner)
 
     def commit(self, mutations: Sequence[Mutation], *, transaction: bytes | None = None) -> CommitResult:
         return plan.run(self._commit_plan(mutations, transaction), self.inner)

@@ -17,6 +17,7 @@ import abc
 import dataclasses
 import logging
 import os
+from datetime import datetime
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -338,9 +339,11 @@ class DatastoreRequests(CallBudget, GatewayRules):
 
     # --- transactions -------------------------------------------------------
 
-    def _begin_plan(self, read_only: bool) -> plan.Plan[TransactionState]:
+    def _begin_plan(self, read_only: bool, read_time: datetime | None = None) -> plan.Plan[TransactionState]:
         request = _ds.BeginTransactionRequest.pb()(project_id=self.project, database_id=self.database)
-        if read_only:
+        if read_time is not None:
+            request.transaction_options.read_only.read_time.FromDatetime(read_time)
+        elif read_only:
             request.transaction_options.read_only.SetInParent()
         else:
             request.transaction_options.read_write.SetInParent()

@@ -77,6 +77,7 @@ from gds_counter.errors import (
     GatewayError,
     GDSError,
     NotFound,
+    ReadTimeTooOld,
     TransactionLost,
     Unavailable,
 )
@@ -218,6 +219,8 @@ def translate_error(
         )
     if isinstance(exc, gexc.InvalidArgument):
         return BadValueError(f"{call}: rejected by Datastore: {text}")
+    if isinstance(exc, gexc.FailedPrecondition) and "'read_time'" in text:
+        return ReadTimeTooOld(f"{call}: rejected by Datastore: {text}")
     if call == "commit" and isinstance(exc, gexc.AlreadyExists):
         return AlreadyExists(f"commit refused, an inserted entity exists ({text}); {_STOPPED}")
     if call == "commit" and isinstance(exc, gexc.NotFound):

@@ -24,6 +24,7 @@ from gds_counter.errors import AlreadyExists, CommitUnknown, Contention, GDSErro
 from gds_counter.gateway.embedded._connections import Connection, ConnectionPool, Lease
 from gds_counter.gateway.embedded._encoding import Decodings, key_bytes
 from gds_counter.gateway.embedded._group_commit import Batch
+from gds_counter.gateway.embedded._history import PRUNE_EVERY, history_kept, keep_deleted, prune
 from gds_counter.gateway.embedded._query_batches import QueryBatches, answer
 from gds_counter.gateway.embedded._storage import (
     Stopped,
@@ -180,12 +181,19 @@ class CommitWrites:
         new_ids = iter(allocate(conn, partial) if partial else ())
         results: list[tuple[Key | None, tuple[Any, ...] | None]] = []
         now = time.time()
+        kept: bool | None = None  # whether the database keeps history (``_history``), once asked
+        if seq % PRUNE_EVERY == 0 and history_kept(conn):
+            prune(conn, now)
         rate = self._min_write_gap
         for mutation in mutations:
             if isinstance(mutation, Delete):
                 if rate:
                     self._check_write_rate(conn, mutation.key, now)
                 kb = key_bytes(mutation.key)
+                if kept is None:
+                    kept = history_kept(conn)
+                if kept:
+                    keep_deleted(conn, kb, now)
                 conn.execute("DELETE FROM entities WHERE key_bytes = ?", (kb,))
                 conn.execute("DELETE FROM props WHERE key_bytes = ?", (kb,))
                 if stored is not None:

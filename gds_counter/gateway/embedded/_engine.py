@@ -18,6 +18,7 @@ import logging
 import os
 import sqlite3
 import weakref
+from datetime import datetime
 from typing import Any, Iterator
 
 from gds_counter._process import deadlines
@@ -28,6 +29,7 @@ from gds_counter.gateway.embedded._commit_writes import CommitWrites
 from gds_counter.gateway.embedded._connections import BUSY_TIMEOUT_S, ConnectionPool, HeldLease, Lease
 from gds_counter.gateway.embedded._encoding import Decodings, key_bytes
 from gds_counter.gateway.embedded._group_commit import DEFAULT_WAIT_S, GroupCommit, for_another
+from gds_counter.gateway.embedded._history import ensure_history, past
 from gds_counter.gateway.embedded._metadata import metadata_batch
 from gds_counter.gateway.embedded._projects import Projects, check_home, check_home_mutations, resolved
 from gds_counter.gateway.embedded._query_batches import BATCH_SIZE, BatchRead, Compiled, QueryBatches, answer, explain
@@ -74,6 +76,10 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
     sustained write limit on one entity (about one per second): a commit that
     writes an entity written less than ``1/rate`` seconds ago raises
     Contention. It is a model for demos, not a measurement of Datastore.
+
+    ``history`` keeps the versions commits replace (``keep_history``), so
+    that ``begin_transaction(read_only=True, read_time=...)`` reads the data
+    as it was up to an hour ago; without it such a read is ``ReadTimeTooOld``.
     """
 
     def __init__(
@@ -84,9 +90,12 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
         entity_writes_per_second: float | None = None,
         read_only: bool = False,
         project: str | None = None,
+        history: bool = False,
     ) -> None:
         if entity_writes_per_second is not None and entity_writes_per_second <= 0:
             raise BadValueError(f"entity_writes_per_second must be positive, got {entity_writes_per_second!r}")
+        if history and read_only:
+            raise BadValueError("history=True keeps the versions commits replace: a read-only gateway writes none")
         super().__init__(namespace, capabilities=CAPABILITIES)
         self.projects = Projects(project)
         if path is not None and os.fspath(path) == ":memory:":
@@ -102,6 +111,18 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
         self._decodings = Decodings()  # stored texts this gateway decoded or wrote
         self._queries = QueryBatches(self.stats, self._decodings)
         self._group = GroupCommit()
+        if history:
+            self.keep_history()
+
+    def keep_history(self) -> None:
+        """Keep the versions commits replace for ``_history.HISTORY_S``, so
+        that a read-only transaction can read at a past ``read_time``
+        (``_history``). It costs every write of an existing entity a row
+        (docs/architecture.md has the figures), so it is asked for:
+        ``history=True``, or this; gds-counter serve does. A file keeps it
+        from then on, for every gateway that writes it."""
+        with self._db() as conn:
+            ensure_history(conn)
 
     # -- connections -------------------------------------------------------
 
@@ -114,10 +135,17 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
 
     # -- transactions --------------------------------------------------------
 
-    def _begin(self, read_only: bool) -> Transaction:
+    def _begin(self, read_only: bool, read_time: datetime | None = None) -> Transaction:
         self._record("begin_transaction")
         txn = Transaction(os.urandom(16), read_only)
-        if read_only:
+        if read_time is not None:
+            # A past time: its reads run on a copy of the database rewound
+            # to it (``_history.past``), the slow path.
+            with self._db() as conn:
+                txn.snapshot = past(conn, read_time)
+            txn.seq = -1
+            self.stats.bump("snapshot_copies")
+        elif read_only:
             # A read-only transaction reads as of its begin, as on the
             # Firestore emulator (tests/conformance/test_transactions.py):
             # its snapshot is pinned now. A read-write one reads the newest
@@ -141,6 +169,9 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
     @contextlib.contextmanager
     def _snapshot(self, txn: Transaction) -> Iterator[sqlite3.Connection]:
         """A connection reading ``txn``'s snapshot; the first read pins it."""
+        if txn.snapshot is not None and self.path is not None:  # (a past read_time's copy)
+            yield txn.snapshot
+            return
         if self.path is None:
             with self._db() as main:
                 if txn.snapshot is not None:

@@ -26,6 +26,7 @@ import functools
 import logging
 import os
 import re
+from datetime import datetime
 from typing import Any, Callable
 
 from google.cloud.firestore_v1.types import firestore as _fs
@@ -301,9 +302,11 @@ class FirestoreRequests(CallBudget, GatewayRules, HookPlans):
 
     # --- transactions -------------------------------------------------------
 
-    def _begin_plan(self, read_only: bool) -> plan.Plan[TransactionState]:
+    def _begin_plan(self, read_only: bool, read_time: datetime | None = None) -> plan.Plan[TransactionState]:
         request = _fs.BeginTransactionRequest.pb()(database=self._codec.database_name)
-        if read_only:
+        if read_time is not None:
+            request.options.read_only.read_time.FromDatetime(read_time)
+        elif read_only:
             request.options.read_only.SetInParent()
         else:
             request.options.read_write.SetInParent()

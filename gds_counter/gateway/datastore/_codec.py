@@ -39,6 +39,7 @@ from google.cloud.datastore_v1.types import query as _qry
 
 from gds_counter.errors import BadValueError, GatewayError
 from gds_counter.gateway.keys import Key, PathElement
+from gds_counter.gateway.meanings import INDEX_VALUE, NO_MEANINGS, Meaning
 from gds_counter.gateway.mutations import Delete, Increment, Insert, Mutation, Update, Upsert
 from gds_counter.gateway.query import (
     Aggregation,
@@ -168,6 +169,8 @@ class Codec:
             pb.key.CopyFrom(self.key_to_pb(entity.key))
         for name, value in entity.properties.items():
             self.value_to_pb(value, name in entity.unindexed, pb.properties[name])
+        for name, meaning in entity.meanings.items():  # (gateway.meanings: checked with the entity)
+            _meaning_to_pb(meaning, pb.properties[name])
         return pb
 
     def value_from_pb(self, pb: Any) -> tuple[Any, bool]:
@@ -205,12 +208,16 @@ class Codec:
         key = self.key_from_pb(pb.key) if pb.HasField("key") else None
         properties: dict[str, Any] = {}
         unindexed = set()
+        meanings = {}
         for name, value_pb in pb.properties.items():
             value, excluded = self.value_from_pb(value_pb)
             properties[name] = value
             if excluded:
                 unindexed.add(name)
-        return RawEntity(key, properties, frozenset(unindexed))
+            meaning = _meaning_from_pb(value_pb)
+            if meaning is not None:
+                meanings[name] = meaning
+        return RawEntity(key, properties, frozenset(unindexed), meanings or NO_MEANINGS)
 
     # --- queries ------------------------------------------------------------
 
@@ -449,5 +456,44 @@ class Codec:
             if isinstance(amount, bool) or not isinstance(amount, (int, float)):
                 raise BadValueError(f"an increment of {item.property!r} needs an integer or a double, got {amount!r}")
             transforms.append(Increment(item.property, amount))
+        _refuse_list_meanings(written)
         kind_of = Insert if which == "insert" else Update if which == "update" else Upsert
         return kind_of(self.entity_from_pb(written), property_mask=mask, transforms=tuple(transforms))
+
+
+def _meaning_to_pb(meaning: Meaning, pb: Any) -> None:
+    """Put a property's meaning (``gateway.meanings``) on its value ``pb``."""
+    if isinstance(meaning, tuple):
+        for one, item in zip(meaning, pb.array_value.values):
+            if one is not None:
+                item.meaning = one
+    else:
+        pb.meaning = meaning
+
+
+def _meaning_from_pb(pb: Any) -> Meaning | None:
+    """A value's meaning as ``RawEntity.meanings`` keeps it: None for none,
+    and for a projection's marker (``INDEX_VALUE``), which says how the
+    value was read, not what it is. A list's meaning itself (which the
+    emulator refuses) is its elements' where they have none."""
+    if pb.WhichOneof("value_type") == "array_value":
+        root = pb.meaning
+        items = tuple(_meaning_from_pb(item) or (root or None) for item in pb.array_value.values)
+        return items if any(one is not None for one in items) else None
+    meaning = pb.meaning
+    return meaning if meaning and meaning != INDEX_VALUE else None
+
+
+def _refuse_list_meanings(entity_pb: Any) -> None:
+    """Refuse a meaning on a list value itself, as the emulator does (its
+    elements' meanings are kept)."""
+    for name, value_pb in entity_pb.properties.items():
+        which = value_pb.WhichOneof("value_type")
+        if which == "array_value":
+            if value_pb.meaning:
+                raise BadValueError(f"property {name!r}: a list value cannot specify a meaning (its elements can)")
+            for item in value_pb.array_value.values:
+                if item.WhichOneof("value_type") == "entity_value":
+                    _refuse_list_meanings(item.entity_value)
+        elif which == "entity_value":
+            _refuse_list_meanings(value_pb.entity_value)

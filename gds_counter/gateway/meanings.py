@@ -20,7 +20,7 @@ element's. An embedded entity keeps its properties' meanings in its own
 
 Which meanings a value may carry is the emulator's table, measured with the
 raw client on every value type, indexed and not, for meanings 1..30
-(``ALLOWED``); anything else it refuses, and so does ``check_meanings``,
+(``ALLOWED``; a rating, 13, only on 0..100); anything else it refuses, and so does ``check_meanings``,
 naming the property. Meaning 16 on an indexed blob is accepted and dropped
 (``kept``), as the emulator stores it. Meaning 18 marks a projection's
 values (``INDEX_VALUE``): the emulator puts it on every projected value and
@@ -49,6 +49,9 @@ INDEX_VALUE = 18
 
 #: Meaning 16 (a byte string), which the emulator drops from an indexed blob.
 _BYTESTRING = 16
+
+#: Meaning 13 (a rating), which the emulator takes on integers 0..100 only.
+_RATING = 13
 
 _STRING_MEANINGS = frozenset({1, 2, 3, 4, 5, 6, 8, 10, 11, 12, 17})
 
@@ -80,6 +83,8 @@ def check_meanings(name: str, value: Any, meaning: Any, indexed: bool) -> None:
     if type(meaning) is not int:
         raise BadValueError(f"property {name!r}: a meaning is an integer, got {meaning!r}")
     allowed = ALLOWED.get((type(value), indexed), frozenset())
+    if meaning == _RATING and meaning in allowed and not 0 <= value <= 100:
+        raise BadValueError(f"property {name!r}: meaning {_RATING} (a rating) takes 0..100, got {value}")
     if meaning not in allowed:
         where = "an indexed" if indexed else "an unindexed"
         raise BadValueError(

@@ -20,7 +20,8 @@ element's. An embedded entity keeps its properties' meanings in its own
 
 Which meanings a value may carry is the emulator's table, measured with the
 raw client on every value type, indexed and not, for meanings 1..30
-(``ALLOWED``; a rating, 13, only on 0..100); anything else it refuses, and so does ``check_meanings``,
+(``ALLOWED``; a rating, 13, only on 0..100; a user, 20, on an embedded
+entity of the user's properties: ``_check_user``); anything else it refuses, and so does ``check_meanings``,
 naming the property. Meaning 16 on an indexed blob is accepted and dropped
 (``kept``), as the emulator stores it. Meaning 18 marks a projection's
 values (``INDEX_VALUE``): the emulator puts it on every projected value and
@@ -36,7 +37,7 @@ from typing import Any, Mapping, Union
 
 from gds_counter.errors import BadValueError
 
-__all__ = ["ALLOWED", "INDEX_VALUE", "NO_MEANINGS", "Meaning", "check_meanings", "kept"]
+__all__ = ["ALLOWED", "INDEX_VALUE", "USER", "NO_MEANINGS", "Meaning", "check_meanings", "kept"]
 
 #: A property's meaning: one int, or one per list element (None: none).
 Meaning = Union[int, tuple[Union[int, None], ...]]
@@ -50,6 +51,11 @@ INDEX_VALUE = 18
 #: Meaning 16 (a byte string), which the emulator drops from an indexed blob.
 _BYTESTRING = 16
 
+#: Meaning 20: an embedded entity that is a user (google-cloud-ndb's ``UserProperty``).
+USER = 20
+_USER_REQUIRED = frozenset({"email", "auth_domain"})
+_USER_PROPERTIES = _USER_REQUIRED | {"user_id", "federated_identity", "federated_provider"}
+
 #: Meaning 13 (a rating), which the emulator takes on integers 0..100 only.
 _RATING = 13
 
@@ -57,7 +63,8 @@ _STRING_MEANINGS = frozenset({1, 2, 3, 4, 5, 6, 8, 10, 11, 12, 17})
 
 #: (value type, indexed) -> the meanings the Firestore emulator in Datastore
 #: mode stores with such a value. No other type takes any (null, booleans,
-#: doubles, timestamps, keys, geopoints, embedded entities).
+#: doubles, timestamps, keys, geopoints), but an embedded entity that is a
+#: user (``USER``).
 ALLOWED: Mapping[tuple[type, bool], frozenset[int]] = MappingProxyType({
     (int, True): frozenset({13, 29, 30}),
     (int, False): frozenset({13, 29, 30}),
@@ -82,6 +89,9 @@ def check_meanings(name: str, value: Any, meaning: Any, indexed: bool) -> None:
         return
     if type(meaning) is not int:
         raise BadValueError(f"property {name!r}: a meaning is an integer, got {meaning!r}")
+    if meaning == USER and hasattr(value, "unindexed"):  # an embedded entity (RawEntity, which imports this module)
+        _check_user(name, value)
+        return
     allowed = ALLOWED.get((type(value), indexed), frozenset())
     if meaning == _RATING and meaning in allowed and not 0 <= value <= 100:
         raise BadValueError(f"property {name!r}: meaning {_RATING} (a rating) takes 0..100, got {value}")
@@ -90,6 +100,26 @@ def check_meanings(name: str, value: Any, meaning: Any, indexed: bool) -> None:
         raise BadValueError(
             f"property {name!r}: meaning {meaning} is not one Datastore takes on {where} {type(value).__name__} value"
             f" (it takes {sorted(allowed) or 'none'})"
+        )
+
+
+def _check_user(name: str, entity: Any) -> None:
+    """A user (meaning 20), as the emulator takes one: an embedded entity
+    without a key, of unindexed strings without meanings, ``email`` and
+    ``auth_domain`` among them, and no property but ``_USER_PROPERTIES``."""
+    problem = (
+        "has a key" if entity.key is not None
+        else f"has no {sorted(_USER_REQUIRED - set(entity.properties))}" if not _USER_REQUIRED <= set(entity.properties)
+        else f"has properties {sorted(set(entity.properties) - _USER_PROPERTIES)}" if not set(entity.properties) <= _USER_PROPERTIES
+        else "has an indexed property" if set(entity.properties) - entity.unindexed
+        else "has a value that is no string" if not all(type(v) is str for v in entity.properties.values())
+        else "has a property with a meaning" if entity.meanings
+        else None
+    )
+    if problem is not None:
+        raise BadValueError(
+            f"property {name!r}: a user entity (meaning {USER}) {problem}; it holds unindexed strings "
+            f"{sorted(_USER_REQUIRED)} and may hold {sorted(_USER_PROPERTIES - _USER_REQUIRED)}, no key"
         )
 
 

@@ -456,7 +456,7 @@ class Codec:
             if isinstance(amount, bool) or not isinstance(amount, (int, float)):
                 raise BadValueError(f"an increment of {item.property!r} needs an integer or a double, got {amount!r}")
             transforms.append(Increment(item.property, amount))
-        _refuse_list_meanings(written)
+        _refuse_wire_meanings(written)
         kind_of = Insert if which == "insert" else Update if which == "update" else Upsert
         return kind_of(self.entity_from_pb(written), property_mask=mask, transforms=tuple(transforms))
 
@@ -484,16 +484,22 @@ def _meaning_from_pb(pb: Any) -> Meaning | None:
     return meaning if meaning and meaning != INDEX_VALUE else None
 
 
-def _refuse_list_meanings(entity_pb: Any) -> None:
-    """Refuse a meaning on a list value itself, as the emulator does (its
-    elements' meanings are kept)."""
+def _refuse_wire_meanings(entity_pb: Any) -> None:
+    """Refuse, in a write, what the emulator refuses and ``RawEntity.meanings``
+    cannot hold: a meaning on a list value itself (its elements' are kept)
+    and the projection's mark (``INDEX_VALUE``), anywhere in the entity."""
     for name, value_pb in entity_pb.properties.items():
-        which = value_pb.WhichOneof("value_type")
-        if which == "array_value":
-            if value_pb.meaning:
-                raise BadValueError(f"property {name!r}: a list value cannot specify a meaning (its elements can)")
-            for item in value_pb.array_value.values:
-                if item.WhichOneof("value_type") == "entity_value":
-                    _refuse_list_meanings(item.entity_value)
-        elif which == "entity_value":
-            _refuse_list_meanings(value_pb.entity_value)
+        _refuse_wire_meaning(name, value_pb)
+
+
+def _refuse_wire_meaning(name: str, value_pb: Any) -> None:
+    if value_pb.meaning == INDEX_VALUE:
+        raise BadValueError(f"property {name!r}: meaning {INDEX_VALUE} marks a projection's value; a projected entity cannot be written")
+    which = value_pb.WhichOneof("value_type")
+    if which == "array_value":
+        if value_pb.meaning:
+            raise BadValueError(f"property {name!r}: a list value cannot specify a meaning (its elements can)")
+        for item in value_pb.array_value.values:
+            _refuse_wire_meaning(name, item)
+    elif which == "entity_value":
+        _refuse_wire_meanings(value_pb.entity_value)

@@ -14,8 +14,8 @@ from typing import Any, Mapping
 
 from gds_counter._checks import check_text
 from gds_counter.errors import BadValueError
+from gds_counter.gateway._meanings import NO_MEANINGS
 from gds_counter.gateway.keys import RESERVED_NAME
-from gds_counter.gateway.meanings import NO_MEANINGS
 from gds_counter.gateway.values import RawEntity
 
 __all__ = ["KEEP", "MISSING", "check_path", "drop", "excluded", "get", "meaning_at", "parse", "put"]

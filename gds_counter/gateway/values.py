@@ -17,10 +17,10 @@ import attrs
 
 from gds_counter._checks import INT64_MAX, INT64_MIN, utf8_size
 from gds_counter.errors import BadKeyError, BadValueError
+from gds_counter.gateway._meanings import INDEX_VALUE, NO_MEANINGS, Meaning, check_meanings
 from gds_counter.gateway.keys import METADATA_KINDS, RESERVED_NAME, Key
-from gds_counter.gateway.meanings import NO_MEANINGS, Meaning, check_meanings
 
-__all__ = ["EPOCH", "SealedProperties", "check_entity_limits", "seal", "epoch_micros", "index_values", "MAX_ENTITY_BYTES", "MAX_INDEXED_STRING_BYTES", "MAX_INDEXED_VALUES", "MAX_PROPERTY_NAME_BYTES", "MAX_VALUE_BYTES", "Geopoint", "RawEntity", "Value"]
+__all__ = ["EPOCH", "INDEX_VALUE", "NO_MEANINGS", "Meaning", "SealedProperties", "check_entity_limits", "seal", "epoch_micros", "index_values", "MAX_ENTITY_BYTES", "MAX_INDEXED_STRING_BYTES", "MAX_INDEXED_VALUES", "MAX_PROPERTY_NAME_BYTES", "MAX_VALUE_BYTES", "Geopoint", "RawEntity", "Value"]
 
 #: Datastore's limit on an indexed string or blob, in bytes.
 MAX_INDEXED_STRING_BYTES = 1500
@@ -81,7 +81,7 @@ class RawEntity:
     list property the flag applies to each element, as php-gds writes it.
     ``key`` may be None only for an entity embedded as a property value.
     ``meanings`` holds the Datastore meanings of its values, by property
-    name (``gateway.meanings``): none for almost every entity.
+    name (``gateway._meanings``): none for almost every entity.
     """
 
     key: Key | None

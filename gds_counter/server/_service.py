@@ -37,9 +37,9 @@ from gds_counter.errors import BadKeyError, BadValueError, TransactionLost
 from gds_counter.gateway.base import Gateway
 from gds_counter.gateway.datastore import Codec
 from gds_counter.gateway.keys import Key, project_name
-from gds_counter.gateway.meanings import INDEX_VALUE
 from gds_counter.gateway.mutations import Delete, Mutation
 from gds_counter.gateway.query import AggregationQuery, Query, QueryResult
+from gds_counter.gateway.values import INDEX_VALUE
 from gds_counter.gds import gql
 from gds_counter.server._expiry import IDLE_S, OpenTransactions
 from gds_counter.server._status import ServiceError, status_of
@@ -222,7 +222,7 @@ class DatastoreService:
         for entity, cursor in zip(result.entities, cursors):
             one = out.entity_results.add()
             codec.entity_to_pb(entity, one.entity)
-            if query.projection:  # each projected value is marked, as the emulator marks it (gateway.meanings)
+            if query.projection:  # each projected value is marked, as the emulator marks it (gateway._meanings)
                 for value in one.entity.properties.values():
                     value.meaning = INDEX_VALUE
             if cursor:

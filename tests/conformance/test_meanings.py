@@ -1,7 +1,7 @@
 """Value meanings: what is written with a meaning is read back with it, on
 every gateway, as the Firestore emulator in Datastore mode keeps it.
 
-Measured on the emulator with the raw client (``gateway.meanings`` has the
+Measured on the emulator with the raw client (``gateway._meanings`` has the
 table): a string, integer or blob keeps the meanings it takes, each list
 element keeps its own, an embedded entity's values (in a list too) keep
 theirs, a user (an embedded entity of unindexed strings) keeps 20; meaning
@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from sizes import sized
 
 from gds_counter import BadValueError
+from gds_counter.gateway._meanings import ALLOWED
 from gds_counter.gateway.base import run_query_all
 from gds_counter.gateway.keys import Key
-from gds_counter.gateway.meanings import ALLOWED
 from gds_counter.gateway.mutations import Upsert
 from gds_counter.gateway.query import Order, PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
@@ -159,7 +159,7 @@ def test_generated_meanings_round_trip(gateway: Any, drawn: dict[str, tuple[Any,
     """Any value with any meaning the emulator takes is read back with the
     meaning the emulator keeps (``meanings.kept``: the same, less 16 on an
     indexed blob)."""
-    from gds_counter.gateway.meanings import kept
+    from gds_counter.gateway._meanings import kept
 
     properties = {name: value for name, (value, _, _) in drawn.items()}
     unindexed = frozenset(name for name, (_, indexed, _) in drawn.items() if not indexed)

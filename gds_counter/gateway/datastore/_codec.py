@@ -38,8 +38,8 @@ from google.cloud.datastore_v1.types import entity as _ent
 from google.cloud.datastore_v1.types import query as _qry
 
 from gds_counter.errors import BadValueError, GatewayError
+from gds_counter.gateway._meanings import INDEX_VALUE, NO_MEANINGS, Meaning
 from gds_counter.gateway.keys import Key, PathElement
-from gds_counter.gateway.meanings import INDEX_VALUE, NO_MEANINGS, Meaning
 from gds_counter.gateway.mutations import Delete, Increment, Insert, Mutation, Update, Upsert
 from gds_counter.gateway.query import (
     Aggregation,
@@ -169,7 +169,7 @@ class Codec:
             pb.key.CopyFrom(self.key_to_pb(entity.key))
         for name, value in entity.properties.items():
             self.value_to_pb(value, name in entity.unindexed, pb.properties[name])
-        for name, meaning in entity.meanings.items():  # (gateway.meanings: checked with the entity)
+        for name, meaning in entity.meanings.items():  # (gateway._meanings: checked with the entity)
             _meaning_to_pb(meaning, pb.properties[name])
         return pb
 
@@ -462,7 +462,7 @@ class Codec:
 
 
 def _meaning_to_pb(meaning: Meaning, pb: Any) -> None:
-    """Put a property's meaning (``gateway.meanings``) on its value ``pb``."""
+    """Put a property's meaning (``gateway._meanings``) on its value ``pb``."""
     if isinstance(meaning, tuple):
         for one, item in zip(meaning, pb.array_value.values):
             if one is not None:
@@ -477,10 +477,14 @@ def _meaning_from_pb(pb: Any) -> Meaning | None:
     value was read, not what it is. A list's meaning itself (which the
     emulator refuses) is its elements' where they have none."""
     if pb.WhichOneof("value_type") == "array_value":
-        root = pb.meaning
-        items = tuple(_meaning_from_pb(item) or (root or None) for item in pb.array_value.values)
+        root = _one_meaning(pb)
+        items = tuple(_one_meaning(item) or root for item in pb.array_value.values)
         return items if any(one is not None for one in items) else None
-    meaning = pb.meaning
+    return _one_meaning(pb)
+
+
+def _one_meaning(pb: Any) -> int | None:
+    meaning: int = pb.meaning
     return meaning if meaning and meaning != INDEX_VALUE else None
 
 

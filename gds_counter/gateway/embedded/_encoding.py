@@ -9,7 +9,7 @@ Two encodings, for two jobs:
 * ``dump_entity``/``load_entity``: tagged JSON, lossless (ints and floats
   stay apart, bytes, datetimes, keys, geopoints and embedded entities carry a
   tag) and never pickle, so a database file is safe to open and readable by
-  hand. An entity's value meanings (``gateway.meanings``), when it has
+  hand. An entity's value meanings (``gateway._meanings``), when it has
   any, are one more member ``"m"``; an entity without is stored as before.
 
 Value ordering follows what Datastore documents ("based on the internal
@@ -44,8 +44,8 @@ from typing import Any, Callable, Iterable, Iterator
 import attrs
 
 from gds_counter.errors import BadKeyError, BadValueError, GatewayError
+from gds_counter.gateway._meanings import kept
 from gds_counter.gateway.keys import Key, PathElement
-from gds_counter.gateway.meanings import kept
 from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity, epoch_micros, index_values
 
 # --- order-preserving value encoding ---------------------------------------

@@ -127,8 +127,10 @@ def kept(value: Any, meaning: Meaning, indexed: bool) -> Meaning | None:
     """The meaning stored with ``value``: as given, less meaning 16 on an
     indexed blob, which the emulator drops (None: no meaning is kept)."""
     if isinstance(meaning, tuple):
-        items = tuple(None if one is None else kept(item, one, indexed) for item, one in zip(value, meaning))
+        items = tuple(None if one is None else _kept_one(item, one, indexed) for item, one in zip(value, meaning))
         return items if any(one is not None for one in items) else None
-    if meaning == _BYTESTRING and indexed and isinstance(value, bytes):
-        return None
-    return meaning
+    return _kept_one(value, meaning, indexed)
+
+
+def _kept_one(value: Any, meaning: int, indexed: bool) -> int | None:
+    return None if meaning == _BYTESTRING and indexed and isinstance(value, bytes) else meaning

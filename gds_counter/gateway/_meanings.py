@@ -42,8 +42,27 @@ __all__ = ["ALLOWED", "INDEX_VALUE", "USER", "NO_MEANINGS", "Meaning", "check_me
 #: A property's meaning: one int, or one per list element (None: none).
 Meaning = Union[int, tuple[Union[int, None], ...]]
 
+class _NoMeanings(dict[str, Any]):
+    """The meanings of an entity that has none: one shared empty mapping
+    that refuses every change, and is itself again when pickled or copied."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("an entity's empty meanings are shared; give the entity a dict of its own")
+
+    __setitem__ = __delitem__ = __ior__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self) -> Any:
+        return _no_meanings, ()
+
+
+def _no_meanings() -> Mapping[str, Meaning]:
+    return NO_MEANINGS
+
+
 #: An entity without meanings (the default of ``RawEntity.meanings``: shared, so read-only).
-NO_MEANINGS: Mapping[str, Meaning] = MappingProxyType({})
+NO_MEANINGS: Mapping[str, Meaning] = _NoMeanings()
 
 #: The meaning the emulator puts on every value a projection query returns.
 INDEX_VALUE = 18

@@ -23,7 +23,7 @@ __all__ = ["KEEP", "MISSING", "check_path", "drop", "excluded", "get", "meaning_
 #: What ``get`` answers for a path that leads nowhere.
 MISSING: Any = object()
 
-#: ``put``'s meaning when the value's meaning is left as it is (a transform's result).
+#: ``put``'s meaning when the value's meaning is left as it is.
 KEEP: Any = object()
 
 

@@ -506,7 +506,7 @@ def upsert(
         members = paths.parse(transform.name)
         current = paths.get(properties, members)
         total = incremented(None if current is paths.MISSING else current, transform.amount)
-        paths.put(properties, unindexed, members, total, paths.excluded(entity, members))
+        paths.put(properties, unindexed, members, total, paths.excluded(entity, members), meanings, None)  # (the emulator drops its meaning)
         transform_results.append(total)
     written = RawEntity(key, properties, frozenset(unindexed & set(properties)))
     if meanings:

@@ -14,13 +14,17 @@ from typing import Any, Mapping
 
 from gds_counter._checks import check_text
 from gds_counter.errors import BadValueError
+from gds_counter.gateway._meanings import NO_MEANINGS
 from gds_counter.gateway.keys import RESERVED_NAME
 from gds_counter.gateway.values import RawEntity
 
-__all__ = ["MISSING", "check_path", "drop", "excluded", "get", "parse", "put"]
+__all__ = ["KEEP", "MISSING", "check_path", "drop", "excluded", "get", "meaning_at", "parse", "put"]
 
 #: What ``get`` answers for a path that leads nowhere.
 MISSING: Any = object()
+
+#: ``put``'s meaning when the value's meaning is left as it is.
+KEEP: Any = object()
 
 
 def parse(path: str) -> list[str]:
@@ -75,30 +79,59 @@ def excluded(entity: RawEntity, members: list[str]) -> bool:
     return members[-1] in holder.unindexed
 
 
-def put(properties: dict[str, Any], unindexed: set[str], members: list[str], value: Any, unindex: bool) -> None:
+def meaning_at(entity: RawEntity, members: list[str]) -> Any:
+    """The meaning of the value at ``members`` of ``entity`` (None: none)."""
+    holder: Any = entity
+    for member in members[:-1]:
+        holder = holder.properties.get(member)
+        if not isinstance(holder, RawEntity):
+            return None
+    return holder.meanings.get(members[-1])
+
+
+def put(properties: dict[str, Any], unindexed: set[str], members: list[str], value: Any, unindex: bool,
+        meanings: dict[str, Any] | None = None, meaning: Any = KEEP) -> None:
     """Set the value at ``members`` (in place at the top level; the entity
-    values on the way are rebuilt, made where missing or not entities)."""
+    values on the way are rebuilt, made where missing or not entities,
+    their meanings kept). ``meaning``, unless ``KEEP``, becomes the value's
+    meaning (None: none), held in ``meanings`` at the top level."""
     head = members[0]
     if len(members) == 1:
         properties[head] = value
         (unindexed.add if unindex else unindexed.discard)(head)
+        if meaning is not KEEP and meanings is not None:
+            if meaning is None:
+                meanings.pop(head, None)
+            else:
+                meanings[head] = meaning
         return
     inner = properties.get(head)
     inner_props = dict(inner.properties) if isinstance(inner, RawEntity) else {}
     inner_unindexed = set(inner.unindexed) if isinstance(inner, RawEntity) else set()
-    put(inner_props, inner_unindexed, members[1:], value, unindex)
-    properties[head] = RawEntity(None, inner_props, frozenset(inner_unindexed & set(inner_props)))
+    inner_meanings = dict(inner.meanings) if isinstance(inner, RawEntity) else {}
+    put(inner_props, inner_unindexed, members[1:], value, unindex, inner_meanings, meaning)
+    properties[head] = _rebuilt(inner_props, inner_unindexed, inner_meanings)
+    if meanings is not None:
+        meanings.pop(head, None)  # (an entity value takes no meaning)
 
 
-def drop(properties: dict[str, Any], unindexed: set[str], members: list[str]) -> None:
-    """Remove the value at ``members``, if there is one."""
+def drop(properties: dict[str, Any], unindexed: set[str], members: list[str], meanings: dict[str, Any] | None = None) -> None:
+    """Remove the value at ``members``, if there is one (and its meaning)."""
     head = members[0]
     if len(members) == 1:
         properties.pop(head, None)
         unindexed.discard(head)
+        if meanings is not None:
+            meanings.pop(head, None)
         return
     inner = properties.get(head)
     if isinstance(inner, RawEntity):
-        inner_props, inner_unindexed = dict(inner.properties), set(inner.unindexed)
-        drop(inner_props, inner_unindexed, members[1:])
-        properties[head] = RawEntity(None, inner_props, frozenset(inner_unindexed & set(inner_props)))
+        inner_props, inner_unindexed, inner_meanings = dict(inner.properties), set(inner.unindexed), dict(inner.meanings)
+        drop(inner_props, inner_unindexed, members[1:], inner_meanings)
+        properties[head] = _rebuilt(inner_props, inner_unindexed, inner_meanings)
+
+
+def _rebuilt(properties: dict[str, Any], unindexed: set[str], meanings: dict[str, Any]) -> RawEntity:
+    """An entity value of ``properties``, with the flags and meanings of the ones it holds."""
+    kept = {name: meaning for name, meaning in meanings.items() if name in properties}
+    return RawEntity(None, properties, frozenset(unindexed & set(properties)), kept or NO_MEANINGS)

@@ -285,11 +285,11 @@ def map_keys(mutations: Sequence[Mutation], change: KeyMap) -> list[Mutation]:
 def _entity_keys(entity: RawEntity, change: KeyMap, top: bool = False) -> RawEntity:
     key = change(entity.key, None, None) if top and isinstance(entity.key, Key) else entity.key
     if type(entity.properties) is SealedProperties and not entity.properties.holds_keys:
-        return entity if key is entity.key else RawEntity(key, dict(entity.properties), entity.unindexed)
+        return entity if key is entity.key else RawEntity(key, dict(entity.properties), entity.unindexed, entity.meanings)
     properties = {name: _value_keys(name, value, entity, change) for name, value in entity.properties.items()}
     if key is entity.key and all(properties[name] is value for name, value in entity.properties.items()):
         return entity
-    return RawEntity(key, properties, entity.unindexed)
+    return RawEntity(key, properties, entity.unindexed, entity.meanings)
 
 
 def _value_keys(name: str, value: Any, holder: RawEntity, change: KeyMap) -> Any:
@@ -301,6 +301,6 @@ def _value_keys(name: str, value: Any, holder: RawEntity, change: KeyMap) -> Any
         if isinstance(value.key, Key):  # an embedded entity's key is a value it holds, named by its property
             key = change(value.key, holder, name)
             if key is not value.key:
-                inner = RawEntity(key, inner.properties, inner.unindexed)
+                inner = RawEntity(key, inner.properties, inner.unindexed, inner.meanings)
         return inner
     return change(value, holder, name) if isinstance(value, Key) else value

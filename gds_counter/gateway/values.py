@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import datetime as _dt
 import reprlib
-from typing import Any, Iterable, Iterator, Union
+from typing import Any, Iterable, Iterator, Mapping, Union
 
 import attrs
 
 from gds_counter._checks import INT64_MAX, INT64_MIN, utf8_size
 from gds_counter.errors import BadKeyError, BadValueError
+from gds_counter.gateway._meanings import INDEX_VALUE, NO_MEANINGS, Meaning, check_meanings
 from gds_counter.gateway.keys import METADATA_KINDS, RESERVED_NAME, Key
 
-__all__ = ["EPOCH", "SealedProperties", "check_entity_limits", "seal", "epoch_micros", "index_values", "MAX_ENTITY_BYTES", "MAX_INDEXED_STRING_BYTES", "MAX_INDEXED_VALUES", "MAX_PROPERTY_NAME_BYTES", "MAX_VALUE_BYTES", "Geopoint", "RawEntity", "Value"]
+__all__ = ["EPOCH", "INDEX_VALUE", "NO_MEANINGS", "Meaning", "SealedProperties", "check_entity_limits", "seal", "epoch_micros", "index_values", "MAX_ENTITY_BYTES", "MAX_INDEXED_STRING_BYTES", "MAX_INDEXED_VALUES", "MAX_PROPERTY_NAME_BYTES", "MAX_VALUE_BYTES", "Geopoint", "RawEntity", "Value"]
 
 #: Datastore's limit on an indexed string or blob, in bytes.
 MAX_INDEXED_STRING_BYTES = 1500
@@ -79,11 +80,14 @@ class RawEntity:
     ``unindexed`` names the properties stored with exclude_from_indexes. For a
     list property the flag applies to each element, as php-gds writes it.
     ``key`` may be None only for an entity embedded as a property value.
+    ``meanings`` holds the Datastore meanings of its values, by property
+    name (``gateway._meanings``): none for almost every entity.
     """
 
     key: Key | None
     properties: dict[str, Any] = attrs.field(factory=dict)
     unindexed: frozenset[str] = attrs.field(factory=frozenset, converter=_names)
+    meanings: Mapping[str, Meaning] = NO_MEANINGS
 
 
 Value = Union[None, bool, int, float, str, bytes, _dt.datetime, Key, Geopoint, RawEntity, list]
@@ -181,8 +185,8 @@ def seal(entity: RawEntity) -> RawEntity:
     sealed; another (a list or an embedded entity could change after the
     check) comes back a plain copy, checked again at each write."""
     validate_entity(entity)
-    if entity.key is None or any(not isinstance(value, _SEALABLE) for value in entity.properties.values()):
-        return RawEntity(entity.key, dict(entity.properties), entity.unindexed)
+    if entity.key is None or entity.meanings or any(not isinstance(value, _SEALABLE) for value in entity.properties.values()):
+        return RawEntity(entity.key, dict(entity.properties), entity.unindexed, dict(entity.meanings))
     sealed = RawEntity(entity.key, {}, entity.unindexed)
     sealed.properties = SealedProperties(entity.properties, sealed.key, sealed.unindexed, by=_SEALING)
     return sealed
@@ -193,7 +197,7 @@ def validate_entity(entity: RawEntity) -> None:
     entity against its limits on size and indexed values (at once for a
     sealed entity still as it was sealed: ``SealedProperties``)."""
     properties = entity.properties
-    if type(properties) is SealedProperties and properties.sealed_for(entity):
+    if type(properties) is SealedProperties and properties.sealed_for(entity) and not entity.meanings:
         return
     if entity.key is not None and any(e.kind in METADATA_KINDS for e in entity.key.path):
         raise BadKeyError(f"{entity.key} is a metadata key: Datastore makes those entities, nobody writes them")
@@ -205,6 +209,10 @@ def validate_entity(entity: RawEntity) -> None:
         if utf8_size(name, "property name") > MAX_PROPERTY_NAME_BYTES:
             raise BadValueError(f"property name {name[:40]!r}... is over the {MAX_PROPERTY_NAME_BYTES}-byte limit")
         check_value(name, value, name not in entity.unindexed)
+    for name, meaning in entity.meanings.items():
+        if name not in entity.properties:
+            raise BadValueError(f"a meaning ({meaning!r}) for {name!r}, which is no property of {_named(entity)}")
+        check_meanings(name, entity.properties[name], meaning, name not in entity.unindexed)
     check_entity_limits(entity)
 
 

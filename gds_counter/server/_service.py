@@ -39,6 +39,7 @@ from gds_counter.gateway.datastore import Codec
 from gds_counter.gateway.keys import Key, project_name
 from gds_counter.gateway.mutations import Delete, Mutation
 from gds_counter.gateway.query import AggregationQuery, Query, QueryResult
+from gds_counter.gateway.values import INDEX_VALUE
 from gds_counter.gds import gql
 from gds_counter.server._expiry import IDLE_S, OpenTransactions
 from gds_counter.server._status import ServiceError, status_of
@@ -253,6 +254,9 @@ class DatastoreService:
         for entity, cursor in zip(result.entities, cursors):
             one = out.entity_results.add()
             codec.entity_to_pb(entity, one.entity)
+            if query.projection:  # each projected value is marked, as the emulator marks it (gateway._meanings)
+                for value in one.entity.properties.values():
+                    value.meaning = INDEX_VALUE
             if cursor:
                 one.cursor = cursor
         if result.end_cursor:

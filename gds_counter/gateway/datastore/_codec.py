@@ -38,6 +38,7 @@ from google.cloud.datastore_v1.types import entity as _ent
 from google.cloud.datastore_v1.types import query as _qry
 
 from gds_counter.errors import BadValueError, GatewayError
+from gds_counter.gateway._meanings import INDEX_VALUE, NO_MEANINGS, Meaning
 from gds_counter.gateway.keys import Key, PathElement
 from gds_counter.gateway.mutations import (
     AppendMissingElements,
@@ -182,6 +183,8 @@ class Codec:
             pb.key.CopyFrom(self.key_to_pb(entity.key))
         for name, value in entity.properties.items():
             self.value_to_pb(value, name in entity.unindexed, pb.properties[name])
+        for name, meaning in entity.meanings.items():  # (gateway._meanings: checked with the entity)
+            _meaning_to_pb(meaning, pb.properties[name])
         return pb
 
     def value_from_pb(self, pb: Any) -> tuple[Any, bool]:
@@ -219,12 +222,16 @@ class Codec:
         key = self.key_from_pb(pb.key) if pb.HasField("key") else None
         properties: dict[str, Any] = {}
         unindexed = set()
+        meanings = {}
         for name, value_pb in pb.properties.items():
             value, excluded = self.value_from_pb(value_pb)
             properties[name] = value
             if excluded:
                 unindexed.add(name)
-        return RawEntity(key, properties, frozenset(unindexed))
+            meaning = _meaning_from_pb(value_pb)
+            if meaning is not None:
+                meanings[name] = meaning
+        return RawEntity(key, properties, frozenset(unindexed), meanings or NO_MEANINGS)
 
     # --- queries ------------------------------------------------------------
 
@@ -464,6 +471,7 @@ class Codec:
             # The gateway's own codec sends an empty mask as __key__ alone.
             mask = tuple(path for path in pb.property_mask.paths if path != "__key__")
         transforms = [self._transform_from_pb(item) for item in pb.property_transforms]
+        _refuse_wire_meanings(written)
         kind_of = Insert if which == "insert" else Update if which == "update" else Upsert
         return kind_of(self.entity_from_pb(written), property_mask=mask, transforms=tuple(transforms))
 
@@ -484,3 +492,51 @@ class Codec:
             raise BadValueError(f"the property transform {kind} of {name!r} is not supported")
         number, _ = self.value_from_pb(getattr(item, kind))
         return Increment(name, number) if kind == "increment" else Maximum(name, number) if kind == "maximum" else Minimum(name, number)
+
+
+def _meaning_to_pb(meaning: Meaning, pb: Any) -> None:
+    """Put a property's meaning (``gateway._meanings``) on its value ``pb``."""
+    if isinstance(meaning, tuple):
+        for one, item in zip(meaning, pb.array_value.values):
+            if one is not None:
+                item.meaning = one
+    else:
+        pb.meaning = meaning
+
+
+def _meaning_from_pb(pb: Any) -> Meaning | None:
+    """A value's meaning as ``RawEntity.meanings`` keeps it: None for none,
+    and for a projection's marker (``INDEX_VALUE``), which says how the
+    value was read, not what it is. A list's meaning itself (which the
+    emulator refuses) is its elements' where they have none."""
+    if pb.WhichOneof("value_type") == "array_value":
+        root = _one_meaning(pb)
+        items = tuple(_one_meaning(item) or root for item in pb.array_value.values)
+        return items if any(one is not None for one in items) else None
+    return _one_meaning(pb)
+
+
+def _one_meaning(pb: Any) -> int | None:
+    meaning: int = pb.meaning
+    return meaning if meaning and meaning != INDEX_VALUE else None
+
+
+def _refuse_wire_meanings(entity_pb: Any) -> None:
+    """Refuse, in a write, what the emulator refuses and ``RawEntity.meanings``
+    cannot hold: a meaning on a list value itself (its elements' are kept)
+    and the projection's mark (``INDEX_VALUE``), anywhere in the entity."""
+    for name, value_pb in entity_pb.properties.items():
+        _refuse_wire_meaning(name, value_pb)
+
+
+def _refuse_wire_meaning(name: str, value_pb: Any) -> None:
+    if value_pb.meaning == INDEX_VALUE:
+        raise BadValueError(f"property {name!r}: meaning {INDEX_VALUE} marks a projection's value; a projected entity cannot be written")
+    which = value_pb.WhichOneof("value_type")
+    if which == "array_value":
+        if value_pb.meaning:
+            raise BadValueError(f"property {name!r}: a list value cannot specify a meaning (its elements can)")
+        for item in value_pb.array_value.values:
+            _refuse_wire_meaning(name, item)
+    elif which == "entity_value":
+        _refuse_wire_meanings(value_pb.entity_value)

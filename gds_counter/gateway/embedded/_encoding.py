@@ -9,7 +9,8 @@ Two encodings, for two jobs:
 * ``dump_entity``/``load_entity``: tagged JSON, lossless (ints and floats
   stay apart, bytes, datetimes, keys, geopoints and embedded entities carry a
   tag) and never pickle, so a database file is safe to open and readable by
-  hand.
+  hand. An entity's value meanings (``gateway._meanings``), when it has
+  any, are one more member ``"m"``; an entity without is stored as before.
 
 Value ordering follows what Datastore documents ("based on the internal
 representations") and what both official emulators do (checked by hand):
@@ -43,6 +44,7 @@ from typing import Any, Callable, Iterable, Iterator
 import attrs
 
 from gds_counter.errors import BadKeyError, BadValueError, GatewayError
+from gds_counter.gateway._meanings import kept
 from gds_counter.gateway.keys import Key, PathElement
 from gds_counter.gateway.values import EPOCH, Geopoint, RawEntity, epoch_micros, index_values
 
@@ -248,17 +250,33 @@ def _from_json(data: Any) -> Any:
 
 
 def _entity_to_json(entity: RawEntity) -> dict[str, Any]:
-    return {
+    data = {
         "k": _key_to_json(entity.key) if entity.key is not None else None,
         "p": {name: _to_json(value) for name, value in entity.properties.items()},
         "u": sorted(entity.unindexed),
     }
+    if entity.meanings:  # only then: an entity without meanings is stored as it always was
+        data["m"] = _meanings_to_json(entity)
+    return data
+
+
+def _meanings_to_json(entity: RawEntity) -> dict[str, Any]:
+    """The meanings stored with ``entity`` (``meanings.kept``): a list's as a JSON list."""
+    out = {}
+    for name, meaning in entity.meanings.items():
+        stored = kept(entity.properties[name], meaning, name not in entity.unindexed)
+        if stored is not None:
+            out[name] = list(stored) if isinstance(stored, tuple) else stored
+    return out
 
 
 def _entity_from_json(data: dict[str, Any], key: Key | None = None) -> RawEntity:
     if key is None and data["k"] is not None:
         key = _key_from_json(data["k"])
-    return RawEntity(key, {name: _from_json(v) for name, v in data["p"].items()}, frozenset(data["u"]))
+    entity = RawEntity(key, {name: _from_json(v) for name, v in data["p"].items()}, frozenset(data["u"]))
+    if "m" in data:
+        entity.meanings = {name: tuple(m) if isinstance(m, list) else m for name, m in data["m"].items()}
+    return entity
 
 
 def _encoder() -> Callable[[Any], str]:
@@ -359,7 +377,7 @@ class Decodings:
         plain JSON types, a key without a project, which the text does not
         hold); else nothing is remembered and the text is decoded when read."""
         key = entity.key
-        if len(text) > REMEMBERED_TEXT or key is None or key.project is not None:
+        if len(text) > REMEMBERED_TEXT or key is None or key.project is not None or entity.meanings:
             return
         if not all(type(value) in ROUND_TRIP for value in entity.properties.values()):
             return
@@ -409,11 +427,11 @@ class Decodings:
 
 def _decode(text: str) -> _Decoded | None:
     """A stored text decoded, with its index values. None for entities
-    holding a mutable value (a list, an embedded entity), which are
-    decoded afresh on every read."""
+    holding a mutable value (a list, an embedded entity) or meanings,
+    which are decoded afresh on every read."""
     entity = _entity_from_json(json.loads(text))
-    if not all(value is None or isinstance(value, _SHAREABLE) for value in entity.properties.values()):
-        return None
+    if entity.meanings or not all(value is None or isinstance(value, _SHAREABLE) for value in entity.properties.values()):
+        return None  # (a remembered decoding holds no meanings: ``load_indexed`` makes the entity without them)
     try:
         index = _index(index_entries(entity))
     except BadValueError:

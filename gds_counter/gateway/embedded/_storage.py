@@ -386,7 +386,7 @@ def masked_plain(mutation: Upsert, key: Key, text: str, decodings: Decodings) ->
     do); no limits counted (``PLAIN_TEXT_LIMIT``). None when it does not
     apply (a dotted path, a list, a datetime, an indexed float whose row
     may be of an older encoding...): ``upsert`` takes the general path."""
-    if key.project is not None:
+    if key.project is not None or mutation.entity.meanings:
         return None
     decoded = decodings.plain(text)
     if decoded is None:
@@ -477,24 +477,27 @@ def upsert(
     if mutation.property_mask is None:
         properties = dict(entity.properties)
         unindexed = set(entity.unindexed) & set(properties)
+        meanings = dict(entity.meanings)
     else:
         old, old_index = decodings.load_indexed(row[0], key) if row else (RawEntity(key), None)
-        properties, unindexed = dict(old.properties), set(old.unindexed)
+        properties, unindexed, meanings = dict(old.properties), set(old.unindexed), dict(old.meanings)
         for name in mutation.property_mask:  # a path: "e.x" is x inside the entity value e
             members = paths.parse(name)
             value = paths.get(entity.properties, members)
             if value is paths.MISSING:
-                paths.drop(properties, unindexed, members)  # in the mask but not the entity: Datastore removes it
+                paths.drop(properties, unindexed, members, meanings)  # in the mask but not the entity: Datastore removes it
             else:
-                paths.put(properties, unindexed, members, value, paths.excluded(entity, members))
+                paths.put(properties, unindexed, members, value, paths.excluded(entity, members), meanings, paths.meaning_at(entity, members))
     transform_results = []
     when = request_time(now)  # (one clock reading per commit: every REQUEST_TIME of it is the same)
     for transform in mutation.transforms:
         members = paths.parse(transform.name)
         value, result = transformed(transform, paths.get(properties, members), when)
-        paths.put(properties, unindexed, members, value, paths.excluded(entity, members))
+        paths.put(properties, unindexed, members, value, paths.excluded(entity, members), meanings, None)  # (the emulator drops its meaning)
         transform_results.append(result)
     written = RawEntity(key, properties, frozenset(unindexed & set(properties)))
+    if meanings:
+        written.meanings = {name: meaning for name, meaning in meanings.items() if name in properties}
     if mutation.property_mask is not None:
         check_entity_limits(written)  # stored values and new ones together, never validated as a whole
     indexed = list(index_entries(written))

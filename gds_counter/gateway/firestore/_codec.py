@@ -160,6 +160,8 @@ class DocumentCodec:
                 raise BadValueError(
                     f"property {name!r}: an embedded entity with a key ({value.key}); a Firestore map has no key"
                 )
+            if value.meanings:
+                raise BadValueError(f"property {name!r}: Firestore has no value meanings; cannot store {dict(value.meanings)!r}")
             pb.map_value.SetInParent()
             for inner, item in value.properties.items():
                 self.value_to_pb(item, pb.map_value.fields[inner], name=f"{name}.{inner}")
@@ -212,6 +214,8 @@ class DocumentCodec:
             pb.delete = self.name_of(key)
             return pb
         pb.update.name = self.name_of(key)
+        if mutation.entity.meanings:
+            raise BadValueError(f"{key}: Firestore has no value meanings; cannot store {dict(mutation.entity.meanings)!r}")
         self.fields_to_pb(dict(mutation.entity.properties), pb.update.fields)
         if mutation.property_mask is not None:
             pb.update_mask.SetInParent()  # an empty mask writes nothing and keeps every field

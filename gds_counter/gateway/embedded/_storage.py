@@ -427,7 +427,7 @@ def masked_plain(mutation: Upsert, key: Key, text: str, decodings: Decodings) ->
         if "." in name or "`" in name:
             return None
         total = incremented(properties.get(name), transform.amount)
-        changed |= _put(properties, unindexed, index, name, total, name in excluded)
+        changed |= _put(properties, unindexed, index, name, total, False)  # a transform's result is indexed
         results.append(total)
     unindexed.intersection_update(properties)
     written_unindexed = frozenset(unindexed)
@@ -505,7 +505,9 @@ def upsert(
         members = paths.parse(transform.name)
         current = paths.get(properties, members)
         total = incremented(None if current is paths.MISSING else current, transform.amount)
-        paths.put(properties, unindexed, members, total, paths.excluded(entity, members))
+        # Indexed, whatever the written entity says of it: the Firestore
+        # emulator indexes a transform's result (docs/gql.md).
+        paths.put(properties, unindexed, members, total, False)
         transform_results.append(total)
     written = RawEntity(key, properties, frozenset(unindexed & set(properties)))
     if mutation.property_mask is not None:

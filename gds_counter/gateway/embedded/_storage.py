@@ -461,10 +461,11 @@ def upsert(
     rows; return the key and the transform results.
 
     A row that exists is updated in place, and its index rows are rewritten
-    only when they change: a counter shard's increment changes its unindexed
-    ``count`` alone, so its commit writes the row's page and nothing of
-    ``props`` or ``entities_by_kind`` (every page a commit touches is another
-    write into the WAL). The stored index rows are compared, not the old
+    only when they change: a counter shard's increment changes its ``count``
+    alone, so its commit writes the row's page and the count's one index row
+    (a transform's result is indexed, as on the Firestore emulator), nothing
+    of the target's rows or ``entities_by_kind`` (every page a commit
+    touches is another write into the WAL). The stored index rows are compared, not the old
     entity's, so rows written under an older encoding are still replaced.
 
     ``stored``, when given, holds what this transaction knows some keys'

@@ -35,7 +35,8 @@ _PLAIN = re.compile(r"[a-zA-Z_][a-zA-Z_0-9]*")
 #: them (Java's: ``\\b \\t \\n \\f \\r \\" \\' \\\\``, and ``\\```, ``\\uXXXX``,
 #: ``\\UXXXXXXXX``, three octal digits up to ``\\377``); any other is refused.
 _ESCAPE = re.compile(r"\\(?:([btnfr\"'\\\\`])|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8})|([0-3][0-7]{2}))")
-_SIMPLE_ESCAPES = {"b": "\b", "t": "\t", "n": "\n", "f": "\f", "r": "\r"}
+#: The letters of the control characters' escapes, and those characters.
+_CONTROL_LETTERS, _CONTROLS = "btnfr", "\b\t\n\f\r"
 _MEMBER = rf"(?:[a-zA-Z_][a-zA-Z_0-9]*|`(?:[^`\\\\]|{_ESCAPE.pattern})+`)"
 #: A path Datastore takes: plain or quoted members, joined by dots.
 _PATH = re.compile(rf"{_MEMBER}(?:\.{_MEMBER})*")
@@ -44,7 +45,8 @@ _PATH = re.compile(rf"{_MEMBER}(?:\.{_MEMBER})*")
 def _unescape(match: re.Match[str]) -> str:
     simple, four, eight, octal = match.groups()
     if simple is not None:
-        return _SIMPLE_ESCAPES.get(simple, simple)
+        at = _CONTROL_LETTERS.find(simple)
+        return _CONTROLS[at] if at >= 0 else simple
     return chr(int(four or eight, 16) if octal is None else int(octal, 8))
 
 

@@ -25,7 +25,7 @@ from gds_counter.counter.runtime import Runtime
 from gds_counter.errors import GDSError
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import Increment, Mutation, Upsert
+from gds_counter.gateway.mutations import Increment, Mutation, Upsert, path_of
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds.transaction import RetryPolicy, retry_plan
 
@@ -109,7 +109,7 @@ class ShardCount:
                         self._created = min(self._created, before[0]) if owed else self._created
                 fields = {self.layout.config_property: outcome[0]}
                 # A counter document is the app's too: keep its other fields.
-                mask = (self.layout.config_property,) if self.layout.documents else None
+                mask = (path_of(self.layout.config_property),) if self.layout.documents else None
                 return [Upsert(RawEntity(self._config_key, fields), property_mask=mask)]
 
             yield from plan.in_transaction(work)
@@ -129,7 +129,7 @@ class ShardCount:
         first, upto = self._created, self._num_shards if upto is None else upto
         if upto <= first:
             return
-        count = self.layout.count_property
+        count = path_of(self.layout.count_property)
         creations = [
             Upsert(self.layout.shard_entity_at(key, self.name, None), property_mask=(), transforms=(Increment(count, 0),))
             for key in self._shard_keys(upto)[first:]

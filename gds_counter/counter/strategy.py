@@ -37,7 +37,7 @@ from gds_counter.errors import BadValueError, CountSaturated, TransformsIgnored
 from gds_counter.gateway import plan
 from gds_counter.gateway.base import Gateway
 from gds_counter.gateway.keys import Key
-from gds_counter.gateway.mutations import Increment, Mutation, Upsert
+from gds_counter.gateway.mutations import Increment, Mutation, Upsert, path_of
 from gds_counter.gateway.values import RawEntity, seal
 
 __all__ = ["STRATEGIES", "PlannedStrategy", "Shard", "Strategy", "Wrote"]
@@ -79,7 +79,7 @@ class Shard:
 def _increment_base(entity: RawEntity) -> tuple[RawEntity, tuple[str, ...]]:
     """Sealed (``values.seal``): checked here, once per shard, not at each
     commit; the amount, which changes, is checked at each."""
-    return seal(entity), tuple(sorted(entity.properties))
+    return seal(entity), tuple(sorted(map(path_of, entity.properties)))
 
 
 class Wrote(NamedTuple):
@@ -196,7 +196,7 @@ class ServerIncrement:
         # The entity carries only the target; the mask keeps the stored count
         # and the transform adds to it (a missing count counts as 0).
         entity, mask = shard.increment_base
-        mutation = Upsert(entity, property_mask=mask, transforms=(Increment(shard.layout.count_property, amount),))
+        mutation = Upsert(entity, property_mask=mask, transforms=(Increment(path_of(shard.layout.count_property), amount),))
         [result] = (yield from plan.commit([mutation])).mutation_results
         if result.transform_results is None:
             raise TransformsIgnored(f"the server ignored the increment of {shard} by {amount}; nothing was counted")

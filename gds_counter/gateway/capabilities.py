@@ -22,7 +22,8 @@ class Capabilities:
         not send them where this is False.
     ``indexes_transformed``
         A property written by a transform ends up indexed even when it was
-        sent unindexed (seen on the Firestore emulator). A PHP-layout shard's
+        sent unindexed (seen on the Firestore emulator; the embedded engine
+        follows it, docs/gql.md). A PHP-layout shard's
         ``count`` then ends up indexed after a server-side increment, until
         PHP next rewrites the shard; values are unaffected.
     ``not_equal_in_or``

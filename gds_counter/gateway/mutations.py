@@ -9,18 +9,25 @@ import attrs
 
 from gds_counter._checks import check_int
 from gds_counter.errors import BadKeyError, BadValueError
-from gds_counter.gateway._paths import check_path, parse
+from gds_counter.gateway._paths import check_path, parse, quote
 from gds_counter.gateway.keys import Key, require_complete
 from gds_counter.gateway.values import RawEntity, SealedProperties, check_value, validate_entity
 
 __all__ = [
     "MAX_MUTATIONS_PER_COMMIT", "AppendMissingElements", "CommitResult", "Delete", "Increment", "Insert", "Maximum",
     "Minimum", "Mutation", "MutationResult", "RemoveAllFromArray", "RequestTime", "Transform", "Update", "Upsert",
-    "check_commit", "check_mutation", "check_transforms", "map_keys",
+    "check_commit", "check_mutation", "check_transforms", "map_keys", "path_of",
 ]
 
 #: Datastore's limit on the mutations of one commit.
 MAX_MUTATIONS_PER_COMMIT = 500
+
+
+def path_of(name: str) -> str:
+    """The property path (a mask's or an ``Increment``'s) of the top-level
+    property ``name``: ``name`` itself when it is a plain name, else quoted
+    in backticks, as Datastore requires (``a-b`` is refused bare)."""
+    return quote(name)
 
 @attrs.frozen
 class Increment:

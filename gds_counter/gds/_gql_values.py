@@ -4,8 +4,11 @@ DATETIME literals, converted to the gateway's neutral types.
 Why one place: a value may arrive bound (``@v``) or written (``DATETIME(...)``)
 and the resulting filter must be the same either way, so both paths end in
 the same types (UTC datetimes, ``bytes``, 64-bit ints). ``Bindings`` also
-keeps the record of which bindings the text used, because an unused
-binding is nearly always a typo and is refused.
+keeps the record of which bindings the text used: as the Datastore API
+says (``GqlQuery``: every named site needs a parameter "but not necessarily
+the inverse"; every positional one, "the inverse must also be true"), an
+unused named binding is ignored and an unused positional one refused, as
+the Firestore emulator does.
 """
 
 from __future__ import annotations
@@ -128,9 +131,9 @@ class Bindings:
 
     def source(self, text: str) -> GqlSource:
         """``Query.gql`` for ``text``, once parsing has marked what it used;
-        refuses unused bindings and gaps in the positions."""
-        unused = [f"@{k}" for k in self.named if k not in self.used]
-        unused += [f"@{k}" for k in sorted(self.positional) if k not in self.used]
+        refuses unused positional bindings and gaps in the positions (an
+        unused named binding is ignored, as Datastore ignores it)."""
+        unused = [f"@{k}" for k in sorted(self.positional) if k not in self.used]
         if unused:
             raise GQLError(f"binding {', '.join(unused)} {'is' if len(unused) == 1 else 'are'} never used in the query")
         positions = range(1, max(self.positional, default=0) + 1)

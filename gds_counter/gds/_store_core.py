@@ -29,7 +29,7 @@ from gds_counter.errors import (
 )
 from gds_counter.gateway import plan
 from gds_counter.gateway.keys import Key, require_complete
-from gds_counter.gateway.mutations import Delete, Increment, Insert, Mutation, Update, Upsert
+from gds_counter.gateway.mutations import Delete, Increment, Insert, Mutation, Update, Upsert, path_of
 from gds_counter.gateway.query import Aggregation, AggregationQuery, Order, PropertyFilter, Query
 from gds_counter.gateway.values import RawEntity
 from gds_counter.gds import gql
@@ -171,7 +171,8 @@ class StoreCore:
             raise BadKeyError(f"cannot increment {entity!r}: it has no complete key")
         fields = {n: v for n, v in raw.properties.items() if n != name}
         raw = RawEntity(raw.key, fields, raw.unindexed | ({name} if not self._schema.is_indexed(name) else set()))
-        mutation = Upsert(raw, property_mask=tuple(sorted(fields)), transforms=(Increment(name, amount),))
+        # Names, not paths: a field named ``a.b`` or ``a-b`` is one property (``path_of`` quotes it).
+        mutation = Upsert(raw, property_mask=tuple(sorted(map(path_of, fields))), transforms=(Increment(path_of(name), amount),))
         if self._tx.block_mutations is not None:
             raise GatewayError("increment() commits at once; call it outside a transaction block")
         result = yield from plan.commit([mutation], transaction=self._take_token())

@@ -78,10 +78,10 @@ Decisions where the reference leaves room, or where we differ from it:
   keywords before ``(``, so a property called ``key`` needs no quotes.
 * Bindings: ``@name`` and ``@1`` (1-based). ``bindings`` may be a
   ``Mapping`` (``str`` keys for ``@name``, ``int`` keys for ``@1``...) or a
-  ``Sequence`` (positional only). Every site must be bound and, unlike the
-  Datastore API (which lets named parameters go unused), every binding must
-  be used: an unused binding is nearly always a typo. Positional bindings
-  must be numbered from 1 without gaps, as the Datastore API requires.
+  ``Sequence`` (positional only). Every site must be bound. As in the
+  Datastore API (and on the Firestore emulator), a named binding the text
+  never uses is ignored, while every positional binding must be used and
+  they must be numbered from 1 without gaps.
   Values: None, bool, int, float, str, bytes, tz-aware datetime (stored in
   UTC; naive ones are refused), ``Key``, ``Geopoint``, any object with a
   ``__gds_key__()`` method (an ``Entity``: bound as its key), and

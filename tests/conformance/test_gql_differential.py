@@ -24,7 +24,8 @@ their different spellings (integers at the 64-bit edges, doubles with
 exponents and -0.0, strings in both quotes with doubled quotes and escapes,
 TRUE/FALSE/NULL, KEY with PROJECT and NAMESPACE, DATETIME with offsets and
 fractions, BLOB, ARRAY), with ``@name`` / ``@1`` bindings for the values GQL
-has no literal for (NaN, the infinities, geopoints); quoted and keyword-like
+has no literal for (NaN, the infinities, geopoints), and now and then a
+named or positional binding the text never uses; quoted and keyword-like
 names, keywords in any case, whitespace variations. About a fifth of the
 texts are then broken (a token deleted, swapped or inserted, a keyword
 misspelled, a bad literal, a bad LIMIT / OFFSET), so refusals are compared
@@ -952,6 +953,14 @@ def cases(draw: Any, namespaces: list[str], project: str) -> Case:
     if mutation:
         w.feature("broken")
     text = w.join(w.tokens)
+    # (drawn from the writer's own random stream, after the text, so that
+    # hypothesis's draws and every other case stay as they were)
+    if w.rng.random() < 0.1:  # a named binding the text never uses: ignored by both (docs/gql.md)
+        w.feature("binding_unused_named")
+        w.named[f"unused{len(w.named)}"] = w.rng.choice(w.pool)
+    if w.rng.random() < 0.03 and not aggregation:  # a positional one: refused by both (an aggregation: docs/gql.md)
+        w.feature("binding_unused_positional")
+        w.positional.append(w.rng.choice(w.pool))
     flt = structure["filter"]
     not_compared = None
     if bare_ancestor_branch(flt):
@@ -1467,7 +1476,8 @@ def test_embedded_answers_every_gql_text_as_the_firestore_emulator(sides: Any) -
         "lit_string_double", "lit_string_escape", "lit_string_doubled_quote", "lit_string_non_ascii", "lit_true",
         "lit_false", "lit_null", "lit_key", "lit_key_project", "lit_key_namespace", "lit_key_path", "alt_key_other_project",
         "lit_key_negative_id", "lit_datetime", "lit_datetime_offset", "lit_datetime_fraction", "lit_blob",
-        "lit_array", "binding_named", "binding_positional", "binding_list", "quoted_name", "dotted_name",
+        "lit_array", "binding_named", "binding_positional", "binding_list", "binding_unused_named",
+        "binding_unused_positional", "quoted_name", "dotted_name",
         "wordlike_name", "quoted_name_odd", "limit_comma", "keyword_case", "whitespace_varied", "whitespace_none",
         "broken", "refused",
         "compared rows", "compared aggregations", "nonempty", "where with rows", "repeats_per_element",

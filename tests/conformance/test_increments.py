@@ -155,3 +155,19 @@ def test_masks_and_increments_of_paths_into_entity_values_as_the_firestore_emula
     assert len(theirs) == 8
     differences = [f"{t[:2]}: emulator {t[2]}, embedded {o[2]}" for t, o in zip(theirs, ours) if t != o]
     assert not differences, "\n".join(differences)
+
+
+@pytest.mark.parametrize("gateway_name", ["memory", "firestore", "serve", *FIRESTORE_NATIVE])
+def test_store_increment_of_a_field_whose_name_is_no_plain_path_member(make_gateway, gateway_name):
+    """A field is a name, not a path: ``Store.increment`` quotes the names it
+    puts in the mask and the transform (``mutations.path_of``). Bare, the
+    emulator refused ``a-b`` (INVALID_ARGUMENT), and ``a.b`` named ``b``
+    inside an entity value ``a`` rather than the field ``a.b``."""
+    store = Store("Item", make_gateway(gateway_name))
+    item = store.create_entity({"a-b": 1, "a.b": 10, "n": 0})
+    item.set_key_name("i")
+    store.upsert(item)
+    assert store.increment(item, "a-b", 2) == 3
+    assert store.increment(item, "a.b", 5) == 15
+    assert store.increment(item, "n", 1) == 1
+    assert store.fetch_by_name("i").get_data() == {"a-b": 3, "a.b": 15, "n": 1}

@@ -44,12 +44,14 @@ def _row(gw, key: Key) -> tuple[str, set]:
     return text, rows
 
 
-def test_a_counters_add_rebuilds_no_entity_checks_no_limits_and_indexes_nothing_again(gw, monkeypatch):
+def test_a_counters_add_rebuilds_no_entity_checks_no_limits_and_indexes_only_the_count(gw, monkeypatch):
     """A lone ``add()`` onto the shard text this gateway just wrote used to
     rebuild the entity through the property paths, count it against
     Datastore's limits, compute every index entry and encode every value
     (a third of the engine's commit). None of that runs now, and the
-    answer and the stored row are what they were."""
+    answer and the stored row are what they were: the increment's result
+    indexed (as the Firestore emulator indexes a transform's result, the
+    count the entity excluded too), the target's row kept."""
     _add(gw, "s")
     _add(gw, "s")
 
@@ -60,8 +62,8 @@ def test_a_counters_add_rebuilds_no_entity_checks_no_limits_and_indexes_nothing_
         monkeypatch.setattr(_storage, name, not_called)
     assert _add(gw, "s", 5) == (7,)
     text, rows = _row(gw, Key.of("Shard", "s"))
-    assert json.loads(text) == {"k": ["", [["Shard", "s"]]], "p": {"target": "T_1", "count": 7}, "u": ["count"]}
-    assert rows == {("", "Shard", "target", _encoding.sortable("T_1"))}
+    assert json.loads(text) == {"k": ["", [["Shard", "s"]]], "p": {"target": "T_1", "count": 7}, "u": []}
+    assert rows == {("", "Shard", "target", _encoding.sortable("T_1")), ("", "Shard", "count", _encoding.sortable(7))}
 
 
 _PLAIN = st.one_of(
@@ -123,7 +125,7 @@ def test_a_float_indexed_in_an_older_encoding_is_rewritten_by_a_masked_write(tmp
             raw.execute("UPDATE props SET value = ? WHERE key_bytes = ? AND name = 'v'", (_encoding.sortable(0.0), key_bytes(key)))
         _add(gw, "s", target="T")
         assert {(name, value) for _, _, name, value in _row(gw, key)[1]} == {
-            ("target", _encoding.sortable("T")), ("v", _encoding.sortable(-0.0))}
+            ("target", _encoding.sortable("T")), ("v", _encoding.sortable(-0.0)), ("count", _encoding.sortable(1))}
     finally:
         gw.close()
 

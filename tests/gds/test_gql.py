@@ -14,7 +14,7 @@ from gds_counter.errors import BadKeyError, GQLError
 from gds_counter.gateway.keys import Key
 from gds_counter.gateway.query import CompositeFilter, GqlSource, Order, PropertyFilter, Query
 from gds_counter.gateway.values import Geopoint
-from gds_counter.gds.gql import Cursor, parse, to_gql
+from gds_counter.gds.gql import Cursor, parse, parse_aggregation, to_gql
 
 UTC = dt.timezone.utc
 
@@ -476,7 +476,6 @@ ERRORS: list[tuple[str, str, Any, str, int | None]] = [
     ("cursor-as-value", "SELECT * FROM K WHERE a = @c", {"c": Cursor(b"c")}, "a Cursor (@c) goes only in LIMIT or OFFSET", 26),
     ("unbound-named", "SELECT * FROM K WHERE a = @missing", {"other": 1}, "no value bound for @missing at column 27", 26),
     ("unbound-positional", "SELECT * FROM K WHERE a = @2", [1], "no value bound for @2 at column 27", 26),
-    ("unused-named", "SELECT * FROM K WHERE a = @x", {"x": 1, "extra": 2}, "binding @extra is never used in the query", None),
     ("unused-positional", "SELECT * FROM K WHERE a = @1", [1, 2], "binding @2 is never used in the query", None),
     ("positional-gap", "SELECT * FROM K WHERE a = @1 AND b = @3", {1: 1, 3: 3}, "without gaps; @2 missing", None),
     ("at-zero", "SELECT * FROM K WHERE a = @0", None, "positional binding @0 at column 27 is out of range", 26),
@@ -508,6 +507,26 @@ def test_errors(text: str, bindings: Any, message: str, position: int | None) ->
     assert message in str(caught.value)
     if position is not None:
         assert caught.value.position == position
+
+
+def test_a_named_binding_the_text_never_uses_is_ignored_and_a_positional_one_refused() -> None:
+    """As Datastore reads them (the v1 reference's ``GqlQuery``: every named
+    site needs a parameter "but not necessarily the inverse"; for positional
+    ones "the inverse must also be true") and as the Firestore emulator
+    answers (``Unused positional binding: 2.``): an extra named binding
+    changes nothing, in a query or an aggregation, with positional
+    bindings beside it too; an extra positional one is refused."""
+    plain = parse("SELECT * FROM K WHERE a = @x", {"x": 1})
+    extra = parse("SELECT * FROM K WHERE a = @x", {"x": 1, "extra": 2})
+    assert (extra.filter, extra.order, extra.limit) == (plain.filter, plain.order, plain.limit)
+    assert parse("SELECT * FROM K", {"unused": [1, 2]}).filter is None
+    mixed = parse("SELECT * FROM K WHERE a = @1", {1: 5, "extra": "x"})
+    assert mixed.filter == PropertyFilter("a", "=", 5)
+    assert parse_aggregation("SELECT COUNT(*) FROM K WHERE a = @a", {"a": 1, "b": 2}).query.filter == PropertyFilter("a", "=", 1)
+    with pytest.raises(GQLError, match="binding @2 is never used in the query"):
+        parse("SELECT * FROM K WHERE a = @1", [1, 2])
+    with pytest.raises(GQLError, match="binding @1 is never used in the query"):
+        parse("SELECT * FROM K", [1])
 
 
 def test_not_text() -> None:

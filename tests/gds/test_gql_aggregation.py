@@ -174,7 +174,7 @@ ERRORS: list[tuple[str, str, Any, str, int | None]] = [
     ("nested-aggregation", "AGGREGATE COUNT(*) OVER (SELECT COUNT(*) FROM K)", None, "an aggregation cannot be nested", 32),
     ("nested-aggregate", "AGGREGATE COUNT(*) OVER (AGGREGATE COUNT(*) OVER (SELECT * FROM K))", None, "expected SELECT", 25),
     ("nested-offset-first", "AGGREGATE COUNT(*) OVER (SELECT * FROM K OFFSET 1 LIMIT 2)", None, "LIMIT must come before OFFSET", 50),
-    ("unused-binding", "SELECT COUNT(*) FROM K WHERE a = @a", {"a": 1, "b": 2}, "binding @b is never used", None),
+    ("unused-binding", "SELECT COUNT(*) FROM K WHERE a = @1", [1, 2], "binding @2 is never used", None),
     ("unbound", "AGGREGATE COUNT(*) OVER (SELECT * FROM K WHERE a = @1)", None, "no value bound for @1 at column 52", 51),
 ]
 

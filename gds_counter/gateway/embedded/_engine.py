@@ -53,7 +53,7 @@ log = logging.getLogger("gds_counter.gateway.embedded")
 #: applies transforms and masks, keeps a transformed property's index flag as
 #: sent, runs every filter, and runs aggregations (BaseGateway's default hook
 #: computes them from the query's rows).
-CAPABILITIES = Capabilities(applies_transforms=True, indexes_transformed=False, not_equal_in_or=True, aggregation=True)
+CAPABILITIES = Capabilities(applies_transforms=True, indexes_transformed=True, not_equal_in_or=True, aggregation=True)
 
 
 __all__ = ["BATCH_SIZE", "BUSY_TIMEOUT_S", "CAPABILITIES", "EmbeddedGateway"]

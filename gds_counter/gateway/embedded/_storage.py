@@ -414,7 +414,7 @@ def masked_plain(mutation: Upsert, key: Key, text: str, decodings: Decodings) ->
         if "." in name or "`" in name or type(transform) is not Increment:
             return None  # (the counter's transform is an increment of a top-level property)
         total = incremented(properties.get(name), transform.amount)
-        changed |= _put(properties, unindexed, index, name, total, name in excluded)
+        changed |= _put(properties, unindexed, index, name, total, False)  # a transform's result is indexed
         results.append(total)
     unindexed.intersection_update(properties)
     written_unindexed = frozenset(unindexed)
@@ -448,10 +448,11 @@ def upsert(
     rows; return the key and the transform results.
 
     A row that exists is updated in place, and its index rows are rewritten
-    only when they change: a counter shard's increment changes its unindexed
-    ``count`` alone, so its commit writes the row's page and nothing of
-    ``props`` or ``entities_by_kind`` (every page a commit touches is another
-    write into the WAL). The stored index rows are compared, not the old
+    only when they change: a counter shard's increment changes its ``count``
+    alone, so its commit writes the row's page and the count's one index row
+    (a transform's result is indexed, as on the Firestore emulator), nothing
+    of the target's rows or ``entities_by_kind`` (every page a commit
+    touches is another write into the WAL). The stored index rows are compared, not the old
     entity's, so rows written under an older encoding are still replaced.
 
     ``stored``, when given, holds what this transaction knows some keys'
@@ -493,7 +494,10 @@ def upsert(
     for transform in mutation.transforms:
         members = paths.parse(transform.name)
         value, result = transformed(transform, paths.get(properties, members), when)
-        paths.put(properties, unindexed, members, value, paths.excluded(entity, members), meanings, None)  # (the emulator drops its meaning)
+        # Indexed, whatever the written entity says of it: the Firestore
+        # emulator indexes a transform's result (docs/gql.md); and it drops
+        # the value's meaning.
+        paths.put(properties, unindexed, members, value, False, meanings, None)
         transform_results.append(result)
     written = RawEntity(key, properties, frozenset(unindexed & set(properties)))
     if meanings:

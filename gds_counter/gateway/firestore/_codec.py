@@ -32,7 +32,6 @@ they are faster and expose ``HasField``/``WhichOneof``.
 from __future__ import annotations
 
 import datetime as _dt
-import re
 import secrets
 from typing import Any
 
@@ -41,7 +40,7 @@ from google.cloud.firestore_v1.types import document as _doc
 from google.cloud.firestore_v1.types import write as _write
 
 from gds_counter.errors import BadValueError, GatewayError
-from gds_counter.gateway._paths import parse
+from gds_counter.gateway._paths import parse, quote
 from gds_counter.gateway.keys import Key, document_path, key_of_document
 from gds_counter.gateway.mutations import (
     AppendMissingElements,
@@ -66,8 +65,6 @@ _WritePb = _write.Write.pb()
 _REQUEST_TIME = int(_write.DocumentTransform.FieldTransform.ServerValue.REQUEST_TIME)
 _UTC = _dt.timezone.utc
 
-#: A field path member Firestore takes without backticks.
-_SIMPLE = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 #: Firestore's name for a document's key in field paths.
 NAME_FIELD = "__name__"
 
@@ -77,10 +74,7 @@ def field_path(path: str) -> str:
     Firestore field path; ``__key__`` is ``__name__``."""
     if path == KEY_PROPERTY:
         return NAME_FIELD
-    return ".".join(
-        member if _SIMPLE.fullmatch(member) else "`" + member.replace("\\", "\\\\").replace("`", "\\`") + "`"
-        for member in parse(path)
-    )
+    return ".".join(quote(member) for member in parse(path))
 
 
 def random_id() -> int:

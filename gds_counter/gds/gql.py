@@ -121,7 +121,7 @@ from typing import Any, Mapping, Sequence
 from gds_counter.errors import GQLError
 from gds_counter.gateway.query import AggregationQuery, Cursor, Query
 from gds_counter.gds._gql_aggregation import AggregationParser
-from gds_counter.gds._gql_lexer import Lexer
+from gds_counter.gds._gql_lexer import DOUBLE, INT, STRING, Lexer, Token
 from gds_counter.gds._gql_printer import Printer
 from gds_counter.gds._gql_values import Bindings
 
@@ -134,13 +134,16 @@ def parse(
     bindings: Mapping[Any, Any] | Sequence[Any] | None = None,
     *,
     namespace: str = "",
+    allow_literals: bool = True,
 ) -> Query:
     """Parse and bind GQL ``text`` into a ``Query`` in ``namespace``.
 
     Raises only ``GQLError``; syntax errors name the 1-based column and the
     token found there, and ``GQLError.position`` is the 0-based offset.
+    ``allow_literals=False`` (the Datastore API's ``GqlQuery.allow_literals``)
+    refuses any value written in the text rather than bound.
     """
-    parser, bound = _parser(text, bindings, namespace)
+    parser, bound = _parser(text, bindings, namespace, allow_literals)
     parts = parser.query()  # an AggregationParser parses ordinary queries too
     return parts.build(namespace, gql=bound.source(text))
 
@@ -150,20 +153,37 @@ def parse_aggregation(
     bindings: Mapping[Any, Any] | Sequence[Any] | None = None,
     *,
     namespace: str = "",
+    allow_literals: bool = True,
 ) -> AggregationQuery:
     """Parse and bind an aggregation query (``SELECT COUNT(*) ...`` or
     ``AGGREGATE ... OVER (...)``) into an ``AggregationQuery`` whose query is
     in ``namespace``. Raises only ``GQLError``, as ``parse`` does."""
-    parser, bound = _parser(text, bindings, namespace)
+    parser, bound = _parser(text, bindings, namespace, allow_literals)
     parts = parser.aggregation_query()
     return parts.build(namespace, gql=bound.source(text))
 
 
-def _parser(text: str, bindings: Any, namespace: str) -> tuple[AggregationParser, Bindings]:
+#: The words that begin a value written in the text (constants and GQL's synthetic literals).
+_LITERAL_WORDS = frozenset({"NULL", "TRUE", "FALSE", "KEY", "DATETIME", "BLOB", "ARRAY"})
+
+
+def _parser(text: str, bindings: Any, namespace: str, allow_literals: bool) -> tuple[AggregationParser, Bindings]:
     if not isinstance(text, str):
         raise GQLError(f"GQL must be text (str), not {type(text).__name__}")
     bound = Bindings(bindings)
-    return AggregationParser(Lexer(text).tokens(), bound, namespace or ""), bound
+    tokens = Lexer(text).tokens()
+    if not allow_literals:
+        _refuse_literals(tokens)
+    return AggregationParser(tokens, bound, namespace or ""), bound
+
+
+def _refuse_literals(tokens: list[Token]) -> None:
+    """Without ``allow_literals`` every value must be bound: the first one
+    written in the text (a string, a number, ``LIMIT 5`` included, NULL,
+    TRUE, KEY(...), ARRAY(...)) is refused in the Firestore emulator's words."""
+    for token in tokens:
+        if token.kind in (STRING, INT, DOUBLE) or token.word in _LITERAL_WORDS:
+            raise GQLError(f"Disallowed literal: {token.text}.", token.pos)
 
 
 def to_gql(query: Query | AggregationQuery) -> tuple[str, dict[str, Any]]:

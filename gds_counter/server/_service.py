@@ -217,9 +217,10 @@ class DatastoreService:
         if request.HasField("gql_query"):
             text = request.gql_query.query_string
             bindings = codec.gql_bindings_from_pb(request.gql_query)
+            literals = request.gql_query.allow_literals
             if aggregation:
-                return gql.parse_aggregation(text, bindings, namespace=namespace)
-            return gql.parse(text, bindings, namespace=namespace)
+                return gql.parse_aggregation(text, bindings, namespace=namespace, allow_literals=literals)
+            return gql.parse(text, bindings, namespace=namespace, allow_literals=literals)
         if aggregation:
             if not request.HasField("aggregation_query"):
                 raise BadValueError("runAggregationQuery needs an aggregation_query or a gql_query")

@@ -74,3 +74,42 @@ def test_messages_clients_compare_are_the_emulators(target: tuple[str, str],
     }
     assert {name: emulator_says[name] in message for name, message in messages.items()} == dict.fromkeys(
         emulator_says, True), messages
+
+
+#: GQL texts with values written in them (and one with none), run with
+#: ``allow_literals`` false: every value must then be bound.
+LITERAL_TEXTS = [
+    "SELECT * FROM K LIMIT 5", "SELECT * FROM K OFFSET 1", "SELECT * FROM K WHERE a = NULL",
+    "SELECT * FROM K WHERE a = TRUE", "SELECT * FROM K WHERE a = 'x'", "SELECT * FROM K WHERE a = 1.5",
+    "SELECT * FROM K WHERE a = -1", "SELECT * FROM K WHERE __key__ = KEY(K, 'a')",
+    "SELECT * FROM K WHERE a = DATETIME('2020-01-01T00:00:00Z')", "SELECT * FROM K WHERE a = BLOB('YQ')",
+    "SELECT * FROM K WHERE a IN ARRAY(@1)", "SELECT * FROM K WHERE a = @1 AND b = 'z'",
+    "SELECT * FROM K WHERE a = @1",
+]
+
+
+def test_values_written_in_gql_are_refused_without_allow_literals_as_on_the_emulator(
+        server: Any, firestore_emulator: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same texts on both, the answers compared: refused with the
+    emulator's message, or run, on each, alike; with ``allow_literals``
+    every one runs."""
+    from google.api_core import exceptions
+    from google.cloud import datastore
+
+    answers: dict[str, list[Any]] = {}
+    for name, host, project in (("serve", server.emulator_host, "serve-test"),
+                                ("emulator", firestore_emulator.host, firestore_emulator.project)):
+        monkeypatch.setenv("DATASTORE_EMULATOR_HOST", host)
+        api = datastore.Client(project=project)._datastore_api
+        for allow in (False, True):
+            for text in LITERAL_TEXTS:
+                request = {"project_id": project, "gql_query": {
+                    "query_string": text, "allow_literals": allow,
+                    "positional_bindings": [{"value": {"integer_value": 1}}] if "@1" in text else []}}
+                try:
+                    api.run_query(request=request)
+                    answers.setdefault(name, []).append((allow, text, "ran"))
+                except exceptions.InvalidArgument as refused:
+                    answers.setdefault(name, []).append((allow, text, refused.message))
+    assert answers["serve"] == answers["emulator"]
+    assert sum(answer == "ran" for _, _, answer in answers["emulator"]) == len(LITERAL_TEXTS) + 1

@@ -112,3 +112,26 @@ def test_a_read_only_gateway_cannot_be_asked_to_keep_history(tmp_path: Path):
     EmbeddedGateway(path).close()
     with pytest.raises(BadValueError, match="read-only"):
         EmbeddedGateway(path, read_only=True, history=True)
+
+
+def test_past_the_most_versions_kept_the_oldest_go_and_reads_before_them_are_too_old(tmp_path: Path):
+    """A hot counter writes a version per ``add``: the history keeps at most
+    ``MAX_VERSIONS`` (here 2), and a read at a time whose version was pruned
+    is ``ReadTimeTooOld``, not an answer without it; later reads still see
+    their versions."""
+    path = tmp_path / "capped.sqlite3"
+    with EmbeddedGateway(path, history=True) as gw:
+        times = []
+        for n in range(5):
+            put(gw, n)
+            times.append(after_commit())
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            prune(conn, time.time(), most=2)
+            assert conn.execute("SELECT count(*) FROM history").fetchone()[0] == 2
+        finally:
+            conn.close()
+        for pruned in times[:2]:
+            with pytest.raises(ReadTimeTooOld):
+                read_at(gw, pruned)
+        assert [read_at(gw, at) for at in times[2:]] == [2, 3, 4]

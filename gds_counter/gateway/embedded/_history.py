@@ -17,8 +17,13 @@ a read-only transaction can read the database as it was at a past
 
 A row is kept ``HISTORY_S`` (one hour, what Datastore keeps without
 point-in-time recovery; the Firestore emulator answers for 7 days) after it
-was replaced, then pruned, every ``PRUNE_EVERY`` commits. A read older than
-that, or before ``history_since``, is ``ReadTimeTooOld``.
+was replaced, then pruned, every ``PRUNE_EVERY`` commits; and at most
+``MAX_VERSIONS`` rows are kept, the oldest pruned first, so that an hour of
+a hot counter's writes (a version per ``add``) cannot grow a served
+``memory://`` store past its memory (about 250 bytes a row: 60 MB at most).
+Pruning by count moves ``history_since`` to the time the newest pruned
+version was replaced: a read older than that, or than the hour, is
+``ReadTimeTooOld``, never an answer missing a version.
 
 The state at a time T is then the current rows written at or before T, and
 the history rows current at T. A past read is the slow path: ``past``
@@ -39,12 +44,14 @@ from gds_counter.gateway._read_time import TOO_OLD, epoch_seconds
 from gds_counter.gateway.embedded._encoding import index_entries, load_entity
 from gds_counter.gateway.embedded._storage import _write_index
 
-__all__ = ["HISTORY_S", "PRUNE_EVERY", "ensure_history", "history_kept", "keep_deleted", "past", "prune"]
+__all__ = ["HISTORY_S", "MAX_VERSIONS", "PRUNE_EVERY", "ensure_history", "history_kept", "keep_deleted", "past", "prune"]
 
 #: How long a replaced version is kept, in seconds.
 HISTORY_S = 3600.0
 #: Every how many commits the versions older than ``HISTORY_S`` are pruned.
 PRUNE_EVERY = 256
+#: The most replaced versions kept; past it the oldest are pruned.
+MAX_VERSIONS = 250_000
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS history (
@@ -95,16 +102,24 @@ def keep_deleted(conn: sqlite3.Connection, kb: bytes, now: float) -> None:
     )
 
 
-def prune(conn: sqlite3.Connection, now: float) -> None:
-    """Drop the versions replaced over ``HISTORY_S`` before ``now``. Rows are
-    in the order of their commits, so the search stops at the first one kept."""
+def prune(conn: sqlite3.Connection, now: float, most: int = MAX_VERSIONS) -> None:
+    """Drop the versions replaced over ``HISTORY_S`` before ``now``, then the
+    oldest past the ``most`` kept (moving ``history_since`` past them). Rows
+    are in the order of their commits, so the search stops at the first one
+    kept."""
     first_kept = conn.execute(
         "SELECT rowid FROM history WHERE replaced_at >= ? ORDER BY rowid LIMIT 1", (now - HISTORY_S,)
     ).fetchone()
     if first_kept is None:
         conn.execute("DELETE FROM history")
-    else:
-        conn.execute("DELETE FROM history WHERE rowid < ?", first_kept)
+        return
+    conn.execute("DELETE FROM history WHERE rowid < ?", first_kept)
+    over = conn.execute("SELECT rowid, replaced_at FROM history ORDER BY rowid DESC LIMIT 1 OFFSET ?", (most,)).fetchone()
+    if over is not None:
+        last_dropped, replaced_at = over
+        conn.execute("DELETE FROM history WHERE rowid <= ?", (last_dropped,))
+        conn.execute("UPDATE meta SET value = max(value, ?) WHERE name = 'history_since'",
+                     (int(replaced_at * 1_000_000) + 1,))
 
 
 def past(conn: sqlite3.Connection, read_time: _dt.datetime) -> sqlite3.Connection:

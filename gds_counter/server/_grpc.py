@@ -28,10 +28,19 @@ SERVICE_NAME = "google.datastore.v1.Datastore"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
+#: How much earlier than its header says a call's deadline may be: a
+#: client's deadline reaches the server rounded up to the millisecond
+#: (google-cloud-ndb's ``fetch(timeout=1e-9)`` arrives with 0.75 ms left), and
+#: the client's timer has that grain too, so an answer sent within it may be
+#: taken by a client whose deadline had passed. A call taken with less than
+#: this left is answered DEADLINE_EXCEEDED, unrun, as the emulator answers it.
+WIRE_GRAIN_S = 0.001
+
+
 def _unary(service: Databases, method: str) -> Callable[[Any, Any], Any]:
     def handle(request: Any, context: Any) -> Any:
         left = context.time_remaining()
-        deadline = time.monotonic() + left if left is not None else None
+        deadline = time.monotonic() + left - WIRE_GRAIN_S if left is not None else None
         try:
             return service.call(method, request, deadline=deadline, via="grpc")
         except ServiceError as error:

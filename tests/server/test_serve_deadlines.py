@@ -101,3 +101,40 @@ def test_a_rest_request_past_its_server_timeout_is_refused_before_anything(tmp_p
                             headers={"X-Server-Timeout": "0"}, timeout=10)
         assert (answer.status_code, answer.json()["error"]["status"]) == (504, "DEADLINE_EXCEEDED")
         assert server.service.gateway.lookup([Key.of("Row", "r")]) == [None]
+
+
+@pytest.mark.parametrize("timeout", [1e-9, 1e-6, 5e-4])
+def test_a_call_with_under_a_millisecond_left_is_refused_not_run(tmp_path: Any, timeout: float) -> None:
+    """gRPC carries a deadline rounded up to the millisecond, and clients
+    time out with that grain: an answer sent within it could reach a client
+    that had given up (python-ndb's system test
+    ``test_fetch_w_absurdly_short_timeout`` fetches with 1 ns and expects
+    DeadlineExceeded). So the call is refused, and a commit not applied."""
+    with serving(f"sqlite:///{tmp_path / 'grain.sqlite3'}") as server:
+        channel = grpc.insecure_channel(server.emulator_host)
+        commit = channel.unary_unary("/google.datastore.v1.Datastore/Commit",
+                                     request_serializer=lambda m: m.SerializeToString(),
+                                     response_deserializer=ds.CommitResponse.pb().FromString)
+        commit(_commit("warm-up"), timeout=10)
+        with pytest.raises(grpc.RpcError) as refused:
+            commit(_commit("hasty"), timeout=timeout)
+        assert refused.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert server.service.gateway.lookup([Key.of("Row", "hasty")]) == [None]
+        channel.close()
+
+
+def test_ndb_fetch_with_an_absurdly_short_timeout_raises_deadline_exceeded(
+        server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from google.api_core import exceptions
+    from google.cloud import ndb
+
+    monkeypatch.setenv("DATASTORE_EMULATOR_HOST", server.emulator_host)
+
+    class Hasty(ndb.Model):
+        foo = ndb.IntegerProperty()
+
+    with ndb.Client(project="deadline-test").context():
+        ndb.put_multi([Hasty(foo=i) for i in range(3)])
+        for _ in range(3):
+            with pytest.raises(exceptions.DeadlineExceeded):
+                Hasty.query().fetch(timeout=1e-9)

@@ -17,13 +17,13 @@ returned before it, and none that began after it.
 from __future__ import annotations
 
 import datetime as dt
-import time
 import uuid
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from moments import after_commit, now
 
 from gds_counter.errors import BadValueError, ReadTimeTooOld
 from gds_counter.gateway.keys import Key
@@ -49,16 +49,8 @@ def gw(request, make_gateway):
     return with_history(make_gateway(request.param))
 
 
-def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
-def after_commit() -> dt.datetime:
-    """A time after the commit that just returned, and before the next one."""
-    time.sleep(0.002)
-    stamp = now()
-    time.sleep(0.002)
-    return stamp
 
 
 def seen_at(gw: Any, read_time: dt.datetime, keys: list[Key], kind: str, namespace: str) -> tuple[Any, ...]:

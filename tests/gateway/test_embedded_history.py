@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from moments import after_commit
 
 from gds_counter.errors import BadValueError, ReadTimeTooOld
 from gds_counter.gateway.embedded import EmbeddedGateway
@@ -26,11 +27,6 @@ from gds_counter.gateway.values import RawEntity
 K = Key.of("H", "a")
 
 
-def after_commit() -> dt.datetime:
-    time.sleep(0.002)
-    stamp = dt.datetime.now(dt.timezone.utc)
-    time.sleep(0.002)
-    return stamp
 
 
 def read_at(gw: EmbeddedGateway, read_time: dt.datetime) -> Any:

@@ -38,3 +38,14 @@ def client(server: Server, namespace: str, monkeypatch: pytest.MonkeyPatch) -> A
 
     monkeypatch.setenv("DATASTORE_EMULATOR_HOST", server.emulator_host)
     return datastore.Client(project="serve-test", namespace=namespace)
+
+
+@pytest.fixture(params=["serve", "firestore-emulator"])
+def target(request: pytest.FixtureRequest) -> tuple[str, str]:
+    """(host, project) of the module's server, then of the Firestore
+    emulator in Datastore mode: a test taking it runs the same calls on
+    both, the emulator being the oracle."""
+    if request.param == "serve":
+        return request.getfixturevalue("server").emulator_host, "serve-test"
+    emulator = request.getfixturevalue("firestore_emulator")
+    return emulator.host, emulator.project

@@ -14,14 +14,6 @@ import requests
 from gds_counter.server import named_url, serving
 
 
-@pytest.fixture(params=["serve", "firestore-emulator"])
-def target(request: pytest.FixtureRequest) -> tuple[str, str]:
-    if request.param == "serve":
-        return request.getfixturevalue("server").emulator_host, "serve-test"
-    emulator = request.getfixturevalue("firestore_emulator")
-    return emulator.host, emulator.project
-
-
 def clients(target: tuple[str, str], monkeypatch: pytest.MonkeyPatch, *databases: str) -> list[Any]:
     from google.cloud import datastore
 

@@ -11,14 +11,6 @@ from typing import Any, Callable
 import pytest
 
 
-@pytest.fixture(params=["serve", "firestore-emulator"])
-def target(request: pytest.FixtureRequest) -> tuple[str, str]:
-    if request.param == "serve":
-        return request.getfixturevalue("server").emulator_host, "serve-test"
-    emulator = request.getfixturevalue("firestore_emulator")
-    return emulator.host, emulator.project
-
-
 def _cases(api: Any, project: str, namespace: str) -> dict[str, Callable[[], Any]]:
     partition = {"project_id": project, "namespace_id": namespace}
     nested = {"kind": [{"name": "K"}]}

@@ -9,26 +9,15 @@ future, a time too old, and a time finer than a microsecond."""
 from __future__ import annotations
 
 import datetime as dt
-import time
 from typing import Any
 
 import pytest
 from google.api_core import exceptions as gexc
 from google.protobuf import timestamp_pb2
+from moments import after_commit, now
 
 from gds_counter.emulators import Emulator
 from gds_counter.server import Server
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
-def _after_commit() -> dt.datetime:
-    time.sleep(0.002)
-    stamp = _now()
-    time.sleep(0.002)
-    return stamp
 
 
 def _refusal(call: Any) -> tuple[str, str]:
@@ -47,14 +36,14 @@ def _story(client: Any) -> dict[str, Any]:
     api = client._datastore_api
     key = client.key("Past", "a")
     partition = {"project_id": client.project, "namespace_id": client.namespace}
-    times = [_after_commit()]
+    times = [after_commit()]
     for n in (1, 2):
         entity = datastore.Entity(key)
         entity["n"] = n
         client.put(entity)
-        times.append(_after_commit())
+        times.append(after_commit())
     client.delete(key)
-    times.append(_after_commit())
+    times.append(after_commit())
     out: dict[str, Any] = {}
     for i, t in enumerate(times):
         got = client.get(key, read_time=t)
@@ -83,14 +72,14 @@ def _story(client: Any) -> dict[str, Any]:
     stamp.FromDatetime(times[1])
     stamp.nanos += 1
     out["refused"] = {
-        "future": _refusal(lambda: client.get(key, read_time=_now() + dt.timedelta(minutes=5))),
-        "eight days": _refusal(lambda: client.get(key, read_time=_now() - dt.timedelta(days=8))),
+        "future": _refusal(lambda: client.get(key, read_time=now() + dt.timedelta(minutes=5))),
+        "eight days": _refusal(lambda: client.get(key, read_time=now() - dt.timedelta(days=8))),
         "a nanosecond": _refusal(lambda: api.lookup(request={
             "project_id": client.project, "keys": [key.to_protobuf()], "read_options": {"read_time": stamp},
         })),
         "future transaction": _refusal(lambda: api.begin_transaction(request={
             "project_id": client.project,
-            "transaction_options": {"read_only": {"read_time": _now() + dt.timedelta(minutes=5)}},
+            "transaction_options": {"read_only": {"read_time": now() + dt.timedelta(minutes=5)}},
         })),
     }
     return out
@@ -122,7 +111,7 @@ def test_a_time_between_one_hour_and_seven_days_is_too_old_on_serve(client: Any)
     without point-in-time recovery (the emulator answers for 7 days):
     older is FAILED_PRECONDITION, with the emulator's words and the reason."""
     with pytest.raises(gexc.FailedPrecondition, match="is too old.*one hour|is too old.*3600"):
-        client.get(client.key("Past", "a"), read_time=_now() - dt.timedelta(hours=2))
+        client.get(client.key("Past", "a"), read_time=now() - dt.timedelta(hours=2))
 
 
 def test_a_read_that_begins_a_read_only_transaction_at_a_time_reads_at_it(client: Any) -> None:
@@ -137,7 +126,7 @@ def test_a_read_that_begins_a_read_only_transaction_at_a_time_reads_at_it(client
     entity = datastore.Entity(key)
     entity["n"] = 1
     client.put(entity)
-    then = _after_commit()
+    then = after_commit()
     entity["n"] = 2
     client.put(entity)
     first = api.lookup(request={
@@ -165,11 +154,11 @@ def test_read_time_over_rest_json(server: Server, namespace: str) -> None:
 
         entity = {"key": path, "properties": {"n": {"integerValue": "1"}}}
         assert call("commit", {"mode": "NON_TRANSACTIONAL", "mutations": [{"upsert": entity}]}).status_code == 200
-        then = _after_commit()
+        then = after_commit()
         call("commit", {"mode": "NON_TRANSACTIONAL", "mutations": [{"delete": path}]})
         past = call("lookup", {"keys": [path], "readOptions": {"readTime": then.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}}).json()
         assert [f["entity"]["properties"]["n"] for f in past["found"]] == [{"integerValue": "1"}]
         assert dt.datetime.fromisoformat(past["readTime"].replace("Z", "+00:00")) == then
-        old = (_now() - dt.timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        old = (now() - dt.timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
         refused = call("lookup", {"keys": [path], "readOptions": {"readTime": old}})
         assert refused.status_code == 400 and refused.json()["error"]["status"] == "FAILED_PRECONDITION"

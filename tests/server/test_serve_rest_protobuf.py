@@ -14,18 +14,6 @@ import httpx
 import pytest
 import requests
 
-from gds_counter.server import Server
-
-
-@pytest.fixture(params=["serve", "firestore-emulator"])
-def target(request: pytest.FixtureRequest) -> tuple[str, str]:
-    """(host, project) of the server under test."""
-    if request.param == "serve":
-        server: Server = request.getfixturevalue("server")
-        return server.emulator_host, "serve-test"
-    emulator = request.getfixturevalue("firestore_emulator")
-    return emulator.host, emulator.project
-
 
 def http_client(target: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> Any:
     from google.cloud import datastore

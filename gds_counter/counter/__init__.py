@@ -6,7 +6,7 @@ from gds_counter.counter._arguments import MAX_SHARDS, check_counters, check_num
 from gds_counter.counter._engine import CounterCore
 from gds_counter.counter._inventory import counter_names_plan, rollup_all_plan
 from gds_counter.counter._sizing import DEFAULT_WRITES_PER_SHARD, ShardSizing, size_shards
-from gds_counter.counter._storage_scope import STORAGE_HEADER, storage_scope
+from gds_counter.counter._storage_scope import DATABASE_HEADER, STORAGE_HEADER, storage_scope
 from gds_counter.counter._totals import by_gateway, get_counts_plan
 from gds_counter.counter.article import CounterShardDS, make_target
 from gds_counter.counter.cache import CountCache
@@ -52,6 +52,7 @@ __all__ = [
     # the machinery the other faces run (gds_counter.aio, the command, serve):
     # one engine, so they hold no counter rules of their own
     "CounterCore",
+    "DATABASE_HEADER",
     "DEFAULT_WRITES_PER_SHARD",
     "STORAGE_HEADER",
     "ShardSizing",

@@ -11,7 +11,8 @@ counter must find the total another process cached for it:
   ``gds-counter serve``, which says which storage it serves (the
   ``STORAGE_HEADER`` of its ``GET /``): then that storage's scope, the
   same as a process opening the SQLite file directly gets, whatever
-  project its clients name (the server's store is not divided by project).
+  project its clients name (the server's store is not divided by project;
+  a named database is a file of its own there, asked for by name).
 * A SQLite file: ``sqlite/DEVICE:INODE``, the file's identity, whatever
   path, link or mount reaches it (``embedded.file_id``).
 * Memory, which no other process can see: a name of the gateway's own.
@@ -35,10 +36,12 @@ from typing import Any
 from gds_counter.errors import BadValueError
 from gds_counter.gateway.embedded import file_id
 
-__all__ = ["STORAGE_HEADER", "check_scope", "storage_scope"]
+__all__ = ["DATABASE_HEADER", "STORAGE_HEADER", "check_scope", "storage_scope"]
 
 #: The header of ``gds-counter serve``'s ``GET /`` that names the storage it serves.
 STORAGE_HEADER = "X-Gds-Counter-Storage"
+#: The header of a ``GET /`` that asks for a named database's storage.
+DATABASE_HEADER = "X-Gds-Counter-Database"
 
 
 def _owner(gateway: Any) -> Any:
@@ -74,7 +77,7 @@ def storage_scope(gateway: Any, timeout: float, named: str | None = None) -> str
         host = getattr(owner, "emulator_host", None)
         if not host:
             return f"datastore/{project}/{database}"
-        served = _served_storage(host, timeout)
+        served = _served_storage(host, timeout, database)
         return served if served is not None else f"emulator/{_local_endpoint(host)}/{project}/{database}"
     path = getattr(owner, "path", None)
     if isinstance(path, str):
@@ -113,13 +116,14 @@ def _on_this_machine(address: str) -> bool:
     return True
 
 
-def _served_storage(host: str, timeout: float) -> str | None:
-    """The storage ``gds-counter serve`` at ``host`` says it serves; None
-    for another emulator (its ``GET /`` names none)."""
+def _served_storage(host: str, timeout: float, database: str = "") -> str | None:
+    """The storage ``gds-counter serve`` at ``host`` says it serves for
+    ``database`` (each database is a store of its own there); None for
+    another emulator (its ``GET /`` names none)."""
     name, port = _split(host)
     connection = http.client.HTTPConnection(name, port, timeout=timeout)
     try:
-        connection.request("GET", "/")
+        connection.request("GET", "/", headers={DATABASE_HEADER: database} if database else {})
         response = connection.getresponse()
         response.read()
         return response.getheader(STORAGE_HEADER)

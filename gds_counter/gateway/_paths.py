@@ -22,7 +22,7 @@ from gds_counter._checks import check_text
 from gds_counter.errors import BadValueError
 from gds_counter.gateway._meanings import NO_MEANINGS
 from gds_counter.gateway.keys import RESERVED_NAME
-from gds_counter.gateway.values import RawEntity
+from gds_counter.gateway.values import MAX_NESTED_ENTITIES, RawEntity
 
 __all__ = ["KEEP", "MISSING", "check_path", "drop", "excluded", "get", "meaning_at", "parse", "put", "quote"]
 
@@ -103,6 +103,9 @@ def check_path(path: object, what: str) -> None:
         members = parse(path)
     except ValueError:  # \\U beyond U+10FFFF
         raise BadValueError(f"{what} {path!r}: an escape beyond the last code point") from None
+    if len(members) > MAX_NESTED_ENTITIES + 1:  # (the emulator writes them, and then cannot take the entity back)
+        raise BadValueError(f"{what} {path[:60]!r}...: At most {MAX_NESTED_ENTITIES} nested entity values are supported "
+                            f"(a path of {len(members)} members)")
     for member in members:
         if not member.isascii():
             check_text(member, what)

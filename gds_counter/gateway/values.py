@@ -93,13 +93,18 @@ class RawEntity:
 Value = Union[None, bool, int, float, str, bytes, _dt.datetime, Key, Geopoint, RawEntity, list]
 
 
-def check_value(name: str, value: Any, indexed: bool) -> None:
-    """Reject values Datastore cannot store, naming the property."""
+#: Datastore's limit on entity values inside entity values (the emulator's words refuse more).
+MAX_NESTED_ENTITIES = 20
+
+
+def check_value(name: str, value: Any, indexed: bool, depth: int = 0) -> None:
+    """Reject values Datastore cannot store, naming the property; ``depth``:
+    how many entity values hold this one's entity."""
     if isinstance(value, list):
         for item in value:
             if isinstance(item, list):
                 raise BadValueError(f"property {name!r}: a list may not contain a list")
-            check_value(name, item, indexed)
+            check_value(name, item, indexed, depth)
         return
     if value is None or isinstance(value, (bool, float, Key, Geopoint)):
         return
@@ -132,7 +137,9 @@ def check_value(name: str, value: Any, indexed: bool) -> None:
             raise BadValueError(f"property {name!r}: naive datetime {value!r}; give it a timezone")
         return
     if isinstance(value, RawEntity):
-        validate_entity(value)
+        if depth >= MAX_NESTED_ENTITIES:
+            raise BadValueError(f"At most {MAX_NESTED_ENTITIES} nested entity values are supported. (property {name!r})")
+        validate_entity(value, depth + 1)
         return
     # reprlib: a value nested thousands deep (or huge) would make the
     # message itself fail (RecursionError) or flood the log.
@@ -192,7 +199,7 @@ def seal(entity: RawEntity) -> RawEntity:
     return sealed
 
 
-def validate_entity(entity: RawEntity) -> None:
+def validate_entity(entity: RawEntity, depth: int = 0) -> None:
     """Check every property of an entity against Datastore's rules, and the
     entity against its limits on size and indexed values (at once for a
     sealed entity still as it was sealed: ``SealedProperties``)."""
@@ -208,7 +215,7 @@ def validate_entity(entity: RawEntity) -> None:
             raise BadValueError(f"property name {name!r} is reserved (names of the form __x__)")
         if utf8_size(name, "property name") > MAX_PROPERTY_NAME_BYTES:
             raise BadValueError(f"property name {name[:40]!r}... is over the {MAX_PROPERTY_NAME_BYTES}-byte limit")
-        check_value(name, value, name not in entity.unindexed)
+        check_value(name, value, name not in entity.unindexed, depth)
     for name, meaning in entity.meanings.items():
         if name not in entity.properties:
             raise BadValueError(f"a meaning ({meaning!r}) for {name!r}, which is no property of {_named(entity)}")

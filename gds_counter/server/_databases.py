@@ -66,6 +66,11 @@ class Databases:
         """The default database's storage."""
         return self.default.gateway
 
+    def gateway_of(self, database: str) -> Gateway:
+        """The storage of ``database`` ("" the default one), opened if it
+        was not (what a shared count cache names its counters by)."""
+        return self.default.gateway if not database else self._service(database).gateway
+
     def call(self, method: str, request: Any, *, deadline: float | None = None, via: str = "") -> Any:
         """``DatastoreService.call`` on the service of the request's database."""
         database = getattr(request, "database_id", "")
@@ -73,7 +78,7 @@ class Databases:
         return service.call(method, request, deadline=deadline, via=via)
 
     def _service(self, database: str) -> DatastoreService:
-        if not _DATABASE_ID.match(database):
+        if not _DATABASE_ID.fullmatch(database):
             raise ServiceError("INVALID_ARGUMENT", f"{database[:80]!r} is an invalid database id (at most 63 "
                                "letters, digits, '-' and '_')")
         with self._lock:

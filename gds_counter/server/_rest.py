@@ -55,7 +55,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from google.rpc import status_pb2
 
-from gds_counter.counter import STORAGE_HEADER, storage_scope
+from gds_counter.counter import DATABASE_HEADER, STORAGE_HEADER, storage_scope
 from gds_counter.server._databases import Databases
 from gds_counter.server._service import METHODS
 from gds_counter.server._status import HTTP_STATUS, ServiceError
@@ -72,6 +72,9 @@ MAX_BODY_BYTES = 32 * 1024 * 1024
 
 #: The media type of protobuf's binary form, as Google's HTTP clients name it.
 PROTOBUF = "application/x-protobuf"
+
+#: A chunk's size: hex digits only.
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 #: Origins of this machine: a browser page served from one may use the server.
 _LOCAL_ORIGIN = re.compile(r"^https?://(localhost|127(\.\d{1,3}){3}|\[::1\])(:\d+)?$", re.IGNORECASE)
@@ -168,8 +171,12 @@ class RestHandler(BaseHTTPRequestHandler):
         if self._from_elsewhere():
             return
         if self.path.split("?", 1)[0] == "/":
-            try:
-                storage = {STORAGE_HEADER: storage_scope(self.server.service.gateway, 0.0)}
+            try:  # the storage of the database asked for (a store of its own), else the default one's
+                gateway = self.server.service.gateway_of(self.headers.get(DATABASE_HEADER, ""))
+                storage = {STORAGE_HEADER: storage_scope(gateway, 0.0)}
+            except ServiceError as error:
+                self._error(error)
+                return
             except OSError:  # its file is gone: no storage to name
                 storage = {}
             self._send(200, b"Ok", "text/plain; charset=utf-8", storage)
@@ -249,6 +256,8 @@ class RestHandler(BaseHTTPRequestHandler):
         while True:
             line = self.rfile.readline(1024).split(b";", 1)[0].strip()
             try:
+                if not _CHUNK_SIZE.fullmatch(line):  # (int(..., 16) also takes "-1", "+1", "0x1" and "1_0")
+                    raise ValueError(line)
                 chunk = int(line, 16)
             except ValueError:
                 raise ServiceError("INVALID_ARGUMENT", f"a malformed chunk size {line[:20]!r}") from None

@@ -144,7 +144,7 @@ class DatastoreService:
                 return handler(request, Codec(request.project_id, request.database_id))
         except Exception as exc:
             error = status_of(exc)
-            if deadline is not None and time.monotonic() >= deadline and error.status != "INVALID_ARGUMENT":
+            if deadline is not None and time.monotonic() >= deadline and error.status not in ("INVALID_ARGUMENT", "DEADLINE_EXCEEDED"):
                 error = ServiceError("DEADLINE_EXCEEDED", f"the request's deadline passed: {error.message}")
             if error.status in ("INTERNAL", "UNKNOWN"):
                 log.error("%s %s failed", via, method, exc_info=exc)

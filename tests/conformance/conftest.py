@@ -20,6 +20,15 @@ def gateway(request, make_gateway):
     return make_gateway(request.param)
 
 
+@pytest.fixture(params=params([name for name in GATEWAY_NAMES + AIO_GATEWAY_NAMES if not name.startswith("datastore")],
+                                quick=("memory", "sqlite", "firestore", "serve")))
+def transforming_gateway(request, make_gateway):
+    """Every gateway whose server applies property transforms and masks:
+    all but the legacy Datastore emulator, which ignores both (the Datastore
+    gateway raises ``TransformsIgnored`` there: tests/conformance/test_increments.py)."""
+    return make_gateway(request.param)
+
+
 @pytest.fixture
 def backend(request) -> str:
     """Which storage this test runs on, for the few places they must

@@ -85,11 +85,10 @@ def test_a_meaning_changes_no_filter_order_or_projection(gateway: Any) -> None:
     assert [(e.key.name, e.properties, dict(e.meanings)) for e in projected] == [("b", {"rating": 41}, {}), ("a", {"rating": 42}, {})]
 
 
-def test_a_masked_write_keeps_the_meanings_of_the_properties_it_leaves(gateway: Any, backend: str) -> None:
+def test_a_masked_write_keeps_the_meanings_of_the_properties_it_leaves(transforming_gateway: Any) -> None:
     """A property mask replaces the named values with their meanings (or
     none) and leaves the others' meanings as they were, nested ones too."""
-    if backend == "datastore":
-        pytest.skip("the legacy Datastore emulator ignores property masks")
+    gateway = transforming_gateway
     entity = meant(gateway, "a")
     gateway.commit([Upsert(entity)])
     change = RawEntity(entity.key, {"link": "http://other.example", "inner": RawEntity(None, {"c": "dog"})}, meanings={"link": 6})
@@ -100,11 +99,10 @@ def test_a_masked_write_keeps_the_meanings_of_the_properties_it_leaves(gateway: 
     assert got.properties["inner"].properties == {"z": b"y", "c": "dog"}
 
 
-def test_a_transform_drops_the_meaning_of_the_value_it_changes(gateway: Any, backend: str) -> None:
+def test_a_transform_drops_the_meaning_of_the_value_it_changes(transforming_gateway: Any) -> None:
     """An increment leaves a value without its meaning (a rating, 13, on
     the emulator) and the other values with theirs."""
-    if backend == "datastore":
-        pytest.skip("the legacy Datastore emulator ignores property transforms")
+    gateway = transforming_gateway
     entity = RawEntity(key(gateway, "a"), {"rating": 50, "link": "x"}, meanings={"rating": 13, "link": 2})
     gateway.commit([Upsert(entity)])
     gateway.commit([Upsert(RawEntity(entity.key), property_mask=(), transforms=(Increment("rating", 1),))])

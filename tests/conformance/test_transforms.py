@@ -38,12 +38,6 @@ from gds_counter.gateway.mutations import (
 from gds_counter.gateway.values import RawEntity
 
 
-def applying(gateway: Any) -> Any:
-    if not gateway.capabilities.applies_transforms:
-        pytest.skip("this server ignores property transforms (the legacy Datastore emulator)")
-    return gateway
-
-
 def transform(gateway: Any, stored: dict[str, Any], *transforms: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Store ``stored`` on a fresh key, then apply ``transforms`` to it
     (keeping every stored property): (their results, what is stored)."""
@@ -81,13 +75,13 @@ def typed(value: Any) -> Any:
         (None, Minimum, 0.5, 0.5),
     ],
 )
-def test_maximum_and_minimum_compare_numbers(gateway, stored, which, value, expected):
-    results, found = transform(applying(gateway), {"c": stored}, which("c", value))
+def test_maximum_and_minimum_compare_numbers(transforming_gateway, stored, which, value, expected):
+    results, found = transform(transforming_gateway, {"c": stored}, which("c", value))
     assert typed(results[0]) == typed(expected) and typed(found["c"]) == typed(expected)
 
 
-def test_maximum_of_a_missing_property_sets_it(gateway):
-    assert transform(applying(gateway), {}, Maximum("c", 7)) == ((7,), {"c": 7})
+def test_maximum_of_a_missing_property_sets_it(transforming_gateway):
+    assert transform(transforming_gateway, {}, Maximum("c", 7)) == ((7,), {"c": 7})
 
 
 @pytest.mark.parametrize(
@@ -106,21 +100,21 @@ def test_maximum_of_a_missing_property_sets_it(gateway):
          [RawEntity(None, {"x": 1}), RawEntity(None, {"x": 2})]),
     ],
 )
-def test_array_transforms_compare_elements_as_datastore_does(gateway, stored, which, elements, expected):
-    results, found = transform(applying(gateway), {"c": stored}, which("c", elements))
+def test_array_transforms_compare_elements_as_datastore_does(transforming_gateway, stored, which, elements, expected):
+    results, found = transform(transforming_gateway, {"c": stored}, which("c", elements))
     assert results == (None,)
     assert typed(found["c"]) == typed(expected)
 
 
-def test_array_transforms_on_a_missing_property_make_an_array(gateway):
-    results, found = transform(applying(gateway), {}, AppendMissingElements("a", [1, 1]), RemoveAllFromArray("r", [1]))
+def test_array_transforms_on_a_missing_property_make_an_array(transforming_gateway):
+    results, found = transform(transforming_gateway, {}, AppendMissingElements("a", [1, 1]), RemoveAllFromArray("r", [1]))
     assert results == (None, None) and found == {"a": [1], "r": []}
 
 
-def test_every_request_time_of_a_commit_is_the_same_time_and_its_result(gateway):
+def test_every_request_time_of_a_commit_is_the_same_time_and_its_result(transforming_gateway):
     """Two properties of each of two entities set to the request time in one
     commit: one time, returned as each transform's result, and stored."""
-    gateway = applying(gateway)
+    gateway = transforming_gateway
     keys = [Key.of("Tr", f"t{i}-{uuid.uuid4().hex}", namespace=gateway.namespace) for i in range(2)]
     before = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=5)
     result = gateway.commit([Upsert(RawEntity(key), transforms=(RequestTime("t"), RequestTime("u"))) for key in keys])
@@ -132,17 +126,17 @@ def test_every_request_time_of_a_commit_is_the_same_time_and_its_result(gateway)
     assert [found.properties for found in gateway.lookup(keys)] == [{"t": when, "u": when}] * 2
 
 
-def test_transforms_of_one_property_run_in_order_each_on_the_last_result(gateway):
+def test_transforms_of_one_property_run_in_order_each_on_the_last_result(transforming_gateway):
     results, found = transform(
-        applying(gateway), {"c": 1},
+        transforming_gateway, {"c": 1},
         Increment("c", 5), Maximum("c", 3), Minimum("c", 4.5), AppendMissingElements("c", [2]),
         RemoveAllFromArray("c", [7]), Increment("c", 1),
     )
     assert results == (6, 6, 4.5, None, None, 1) and found == {"c": 1}
 
 
-def test_transforms_in_a_transaction_apply_at_its_commit(gateway):
-    gateway = applying(gateway)
+def test_transforms_in_a_transaction_apply_at_its_commit(transforming_gateway):
+    gateway = transforming_gateway
     key = Key.of("Tr", uuid.uuid4().hex, namespace=gateway.namespace)
     gateway.commit([Upsert(RawEntity(key, {"c": [1], "n": 5}))])
     txn = gateway.begin_transaction()
@@ -156,21 +150,21 @@ def test_transforms_in_a_transaction_apply_at_its_commit(gateway):
     assert gateway.lookup([key])[0].properties == {"c": [1, 2], "n": 2}
 
 
-def test_a_transform_of_a_path_reaches_into_an_entity_value_and_makes_one_where_none_is(gateway):
+def test_a_transform_of_a_path_reaches_into_an_entity_value_and_makes_one_where_none_is(transforming_gateway):
     nested = RawEntity(None, {"b": 1, "z": "q"})
     results, found = transform(
-        applying(gateway), {"a": nested, "s": 3}, Maximum("a.b", 5), AppendMissingElements("n.m", [1]), Minimum("s.t", 2)
+        transforming_gateway, {"a": nested, "s": 3}, Maximum("a.b", 5), AppendMissingElements("n.m", [1]), Minimum("s.t", 2)
     )
     assert results == (5, None, 2)
     assert typed(found) == typed({"a": RawEntity(None, {"b": 5, "z": "q"}), "n": RawEntity(None, {"m": [1]}),
                                   "s": RawEntity(None, {"t": 2})})
 
 
-def test_the_entity_written_comes_first_then_its_transforms(gateway):
+def test_the_entity_written_comes_first_then_its_transforms(transforming_gateway):
     """Without a mask the entity replaces what was stored, then the
     transforms run on it; with one, on the stored entity with the mask's
     properties written."""
-    gateway = applying(gateway)
+    gateway = transforming_gateway
     key = Key.of("Tr", uuid.uuid4().hex, namespace=gateway.namespace)
     gateway.commit([Upsert(RawEntity(key, {"c": 10, "d": [1]}))])
     done = gateway.commit([Upsert(RawEntity(key, {"c": 3}), transforms=(Maximum("c", 5), AppendMissingElements("d", [2])))])

@@ -83,6 +83,32 @@ def test_gds_counter_serve_and_the_sqlite_file_it_serves_are_one_key_space(redis
                 client.close()
 
 
+def test_each_database_gds_counter_serve_serves_is_a_key_space_of_its_own(redis_server, tmp_path):
+    """A named database is a store of its own on the server: a total cached
+    for one database is never another's, and a database's clients share
+    one key space with a process opening its file (``served@NAME``)."""
+    from gds_counter.server import serving
+
+    path = tmp_path / "served.sqlite3"
+    namespace = f"scope-{uuid.uuid4().hex[:8]}"
+    with serving(f"sqlite:///{path}") as server:
+        default, reports = (DatastoreGateway("p", namespace=namespace, database=database,
+                                             emulator_host=server.emulator_host) for database in ("", "reports"))
+        try:
+            on_default, on_reports = (CounterShardDS("Counter Test", 1, gateway=gateway, cache=redis_server.url)
+                                      for gateway in (default, reports))
+            on_default.add(5)
+            assert (on_default.get_count(), on_reports.get_count()) == (5, 0)
+            on_reports.add(1)
+            assert (on_default.get_count(), on_reports.get_count()) == (5, 1)
+            _add_in_another_process(f"sqlite:///{tmp_path / 'served@reports.sqlite3'}?namespace={namespace}",
+                                    redis_server.url, 3)
+            assert (on_default.get_count(), on_reports.get_count()) == (5, 4)
+        finally:
+            default.close()
+            reports.close()
+
+
 @pytest.mark.skipif(not hasattr(os, "link"), reason="hard links")
 def test_one_sqlite_file_under_two_names_is_one_key_space(redis_server, tmp_path):
     """A hard link is the same file under another name (so is a bind mount

@@ -26,13 +26,17 @@ skipped) is read from pytest's JUnit XML. ``--record FILE`` writes them
 (JSON, beside the clients' versions); ``--against FILE`` takes the emulator's
 outcomes from such a record instead of running it (tests/peers/test_peer_suites.py
 does that in CI). The exit status is 1 when a test that passed on the
-emulator (in every recorded run) did not pass on serve.
+emulator (in every recorded run) did not pass on serve, 2 when there was
+nothing to compare serve with. python-datastore's suite needs pytest and
+google-cloud-testutils beside the client (this project's ``dev`` extra);
+each run's pytest output is kept beside its JUnit XML under ``--work``.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib.util
 import json
 import os
 import re
@@ -144,10 +148,25 @@ def run_suite(python: str, root: Path, host: str, transport: str, junit: Path) -
                GOOGLE_CLOUD_PROJECT=PROJECT, PYTHONDONTWRITEBYTECODE="1")
     if transport == "rest":
         env["GOOGLE_CLOUD_DISABLE_GRPC"] = "True"
-    subprocess.run([python, "-m", "pytest", "tests/system", "-q", "-p", "no:cacheprovider", "-p", "no:gds_counter",
-                    f"--junitxml={junit}"],
-                   cwd=root, env=env, timeout=SUITE_TIMEOUT_S, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = junit.with_suffix(".log")
+    with open(log, "wb") as out:
+        subprocess.run([python, "-m", "pytest", "tests/system", "-q", "-p", "no:cacheprovider", "-p", "no:gds_counter",
+                        f"--junitxml={junit}"],
+                       cwd=root, env=env, timeout=SUITE_TIMEOUT_S, stdout=out, stderr=subprocess.STDOUT)
+    if not junit.exists():
+        tail = log.read_text(errors="replace")[-2000:]
+        raise SystemExit(f"the suite in {root} did not run (its output: {log}):\n{tail}")
     return outcomes(junit)
+
+
+def check_prerequisites() -> None:
+    """What python-datastore's suite imports, beside the client: pytest and
+    google-cloud-testutils (both in this project's ``dev`` extra)."""
+    missing = [package for module, package in (("pytest", "pytest"), ("test_utils", "google-cloud-testutils"))
+               if importlib.util.find_spec(module) is None]
+    if missing:
+        raise SystemExit(f"python-datastore's system tests need {' and '.join(missing)}: "
+                         f"pip install {' '.join(missing)} (or this project's dev extra)")
 
 
 def runs(suites: list[str], transports: list[str], targets: list[str], work: Path,
@@ -155,6 +174,7 @@ def runs(suites: list[str], transports: list[str], targets: list[str], work: Pat
     """(suite, transport, target, outcomes, seconds) of each run asked for."""
     for suite in suites:
         if suite == "datastore":
+            check_prerequisites()
             python, root, suite_transports = sys.executable, datastore_suite(work), transports
         else:
             if ndb_src is None:
@@ -214,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     for (suite, transport), by_target in results.items():
         emulator_runs = by_target.get("emulator") or [
             run["outcomes"] for run in recorded.get(suite, {}).get(transport, {}).get("emulator", [])]
+        if by_target.get("serve") and not emulator_runs:
+            print(f"{suite} over {transport}: no emulator outcomes to compare with (add --target emulator, or "
+                  "--against docs/peer_suites.json)")
+            status = max(status, 2)
+            continue
         for serve in by_target.get("serve", []):
             worse = regressions(emulator_runs, serve)
             if worse:

@@ -328,3 +328,20 @@ def test_stopping_does_not_wait_for_a_connection_that_said_nothing_yet():
         assert _seconds_until_closed(sock, began) < 5
         sock.close()
     assert stopped_in < 5  # not the 20 s grace, nor the 60 s limit (a bound, not a speed)
+
+
+@pytest.mark.parametrize("size", [b"-1", b"+10", b"1_0", b"0x10"])
+def test_a_chunk_size_that_is_not_hex_digits_is_refused_before_its_body_is_read(tmp_path, size):
+    """``int(..., 16)`` takes "-1", and a read of -1 bytes reads until the
+    client closes: a body with no bound. The connection is answered 400 at
+    once, with the client still sending."""
+    with serving(f"sqlite:///{tmp_path / 'chunks.sqlite3'}") as server:
+        head = (b"POST /v1/projects/p:lookup HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n" + size + b"\r\n" + b"x" * 1000)
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(head)  # and no end: a server reading to EOF would never answer
+            answer = b""
+            while chunk := sock.recv(65536):  # until the server closes the connection
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 400"), answer[:100]
+        assert b"malformed chunk size" in answer

@@ -87,3 +87,32 @@ def test_a_named_database_is_a_file_beside_the_served_one(tmp_path: Path) -> Non
     # only the valid id was opened; the others were refused before any file was made
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith(("-wal", "-shm"))) == [
         "served.sqlite3", "served@reports.sqlite3"]
+
+
+@pytest.mark.parametrize("database, key_database", [("", "zzz"), ("reports-db", "zzz"), ("reports-db", ""),
+                                                    ("reports-db", "reports-db")])
+def test_a_key_of_another_database_is_refused_not_written_to_the_requests(
+        target: tuple[str, str], database: str, key_database: str) -> None:
+    """A key whose partition names another database than the request's
+    ("mismatched databases within request" on the emulator; a key naming
+    none is the default database's)."""
+    host, project = target
+    key = {"partitionId": {"projectId": project, "databaseId": key_database}, "path": [{"kind": "Row", "name": "k"}]}
+    body = {"databaseId": database, "mode": "NON_TRANSACTIONAL", "mutations": [{"upsert": {"key": key}}]}
+    answer = requests.post(f"http://{host}/v1/projects/{project}:commit", json=body, timeout=10)
+    if key_database == database:
+        assert answer.status_code == 200, answer.text
+        return
+    assert (answer.status_code, answer.json()["error"]["status"]) == (400, "INVALID_ARGUMENT")
+    assert "mismatched databases" in answer.json()["error"]["message"]
+    looked = requests.post(f"http://{host}/v1/projects/{project}:lookup", timeout=10, json={
+        "databaseId": database, "keys": [{"path": [{"kind": "Row", "name": "k"}]}]}).json()
+    assert "found" not in looked
+
+
+@pytest.mark.parametrize("database", ["rep\n", "rep ", " rep", "r/p"])
+def test_a_database_id_with_other_characters_is_refused(target: tuple[str, str], database: str) -> None:
+    host, project = target
+    answer = requests.post(f"http://{host}/v1/projects/{project}:lookup", timeout=10,
+                           json={"databaseId": database, "keys": [{"path": [{"kind": "Row", "name": "x"}]}]})
+    assert (answer.status_code, answer.json()["error"]["status"]) == (400, "INVALID_ARGUMENT")

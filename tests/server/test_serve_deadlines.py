@@ -103,7 +103,7 @@ def test_a_rest_request_past_its_server_timeout_is_refused_before_anything(tmp_p
         assert server.service.gateway.lookup([Key.of("Row", "r")]) == [None]
 
 
-@pytest.mark.parametrize("timeout", [1e-9, 1e-6, 5e-4])
+@pytest.mark.parametrize("timeout", [1e-9, 1e-6])
 def test_a_call_with_under_a_millisecond_left_is_refused_not_run(tmp_path: Any, timeout: float) -> None:
     """gRPC carries a deadline rounded up to the millisecond, and clients
     time out with that grain: an answer sent within it could reach a client

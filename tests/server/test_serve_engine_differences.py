@@ -269,3 +269,27 @@ def test_properties_of_entities_in_a_list_are_indexed_on_the_server_only(
     theirs, ours = _both(firestore_emulator, serve_server, monkeypatch, _embedded_properties)
     assert theirs == {"le.k =": [], "le.k >=": [], "le.k order": [], "e.k =": ["single"], "e.k >=": ["single"], "e.k order": ["single"]}
     assert ours == {**theirs, "le.k =": ["listed"], "le.k >=": ["listed"], "le.k order": ["listed"]}
+
+
+def test_entity_values_nest_at_most_twenty_deep_as_on_the_emulator(target: tuple[str, str]) -> None:
+    """Datastore's documented limit, in the emulator's words: 20 entity
+    values inside each other are written, 21 refused, nothing written (a
+    deeper one could be written and then not read back over REST JSON)."""
+    import requests
+
+    host, project = target
+
+    def nested(depth: int) -> dict[str, Any]:
+        value: dict[str, Any] = {"integerValue": "1"}
+        for _ in range(depth):
+            value = {"entityValue": {"properties": {"p": value}}}
+        return value
+
+    namespace = f"t-{uuid.uuid4().hex[:12]}"
+    answers = {}
+    for depth in (20, 21):
+        key = {"partitionId": {"projectId": project, "namespaceId": namespace}, "path": [{"kind": "N", "name": f"d{depth}"}]}
+        body = {"mode": "NON_TRANSACTIONAL", "mutations": [{"upsert": {"key": key, "properties": {"p": nested(depth)}}}]}
+        answer = requests.post(f"http://{host}/v1/projects/{project}:commit", json=body, timeout=10)
+        answers[depth] = (answer.status_code, answer.json().get("error", {}).get("message", "")[:47].strip())
+    assert answers == {20: (200, ""), 21: (400, "At most 20 nested entity values are supported.")}

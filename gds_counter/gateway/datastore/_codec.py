@@ -134,6 +134,12 @@ class Codec:
                 elements.append(PathElement(path.kind, name=path.name))
             else:
                 elements.append(PathElement(path.kind))
+        database = pb.partition_id.database_id
+        if database != self.database:
+            # A key holds no database: storing it would write, or point, into
+            # this one. (An empty one is the default database's, as on the emulator.)
+            raise BadValueError(f"mismatched databases within request: a key of database {database!r} in a request "
+                                f"for {self.database or 'the default database'!r}")
         project = pb.partition_id.project_id
         return Key(tuple(elements), pb.partition_id.namespace_id, project=None if project == self.project else project)
 

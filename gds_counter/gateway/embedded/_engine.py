@@ -34,6 +34,7 @@ from gds_counter.gateway.embedded._metadata import metadata_batch
 from gds_counter.gateway.embedded._projects import Projects, check_home, check_home_mutations, resolved
 from gds_counter.gateway.embedded._query_batches import BATCH_SIZE, BatchRead, Compiled, QueryBatches, answer, explain
 from gds_counter.gateway.embedded._storage import (
+    SharedCopy,
     Transaction,
     allocate,
     commit_seq,
@@ -143,6 +144,7 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
             # to it (``_history.past``), the slow path.
             with self._db() as conn:
                 txn.snapshot = past(conn, read_time)
+            txn.copy = SharedCopy(txn.snapshot, 1)
             txn.seq = -1
             self.stats.bump("snapshot_copies")
         elif read_only:
@@ -161,7 +163,9 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
     def _end(self, txn: Transaction) -> None:
         """Release a finished transaction's snapshot."""
         self._pinned.pop(txn.token, None)
-        txn.snapshot = None
+        copy, txn.snapshot, txn.copy = txn.copy, None, None
+        if copy is not None:
+            copy.release()
         if txn.conn is not None:
             conn, txn.conn = txn.conn, None
             self._pool.unhold(conn)
@@ -203,8 +207,9 @@ class EmbeddedGateway(BaseGateway[Transaction], CommitWrites):
             copy = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
             main.backup(copy)
             self.stats.bump("snapshot_copies")
+            shared = SharedCopy(copy, len(waiting))
             for txn in waiting:
-                txn.snapshot = copy
+                txn.snapshot, txn.copy = copy, shared
 
     # -- reads ---------------------------------------------------------------
 

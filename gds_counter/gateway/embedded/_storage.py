@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 import time
 from types import TracebackType
 from typing import Any, Hashable, Iterable, Iterator
@@ -121,6 +122,26 @@ def create_schema(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
+@attrs.define(eq=False)
+class SharedCopy:
+    """A copy of the database that transactions read (in memory, once a
+    commit changed it; or rewound to a past ``read_time``), closed when the
+    last of them ends: a ``sqlite3.Connection`` sits in a reference cycle
+    with its statement cache, so a dropped copy would keep its memory until
+    the cyclic collector ran (a served file's size per past read)."""
+
+    conn: sqlite3.Connection
+    users: int
+    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+    def release(self) -> None:
+        with self._lock:
+            self.users -= 1
+            last = self.users == 0
+        if last:
+            self.conn.close()
+
+
 @attrs.define
 class Transaction(TransactionState):
     """A transaction: its snapshot, and what it read there, checked again at
@@ -134,8 +155,10 @@ class Transaction(TransactionState):
     seq: int | None = None
     #: a file's connection holding the snapshot (``ConnectionPool.hold``)
     conn: Any = None
-    #: in memory, once a commit changed the database: a copy as it was at ``seq``
+    #: in memory, once a commit changed the database: a copy as it was at
+    #: ``seq`` (or, at a past ``read_time``, as it was then); ``copy`` holds it
     snapshot: sqlite3.Connection | None = None
+    copy: SharedCopy | None = None
 
     def saw(self, key_enc: bytes, version: int, key: Key) -> None:
         self.reads.setdefault(key_enc, (version, key))  # the first read is what the caller acted on

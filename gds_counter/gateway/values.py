@@ -228,6 +228,7 @@ def check_entity_limits(entity: RawEntity) -> None:
     size. (Also for what a property mask makes of a stored entity and a
     few new values, which no one validated as a whole: the emulator refuses
     it with "maximum entity size is 1048576 bytes".)"""
+    _check_nesting(entity, 0)
     indexed = sum(1 for _ in index_values(entity))
     if indexed > MAX_INDEXED_VALUES:
         raise BadValueError(
@@ -237,6 +238,18 @@ def check_entity_limits(entity: RawEntity) -> None:
     size = entity_size(entity)
     if size > MAX_ENTITY_BYTES:
         raise BadValueError(f"{_named(entity)} is about {size} bytes, over Datastore's {MAX_ENTITY_BYTES}-byte entity limit")
+
+
+def _check_nesting(entity: RawEntity, depth: int) -> None:
+    """What transforms made of an entity (an entity appended to a list
+    inside an entity value, say) nests at most ``MAX_NESTED_ENTITIES`` deep."""
+    for name, value in entity.properties.items():
+        for item in value if isinstance(value, list) else (value,):
+            if isinstance(item, RawEntity):
+                if depth >= MAX_NESTED_ENTITIES:
+                    raise BadValueError(f"At most {MAX_NESTED_ENTITIES} nested entity values are supported. "
+                                        f"(property {name!r} of {_named(entity)})")
+                _check_nesting(item, depth + 1)
 
 
 def _named(entity: RawEntity) -> str:

@@ -269,7 +269,8 @@ class RestHandler(BaseHTTPRequestHandler):
             if size > MAX_BODY_BYTES:
                 raise ServiceError("INVALID_ARGUMENT", f"a request body over {MAX_BODY_BYTES} bytes is refused")
             parts.append(self.rfile.read(chunk))
-            self.rfile.readline(8)
+            if self.rfile.readline(8) != b"\r\n":  # a chunk's data ends exactly where its size said
+                raise ServiceError("INVALID_ARGUMENT", f"a chunk of the body is longer than its size {line[:20]!r} says")
 
     def _deadline(self) -> float | None:
         """Google's REST header for a call's time limit, in seconds, if sent."""

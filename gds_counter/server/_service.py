@@ -214,6 +214,11 @@ class DatastoreService:
             raise BadValueError(
                 f"the query's partition names project {asked!r}, but the request is for project {request.project_id!r}"
             )
+        if request.partition_id.database_id not in ("", request.database_id):
+            raise BadValueError(
+                f"mismatched databases within request: the query's partition names database "
+                f"{request.partition_id.database_id!r}, the request {request.database_id or 'the default database'!r}"
+            )
         if request.HasField("gql_query"):
             text = request.gql_query.query_string
             bindings = codec.gql_bindings_from_pb(request.gql_query)

@@ -190,9 +190,12 @@ def runs(suites: list[str], transports: list[str], targets: list[str], work: Pat
 
 def regressions(emulator: list[dict[str, str]], serve: dict[str, str]) -> list[str]:
     """Tests that passed on the emulator in every run of ``emulator`` and
-    did not pass on serve (tests serve's run does not have are left out)."""
-    return sorted(name for name in serve
-                  if emulator and all(run.get(name) == "passed" for run in emulator) and serve[name] != "passed")
+    did not pass on serve: failed, skipped, or not run at all (a module that
+    could not be imported runs none of its tests)."""
+    if not emulator:
+        return []
+    return sorted(name for name in emulator[0]
+                  if all(run.get(name) == "passed" for run in emulator) and serve.get(name) != "passed")
 
 
 def _counts(found: dict[str, str]) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -30,8 +31,13 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("transport", params(peer_suites.TRANSPORTS, quick=["rest"]))
 def test_python_datastore_system_tests_pass_on_serve_where_they_pass_on_the_emulator(
         suite: Path, transport: str, tmp_path: Path) -> None:
-    recorded = [run["outcomes"] for run in json.loads(RECORD.read_text())["datastore"][transport]["emulator"]]
+    runs = json.loads(RECORD.read_text())["datastore"][transport]["emulator"]
+    recorded = [run["outcomes"] for run in runs]
     assert recorded, "the record holds the emulator's runs"
+    installed = metadata.version("google-cloud-datastore")
+    assert {run["client"] for run in runs} == {installed}, (
+        f"the record is of another google-cloud-datastore's suite than {installed}: record the emulator's runs "
+        "again (python tests/peers/peer_suites.py --target emulator --record ...)")
     with peer_suites._Serve() as host:
         served = peer_suites.run_suite(sys.executable, suite, host, transport, tmp_path / "junit.xml")
     passed_on_emulator = {name for name in recorded[0] if all(run.get(name) == "passed" for run in recorded)}

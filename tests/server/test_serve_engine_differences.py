@@ -293,3 +293,26 @@ def test_entity_values_nest_at_most_twenty_deep_as_on_the_emulator(target: tuple
         answer = requests.post(f"http://{host}/v1/projects/{project}:commit", json=body, timeout=10)
         answers[depth] = (answer.status_code, answer.json().get("error", {}).get("message", "")[:47].strip())
     assert answers == {20: (200, ""), 21: (400, "At most 20 nested entity values are supported.")}
+
+
+def test_a_transform_cannot_nest_entity_values_past_twenty(server: Any) -> None:
+    """An entity appended at a path inside an entity value adds their
+    depths: what the commit makes is held to the limit too (else it is
+    stored, then refused when written back as it was read). serve's own
+    rule: the emulator checks only what is sent."""
+    import requests
+
+    def nested(depth: int) -> dict[str, Any]:
+        value: dict[str, Any] = {"integerValue": "1"}
+        for _ in range(depth):
+            value = {"entityValue": {"properties": {"p": value}}}
+        return value
+
+    answers = {}
+    for depth in (19, 20):  # and "a", one more
+        key = {"path": [{"kind": "Deep", "name": f"x{depth}"}]}
+        body = {"mode": "NON_TRANSACTIONAL", "mutations": [{"upsert": {"key": key}, "propertyTransforms": [
+            {"property": "a.b", "appendMissingElements": {"values": [nested(depth)]}}]}]}
+        answers[depth] = requests.post(f"http://{server.emulator_host}/v1/projects/p:commit", json=body,
+                                       timeout=10).status_code
+    assert answers == {19: 200, 20: 400}

@@ -525,7 +525,7 @@ def upsert(
     written = RawEntity(key, properties, frozenset(unindexed & set(properties)))
     if meanings:
         written.meanings = {name: meaning for name, meaning in meanings.items() if name in properties}
-    if mutation.property_mask is not None:
+    if mutation.property_mask is not None or mutation.transforms:
         check_entity_limits(written)  # stored values and new ones together, never validated as a whole
     indexed = list(index_entries(written))
     entries = {(name, enc) for name, enc, _ in indexed}

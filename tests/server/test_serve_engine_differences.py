@@ -271,6 +271,14 @@ def test_properties_of_entities_in_a_list_are_indexed_on_the_server_only(
     assert ours == {**theirs, "le.k =": ["listed"], "le.k >=": ["listed"], "le.k order": ["listed"]}
 
 
+def nested(depth: int) -> dict[str, Any]:
+    """A REST JSON value: ``depth`` entity values, one inside the other."""
+    value: dict[str, Any] = {"integerValue": "1"}
+    for _ in range(depth):
+        value = {"entityValue": {"properties": {"p": value}}}
+    return value
+
+
 def test_entity_values_nest_at_most_twenty_deep_as_on_the_emulator(target: tuple[str, str]) -> None:
     """Datastore's documented limit, in the emulator's words: 20 entity
     values inside each other are written, 21 refused, nothing written (a
@@ -278,12 +286,6 @@ def test_entity_values_nest_at_most_twenty_deep_as_on_the_emulator(target: tuple
     import requests
 
     host, project = target
-
-    def nested(depth: int) -> dict[str, Any]:
-        value: dict[str, Any] = {"integerValue": "1"}
-        for _ in range(depth):
-            value = {"entityValue": {"properties": {"p": value}}}
-        return value
 
     namespace = f"t-{uuid.uuid4().hex[:12]}"
     answers = {}
@@ -301,12 +303,6 @@ def test_a_transform_cannot_nest_entity_values_past_twenty(server: Any) -> None:
     stored, then refused when written back as it was read). serve's own
     rule: the emulator checks only what is sent."""
     import requests
-
-    def nested(depth: int) -> dict[str, Any]:
-        value: dict[str, Any] = {"integerValue": "1"}
-        for _ in range(depth):
-            value = {"entityValue": {"properties": {"p": value}}}
-        return value
 
     answers = {}
     for depth in (19, 20):  # and "a", one more

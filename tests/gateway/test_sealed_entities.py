@@ -123,9 +123,9 @@ def test_a_counter_checks_its_shard_entity_once_per_shard_not_per_write(make_gat
     checked: list[str] = []
     real = values.check_value
 
-    def counting(name: str, value: object, indexed: bool) -> None:
+    def counting(name: str, value: object, indexed: bool, depth: int = 0) -> None:
         checked.append(name)
-        real(name, value, indexed)
+        real(name, value, indexed, depth)
 
     monkeypatch.setattr(values, "check_value", counting)
     counter = CounterShardDS("Sealed", "Counter", 2, gateway=make_gateway("memory"))

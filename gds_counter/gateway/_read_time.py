@@ -16,6 +16,7 @@ import datetime as _dt
 import time
 
 from gds_counter.errors import BadValueError
+from gds_counter.gateway.values import EPOCH, epoch_micros
 
 __all__ = ["FUTURE", "TOO_OLD", "check_read_time", "epoch_seconds"]
 
@@ -24,13 +25,10 @@ FUTURE = "The requested 'read_time' cannot be in the future."
 #: ... and for one older than it keeps versions for (FAILED_PRECONDITION).
 TOO_OLD = "The requested 'read_time' is too old."
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-
 
 def epoch_seconds(read_time: _dt.datetime) -> float:
     """``read_time`` as seconds since the epoch (microseconds kept)."""
-    delta = read_time - _EPOCH
-    return delta.days * 86400 + delta.seconds + delta.microseconds / 1e6
+    return epoch_micros(read_time) / 1_000_000
 
 
 def check_read_time(read_time: object, *, read_only: bool) -> _dt.datetime:
@@ -42,7 +40,7 @@ def check_read_time(read_time: object, *, read_only: bool) -> _dt.datetime:
         raise BadValueError(f"read_time must be an aware datetime (a time zone, e.g. UTC), got {read_time!r}")
     if not read_only:
         raise BadValueError(f"read_time={read_time.isoformat()} needs a read-only transaction (read_only=True)")
-    if read_time <= _EPOCH:
+    if read_time <= EPOCH:
         raise BadValueError(f"Only timestamps past epoch are supported (read_time={read_time.isoformat()}).")
     if epoch_seconds(read_time) > time.time():
         raise BadValueError(f"{FUTURE} (read_time={read_time.isoformat()})")

@@ -39,7 +39,7 @@ from gds_counter.gateway.datastore import Codec
 from gds_counter.gateway.keys import Key, project_name
 from gds_counter.gateway.mutations import Delete, Mutation
 from gds_counter.gateway.query import AggregationQuery, Query, QueryResult
-from gds_counter.gateway.values import INDEX_VALUE
+from gds_counter.gateway.values import EPOCH, INDEX_VALUE
 from gds_counter.gds import gql
 from gds_counter.server._expiry import IDLE_S, OpenTransactions
 from gds_counter.server._status import ServiceError, status_of
@@ -78,7 +78,6 @@ def _transaction_of(request: Any) -> bytes | None:
 
 #: How many open transactions at a ``read_time`` the server remembers the time of.
 _PAST_KEPT = 10_000
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
 
 
 def _now(out: Any) -> None:
@@ -389,7 +388,7 @@ def _read_time(stamp: Any) -> _dt.datetime:
     datetime; microseconds at most, as Datastore takes it."""
     if stamp.nanos % 1000:
         raise BadValueError(f"timestamp cannot have more than microseconds precision (read_time nanos={stamp.nanos})")
-    return _EPOCH + _dt.timedelta(seconds=stamp.seconds, microseconds=stamp.nanos // 1000)
+    return EPOCH + _dt.timedelta(seconds=stamp.seconds, microseconds=stamp.nanos // 1000)
 
 
 def _check_project(project: str) -> None:

@@ -3,7 +3,7 @@ mutations must meet before anything is sent, and what it reports back."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Sequence, Union
+from typing import Any, Callable, Iterable, Sequence, Union, get_args
 
 import attrs
 
@@ -264,7 +264,7 @@ def check_transforms(transforms: Sequence[Any]) -> None:
         paths[members] = name
 
 
-_TRANSFORMS = (Increment, Maximum, Minimum, AppendMissingElements, RemoveAllFromArray, RequestTime)
+_TRANSFORMS = get_args(Transform)
 
 
 #: What ``map_keys`` calls for each key: the key, then the entity holding it

@@ -35,7 +35,7 @@ from typing import Any, NewType
 
 from gds_counter._process import interrupts
 
-__all__ = ["Owner", "forget", "here", "owned_here", "register"]
+__all__ = ["Owner", "abandon", "forget", "here", "owned_here", "register"]
 
 #: The process an object was made in (or adopted by, after a fork): what
 #: ``here()`` returned then. A process id, typed so that one is only ever
@@ -58,6 +58,20 @@ def owned_here(owner: Owner) -> bool:
     """Whether ``owner`` (``here()`` when it was recorded) is the process
     asking now: False in a child forked since."""
     return owner == os.getpid()
+
+
+#: What a forked child found that its parent made and owns (SQLite
+#: connections, gRPC clients): referenced for ever, so that the child never
+#: closes one, even when what held it is collected.
+_ABANDONED: list[Any] = []
+
+
+def abandon(*things: Any) -> None:
+    """Keep ``things``, made by the parent of this forked child, unused and
+    unclosed for as long as the child lives: closing a SQLite connection
+    would release the parent's locks, closing a gRPC channel could wait on
+    a lock one of the parent's threads held at the fork."""
+    _ABANDONED.extend(things)
 
 
 def register(member: Any) -> None:

@@ -8,7 +8,8 @@ per event loop however many tasks ask, and the client is made on first use
 in each running loop. A gRPC asyncio channel belongs to the event loop it
 was made in, so one client per loop (dropped with it): a gateway made at
 import time, or shared by tests that each run their own loop, works in all
-of them.
+of them. Nor does a channel survive ``fork()``: a child that goes on running
+its parent's loop makes its own client (``_grpc_clients``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import weakref
 from datetime import datetime
 from typing import Any, Sequence, TypeVar
 
+from gds_counter._process import forks
 from gds_counter.gateway import plan
+from gds_counter.gateway._grpc_clients import Owned, current
 from gds_counter.gateway._hooks import AsyncHooks
 from gds_counter.gateway._rules import GatewayRules
 from gds_counter.gateway.base import TransactionState
@@ -45,7 +48,7 @@ class AsyncRules(GatewayRules, AsyncHooks[TransactionState]):
 
     def __init__(self, namespace: str = "", *, capabilities: Capabilities | None = None) -> None:
         super().__init__(namespace, capabilities=capabilities)
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Owned[Any]] = weakref.WeakKeyDictionary()
         self._probe_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
             weakref.WeakKeyDictionary()
         )
@@ -57,10 +60,10 @@ class AsyncRules(GatewayRules, AsyncHooks[TransactionState]):
     def _client(self) -> Any:
         """This event loop's client (made on first use in it)."""
         loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = self._clients[loop] = self._new_client()
-        return client
+        held = self._clients.get(loop)
+        if held is None or not forks.owned_here(held.owner):  # a loop a forked child goes on running
+            held = self._clients[loop] = current(held, self._new_client, self, asyncio=True)
+        return held.client
 
     # --- the public calls: GatewayRules' plans, awaited ---------------------------------
 
@@ -121,10 +124,10 @@ class AsyncRules(GatewayRules, AsyncHooks[TransactionState]):
         """Close this loop's channel (others close with their loops)."""
         clients = list(self._clients.items())
         self._clients.clear()
-        for loop, client in clients:
-            if loop is asyncio.get_running_loop():
+        for loop, held in clients:
+            if loop is asyncio.get_running_loop() and forks.owned_here(held.owner):
                 try:
-                    await client.transport.close()
+                    await held.client.transport.close()
                 except Exception:  # closing twice or a dead channel is not worth failing over
                     log.debug("closing the channel of %r failed", self, exc_info=True)
 

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Sequence, TypeVar
 import attrs
 
 from gds_counter._checks import check_int, check_text
+from gds_counter._process import forks
 from gds_counter.errors import AlreadyExists, BadKeyError, BadValueError, GDSError, NotFound
 from gds_counter.gateway._aggregation import check_aggregation
 from gds_counter.gateway._calls import CALLS, GatewayCall
@@ -101,6 +102,15 @@ class GatewayRules:
         # Per thread, and per asyncio task: a context variable is both.
         self._probing: contextvars.ContextVar[bool] = contextvars.ContextVar("gds_probing", default=False)
         self._aggregating: contextvars.ContextVar[int] = contextvars.ContextVar("gds_aggregating", default=0)
+        forks.register(self)
+
+    def _after_fork_in_child(self) -> None:
+        """A thread of the parent may have held a lock at the fork; the
+        child, which has none of its threads, would wait for it for ever.
+        (The client a gateway sends with is renewed too:
+        ``_grpc_clients``.)"""
+        self._transactions_lock = threading.Lock()
+        self.stats._after_fork_in_child()
 
     #: What a backend says of aggregations before it is probed: only the
     #: probe (``_plan_probe``) finds out whether a server runs them.

@@ -64,6 +64,12 @@ class BaseGateway(GatewayRules, BlockingHooks[T]):
         super().__init__(namespace, capabilities=capabilities)
         self._capabilities_lock = threading.RLock()  # the probe commits while holding it
 
+    def _after_fork_in_child(self) -> None:
+        """A thread of the parent may have been probing at the fork: the
+        child would wait for its lock for ever (it probes again itself)."""
+        super()._after_fork_in_child()
+        self._capabilities_lock = threading.RLock()
+
     # --- hooks: ``BlockingHooks``, which a backend implements; one default ---
 
     def _run_aggregation(self, aggregation: AggregationQuery, txn: T | None) -> AggregationResult:

@@ -18,6 +18,11 @@ class Stats:
         self._lock = threading.Lock()
         self._counts: _Counter[str] = _Counter()
 
+    def _after_fork_in_child(self) -> None:
+        """A thread of the parent may have held the lock at the fork (its
+        gateway renews it: ``GatewayRules``)."""
+        self._lock = threading.Lock()
+
     def record(self, rpc: str, *, reads: int = 0, writes: int = 0, deletes: int = 0) -> None:
         with self._lock:
             self._counts["rpcs"] += 1

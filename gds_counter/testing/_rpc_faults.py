@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from typing import Any, Mapping, Sequence, cast
+from typing import Any, Mapping, Sequence
 
 from gds_counter.errors import BadValueError
 from gds_counter.testing._fault_injector import (
@@ -133,10 +133,11 @@ class FaultyRpcClient:
 
 
 class _FaultyClients:
-    """Stands in for ``AsyncDatastoreGateway._client`` (which makes one
-    client per event loop, on first use in it): the same clients, each
-    behind a ``FaultyRpcClient`` sharing one injector, so the faults reach
-    clients made in loops that start after the injection."""
+    """Stands in for a Datastore gateway's ``_client`` method (the async
+    one makes a client per event loop, on first use in it; either makes its
+    own in a forked child): the same clients, each behind a
+    ``FaultyRpcClient`` sharing one injector, so the faults reach clients
+    made after the injection."""
 
     def __init__(self, clients: Any, injector: FaultInjector) -> None:
         self.real = clients
@@ -162,22 +163,14 @@ def inject_rpc_faults(
         raise BadValueError(
             f"inject_rpc_faults needs a DatastoreGateway or an AsyncDatastoreGateway, got {type(gateway).__name__}"
         )
-    if isinstance(vars(gateway).get("_client"), (FaultyRpcClient, _FaultyClients)):
+    if isinstance(vars(gateway).get("_client"), _FaultyClients):
         raise BadValueError(f"{gateway!r} already has RPC faults injected")
     injector = FaultInjector(rates, seed=seed, allowed=RPC_FAULTS, script=script)
-    # Duck-typed: they stand in for the GAPIC client (the blocking gateway's
-    # attribute) or for the async gateway's per-loop client method.
-    if isinstance(gateway, AsyncDatastoreGateway):
-        setattr(gateway, "_client", _FaultyClients(gateway._client, injector))  # shadows the method
-    else:
-        gateway._client = cast(Any, FaultyRpcClient(gateway._client, injector))
+    setattr(gateway, "_client", _FaultyClients(gateway._client, injector))  # shadows the method
     return injector
 
 
 def remove_rpc_faults(gateway: Any) -> None:
     """Undo ``inject_rpc_faults`` (nothing to undo: nothing done)."""
-    client = vars(gateway).get("_client")
-    if isinstance(client, FaultyRpcClient):
-        gateway._client = client._real
-    elif isinstance(client, _FaultyClients):
+    if isinstance(vars(gateway).get("_client"), _FaultyClients):
         del gateway._client  # the class's method again

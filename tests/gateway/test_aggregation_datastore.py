@@ -88,7 +88,7 @@ def test_the_reads_recorded_follow_the_rows(
     if "a" in values and "b" in values:
         values = {"a": 10, "b": rows}
     spy = Spy(answer_with(values))
-    offline._client.run_aggregation_query = spy  # type: ignore[method-assign]
+    offline._client().run_aggregation_query = spy  # type: ignore[method-assign]
     result = offline.run_aggregation(AggregationQuery(Query(kind="K"), aggregations))
     assert list(result) == list(aliases)  # the added count never shows
     sent = [a.alias for a in spy.requests[0].aggregation_query.aggregations]
@@ -98,9 +98,9 @@ def test_the_reads_recorded_follow_the_rows(
 
 def test_a_transaction_is_sent_as_the_read_option(offline: DatastoreGateway) -> None:
     spy = Spy(answer_with({"c": 1}))
-    offline._client.run_aggregation_query = spy  # type: ignore[method-assign]
+    offline._client().run_aggregation_query = spy  # type: ignore[method-assign]
     begin = _ds.BeginTransactionResponse.pb()(transaction=b"tx-1")
-    offline._client.begin_transaction = lambda **_: _ds.BeginTransactionResponse(begin)  # type: ignore[method-assign]
+    offline._client().begin_transaction = lambda **_: _ds.BeginTransactionResponse(begin)  # type: ignore[method-assign]
     token = offline.begin_transaction(read_only=True)
     offline.run_aggregation(AggregationQuery(Query(kind="K", namespace="ns"), (COUNT("c"),)), transaction=token)
     assert spy.requests[0].read_options.transaction == b"tx-1"
@@ -115,7 +115,7 @@ def test_unavailable_is_retried_as_a_read(offline: DatastoreGateway) -> None:
             raise failures.pop(0)
         return answer_with({"c": 7})(request)
 
-    offline._client.run_aggregation_query = Spy(flaky)  # type: ignore[method-assign]
+    offline._client().run_aggregation_query = Spy(flaky)  # type: ignore[method-assign]
     assert offline.run_aggregation(AggregationQuery(Query(kind="K"), (COUNT("c"),))) == {"c": 7}
     assert offline.stats["retry.run_aggregation_query"] == 2
 
@@ -125,20 +125,20 @@ def test_errors_name_the_aggregation_call(offline: DatastoreGateway) -> None:
         raise gexc.DeadlineExceeded("slow")
 
     offline.timeout = 0.05
-    offline._client.run_aggregation_query = Spy(slow)  # type: ignore[method-assign]
+    offline._client().run_aggregation_query = Spy(slow)  # type: ignore[method-assign]
     with pytest.raises(Unavailable, match="^run_aggregation_query: Datastore did not answer in time"):
         offline.run_aggregation(AggregationQuery(Query(kind="K"), (COUNT("c"),)))
 
     def refused(request: Any) -> Any:
         raise gexc.InvalidArgument("Aggregations are not supported for the property: x")
 
-    offline._client.run_aggregation_query = Spy(refused)  # type: ignore[method-assign]
+    offline._client().run_aggregation_query = Spy(refused)  # type: ignore[method-assign]
     with pytest.raises(BadValueError, match="^run_aggregation_query: rejected by Datastore: Aggregations are not"):
         offline.run_aggregation(AggregationQuery(Query(kind="K"), (SUM("x"),)))
 
 
 def test_a_missing_value_is_an_error_not_a_none(offline: DatastoreGateway) -> None:
-    offline._client.run_aggregation_query = Spy(lambda request: _ds.RunAggregationQueryResponse())  # type: ignore[method-assign]
+    offline._client().run_aggregation_query = Spy(lambda request: _ds.RunAggregationQueryResponse())  # type: ignore[method-assign]
     with pytest.raises(GatewayError, match=r"sent no value for \['c'\]"):
         offline.run_aggregation(AggregationQuery(Query(kind="K"), (COUNT("c"),)))
 

@@ -718,16 +718,16 @@ def test_an_error_names_the_project_and_the_keys_or_kind_of_its_request(offline_
     """"Deadline Exceeded after 1.50s" alone names nothing a user can look
     up: the error says which project, and which keys the commit or lookup
     was about (the first three, and how many more), or the kind queried."""
-    offline_gw._client.commit = FakeRpc(gexc.DeadlineExceeded("slow"))  # type: ignore[method-assign]
+    offline_gw._client().commit = FakeRpc(gexc.DeadlineExceeded("slow"))  # type: ignore[method-assign]
     keys = [Key.of("Shard", f"s{i}", namespace="ns") for i in range(5)]
     with pytest.raises(CommitUnknown, match=r"\[project 'p', keys 'ns':Shard:'s0', 'ns':Shard:'s1', "
                        r"'ns':Shard:'s2' and 2 more\]$"):
         offline_gw.commit([Upsert(RawEntity(key, {"count": 1})) for key in keys])
-    offline_gw._client.lookup = FakeRpc(*[gexc.DeadlineExceeded("slow")] * 50)  # type: ignore[method-assign]
+    offline_gw._client().lookup = FakeRpc(*[gexc.DeadlineExceeded("slow")] * 50)  # type: ignore[method-assign]
     offline_gw.timeout = 0.3
     with pytest.raises(Unavailable, match=r"\[project 'p', keys Counter:7/Shard:'a'\]$"):
         offline_gw.lookup([Key.of("Counter", 7, "Shard", "a")])
-    offline_gw._client.run_query = FakeRpc(*[gexc.DeadlineExceeded("slow")] * 50)  # type: ignore[method-assign]
+    offline_gw._client().run_query = FakeRpc(*[gexc.DeadlineExceeded("slow")] * 50)  # type: ignore[method-assign]
     with pytest.raises(Unavailable, match=r"\[project 'p', kind 'Shard'\]$"):
         list(offline_gw.run_query(Query(kind="Shard")))
 

@@ -436,7 +436,8 @@ class RpcSpy:
 ])
 def test_oversized_batches_are_split_into_legal_rpcs(request, emulator_name, tally):
     gw = request.getfixturevalue(f"{emulator_name}_gateway")
-    spy = gw._client = RpcSpy(gw._client)
+    spy = RpcSpy(gw._client())
+    gw._client = lambda: spy
     keys = [Key.of("Big", f"k{i}", namespace=gw.namespace) for i in range(1201)]
     gw.commit([Upsert(RawEntity(k, {"i": i})) for i, k in enumerate(keys)])
     assert spy.sizes["commit"] == [500, 500, 201]

@@ -49,29 +49,17 @@ class AsyncDatastoreGateway(DatastoreRequests, AsyncRules, AsyncPlannedHooks, As
     ) -> None:
         self._configure(project, database, emulator_host, credentials, timeout, retry)
         super().__init__(namespace)
-        self._credentials = credentials
         #: Counter operations at once per event loop (``counter.runtime.Runtime.in_flight_slot``).
         self.max_in_flight = max_in_flight
 
     # --- the transport ------------------------------------------------------------
 
     def _new_client(self) -> Any:
+        import grpc
         from google.cloud.datastore_v1.services.datastore.async_client import DatastoreAsyncClient
         from google.cloud.datastore_v1.services.datastore.transports import DatastoreGrpcAsyncIOTransport
 
-        if self.emulator_host:
-            import grpc
-
-            # Plaintext and no credentials, as the blocking gateway: a
-            # given channel makes the transport skip the ADC lookup.
-            channel = grpc.aio.insecure_channel(self.emulator_host)
-            return DatastoreAsyncClient(transport=DatastoreGrpcAsyncIOTransport(channel=channel))
-        from google.auth.exceptions import DefaultCredentialsError
-
-        try:
-            return DatastoreAsyncClient(credentials=self._credentials)
-        except DefaultCredentialsError as exc:
-            raise self._no_credentials(exc) from exc
+        return self._make_client(DatastoreAsyncClient, DatastoreGrpcAsyncIOTransport, grpc.aio.insecure_channel)
 
     async def _send(self, call: str, request: Any, *, idempotent_commit: bool = False, policy: str = "") -> Any:
         """Send one logical request with the policy's retries and one overall

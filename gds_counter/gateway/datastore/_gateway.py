@@ -19,6 +19,7 @@ from typing import Any, Callable
 from google.api_core.retry import Retry
 
 from gds_counter.gateway._driven_hooks import BlockingPlannedHooks
+from gds_counter.gateway._grpc_clients import BlockingClient
 from gds_counter.gateway.base import BaseGateway, TransactionState
 from gds_counter.gateway.datastore._requests import DatastoreRequests, Transport, final_error
 from gds_counter.gateway.datastore._retry import DEFAULT_RETRY
@@ -28,7 +29,7 @@ from gds_counter.gateway.datastore._retry import DEFAULT_RETRY
 log = logging.getLogger("gds_counter.gateway.datastore")
 
 
-class DatastoreGateway(DatastoreRequests, BlockingPlannedHooks, BaseGateway[TransactionState], Transport):
+class DatastoreGateway(DatastoreRequests, BlockingClient, BlockingPlannedHooks, BaseGateway[TransactionState], Transport):
     """Gateway over Cloud Datastore / Firestore in Datastore mode.
 
     ``emulator_host`` (or ``DATASTORE_EMULATOR_HOST`` when it is None) points
@@ -40,7 +41,9 @@ class DatastoreGateway(DatastoreRequests, BlockingPlannedHooks, BaseGateway[Tran
     emulator ignores transforms and masks, and a wrong guess would let a
     masked increment replace a shard.
 
-    Thread-safe: one gateway may be shared by many threads (gRPC channels are).
+    Thread-safe: one gateway may be shared by many threads (gRPC channels
+    are), and a forked child may go on using its parent's (it opens a
+    channel of its own: ``gateway._grpc_clients``).
     """
 
     def __init__(
@@ -55,28 +58,19 @@ class DatastoreGateway(DatastoreRequests, BlockingPlannedHooks, BaseGateway[Tran
         retry: Retry | None = DEFAULT_RETRY,
     ) -> None:
         self._configure(project, database, emulator_host, credentials, timeout, retry)
-        from google.cloud.datastore_v1.services.datastore import DatastoreClient
-        from google.cloud.datastore_v1.services.datastore.transports import DatastoreGrpcTransport
-
         super().__init__(namespace)
-        if self.emulator_host:
-            import grpc
-
-            # Emulators speak plaintext gRPC and need no credentials; a given
-            # channel makes the transport skip the ADC lookup entirely.
-            channel = grpc.insecure_channel(self.emulator_host)
-            self._client = DatastoreClient(transport=DatastoreGrpcTransport(channel=channel))
-        else:
-            from google.auth.exceptions import DefaultCredentialsError
-
-            try:
-                self._client = DatastoreClient(credentials=credentials)
-            except DefaultCredentialsError as exc:
-                raise self._no_credentials(exc) from exc
+        self._client()  # made now, so that missing credentials fail here
         log.debug(
             "DatastoreGateway project=%s database=%r namespace=%r emulator=%s",
             project, self.database, self.namespace, self.emulator_host,
         )
+
+    def _new_client(self) -> Any:
+        import grpc
+        from google.cloud.datastore_v1.services.datastore import DatastoreClient
+        from google.cloud.datastore_v1.services.datastore.transports import DatastoreGrpcTransport
+
+        return self._make_client(DatastoreClient, DatastoreGrpcTransport, grpc.insecure_channel)
 
     # --- the hooks: the shared request plans, sent blocking -----------------------
 
@@ -95,11 +89,5 @@ class DatastoreGateway(DatastoreRequests, BlockingPlannedHooks, BaseGateway[Tran
         )
 
     def _send(self, call: str, request: Any, *, idempotent_commit: bool = False, policy: str = "") -> Any:
-        return self._call(call, getattr(self._client, call), request, idempotent_commit=idempotent_commit, policy=policy)
-
-    def close(self) -> None:
-        try:
-            self._client.transport.close()
-        except Exception:  # closing twice or a dead channel is not worth failing over
-            log.debug("closing the Datastore channel failed", exc_info=True)
+        return self._call(call, getattr(self._client(), call), request, idempotent_commit=idempotent_commit, policy=policy)
 

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import os
 from datetime import datetime
-from typing import Any
+from typing import Any, Callable
 
 from google.api_core import exceptions as gexc
 from google.cloud.datastore_v1.types import datastore as _ds
@@ -29,6 +29,7 @@ from gds_counter.gateway import plan
 from gds_counter.gateway._aggregation import billed_reads
 from gds_counter.gateway._driven_hooks import rollback_plan
 from gds_counter.gateway._effects import ask
+from gds_counter.gateway._grpc_clients import gapic_client
 from gds_counter.gateway._hooks import Hook
 from gds_counter.gateway.base import GatewayRules, TransactionState
 from gds_counter.gateway.datastore._budget import CallBudget
@@ -163,6 +164,8 @@ class DatastoreRequests(CallBudget, GatewayRules):
     emulator_host: str | None
     _codec: Codec
     _retry: Any
+    #: The credentials given (None: the emulator needs none, else Application Default Credentials).
+    _credentials: Any
 
     def _own_project(self) -> str:
         return self.project
@@ -193,16 +196,13 @@ class DatastoreRequests(CallBudget, GatewayRules):
             )
         if self.emulator_host and credentials is not None:
             log.warning("credentials are ignored: talking to the emulator at %s", self.emulator_host)
+        self._credentials = credentials
 
-    def _no_credentials(self, exc: Exception) -> GatewayError:
-        """google-auth's ``DefaultCredentialsError`` as the gds_counter error
-        a caller expects, naming the project and how to fix it (nothing was
-        sent: no client could be made)."""
-        return GatewayError(
-            f"cannot reach Cloud Datastore project {self.project!r}: no credentials ({exc}). Pass credentials=, "
-            "set GOOGLE_APPLICATION_CREDENTIALS or run 'gcloud auth application-default login'; for an emulator "
-            "set DATASTORE_EMULATOR_HOST. Nothing was sent"
-        )
+    def _make_client(self, client: Callable[..., Any], transport: Callable[..., Any],
+                     insecure_channel: Callable[[str], Any]) -> Any:
+        return gapic_client(client, transport, insecure_channel, emulator_host=self.emulator_host,
+                            credentials=self._credentials, service="Cloud Datastore", project=self.project,
+                            emulator_env="DATASTORE_EMULATOR_HOST")
 
     def __repr__(self) -> str:
         where = f"emulator {self.emulator_host}" if self.emulator_host else "Cloud Datastore"

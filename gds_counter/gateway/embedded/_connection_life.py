@@ -39,7 +39,7 @@ import weakref
 from gds_counter._process import forks, interrupts
 from gds_counter.errors import GatewayError
 from gds_counter.gateway.embedded._file_ids import FileId, file_id
-from gds_counter.gateway.embedded._files import ABANDONED, Connection, close_connection, file_gone
+from gds_counter.gateway.embedded._files import Connection, close_connection, file_gone
 
 log = logging.getLogger("gds_counter.gateway.embedded")
 
@@ -153,7 +153,7 @@ class ConnectionLife:
                     f"{self._pid} through a fork that ran no Python at-fork hooks; SQLite cannot be used "
                     "safely on both sides of such a fork: open the database in a process started without it"
                 )
-                ABANDONED.extend(self._idle)
+                forks.abandon(*self._idle)
                 self._idle.clear()
             self._pid = pid
 
@@ -290,15 +290,15 @@ class ConnectionLife:
         self._fresh_thread_state()  # the parent's other threads do not exist here
         if self._closed or forks.owned_here(self._pid):
             return
-        ABANDONED.extend(lent)  # the parent's, in use at the fork: never closed here
-        ABANDONED.extend(c for c in held if c not in lent)
+        forks.abandon(*lent)  # the parent's, in use at the fork: never closed here
+        forks.abandon(*(c for c in held if c not in lent))
         self._pid = forks.here()
         if self.path is None:
             for conn in self._idle:
                 conn.pid = self._pid  # the child's own copy of the memory
         else:
             self._count = 0  # the idle ones were closed before the fork
-            ABANDONED.extend(self._idle)  # (none, unless the file was refused already, or the fork was inside)
+            forks.abandon(*self._idle)  # (none, unless the file was refused already, or the fork was inside)
             if not inside:  # else the call under way in this thread is part way through the list: it finds
                 self._idle.clear()  # the parent's connection, which Lease refuses, as ``_refused`` refuses the rest
         if trouble is not None:

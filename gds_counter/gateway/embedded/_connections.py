@@ -44,7 +44,6 @@ from gds_counter.errors import Contention, GatewayError
 from gds_counter.gateway.embedded._connection_life import BUSY_TIMEOUT_S, ConnectionLife
 from gds_counter.gateway.embedded._file_ids import FileId
 from gds_counter.gateway.embedded._files import (
-    ABANDONED,
     Connection,
     close_connection,
     open_connection,
@@ -217,7 +216,7 @@ class ConnectionPool(ConnectionLife):
             conn, opened = self._connect(create=False), True
             with self._lock:
                 if self._refused:  # this thread forked while it opened (a signal's handler): refused in the
-                    ABANDONED.append(conn)  # child, whose SQLite state is the parent's, copied mid-call: never closed
+                    forks.abandon(conn)  # child, whose SQLite state is the parent's, copied mid-call: never closed
                     conn = None
                     raise GatewayError(self._refused)
                 self._opening, reserved = self._opening - 1, False
@@ -364,7 +363,7 @@ class ConnectionPool(ConnectionLife):
         runs; only then out of ``_lent``."""
         if conn not in self._idle and conn not in self._retired:
             if not forks.owned_here(conn.pid):
-                ABANDONED.append(conn)  # a parent's connection: never closed here
+                forks.abandon(conn)  # a parent's connection: never closed here
                 self._retired.add(conn)
             elif self._closed or (conn.in_transaction and not self._rolled_back(conn) and self.path is not None):
                 # Closed under the lock, so that a fork never copies a close half done.

@@ -19,7 +19,7 @@ from gds_counter.gateway.embedded._file_ids import FileId, file_id
 from gds_counter.gateway.embedded._storage import create_schema, is_busy, schema_ready
 
 __all__ = [
-    "ABANDONED", "Connection", "close_connection", "file_gone", "open_connection", "translate",
+    "Connection", "close_connection", "file_gone", "open_connection", "translate",
     "why_unopenable",
 ]
 
@@ -161,13 +161,10 @@ def close_connection(conn: Connection) -> None:
     """Close a connection this process opened; keep (never close) one it
     inherited, since closing it could release the parent's locks."""
     if not forks.owned_here(conn.pid):
-        ABANDONED.append(conn)
+        forks.abandon(conn)
         return
     try:
         conn.close()
     except sqlite3.Error as exc:  # closing cannot lose a commit that returned
         log.warning("closing a SQLite connection failed: %s", exc)
 
-
-#: Connections a child inherited: referenced for ever so they are never closed.
-ABANDONED: list[sqlite3.Connection] = []

@@ -18,6 +18,7 @@ from typing import Any
 from google.api_core.retry import Retry
 
 from gds_counter.gateway._driven_hooks import BlockingPlannedHooks
+from gds_counter.gateway._grpc_clients import BlockingClient
 from gds_counter.gateway.base import BaseGateway, TransactionState
 from gds_counter.gateway.datastore import DEFAULT_RETRY
 from gds_counter.gateway.firestore._requests import CAPABILITIES, FirestoreRequests, Transport
@@ -27,7 +28,7 @@ __all__ = ["CAPABILITIES", "FirestoreGateway"]
 log = logging.getLogger("gds_counter.gateway.firestore")
 
 
-class FirestoreGateway(FirestoreRequests, BlockingPlannedHooks, BaseGateway[TransactionState], Transport):
+class FirestoreGateway(FirestoreRequests, BlockingClient, BlockingPlannedHooks, BaseGateway[TransactionState], Transport):
     """Gateway over Cloud Firestore in native mode (or its emulator).
 
     ``emulator_host`` (or ``FIRESTORE_EMULATOR_HOST`` when it is None)
@@ -36,7 +37,9 @@ class FirestoreGateway(FirestoreRequests, BlockingPlannedHooks, BaseGateway[Tran
     so this gateway's namespace is ``""`` and a key in another one is a
     ``BadKeyError`` before anything is sent. Ids: ``FirestoreRequests``.
 
-    Thread-safe: one gateway may be shared by many threads (gRPC channels are).
+    Thread-safe: one gateway may be shared by many threads (gRPC channels
+    are), and a forked child may go on using its parent's (it opens a
+    channel of its own: ``gateway._grpc_clients``).
     """
 
     def __init__(
@@ -51,25 +54,22 @@ class FirestoreGateway(FirestoreRequests, BlockingPlannedHooks, BaseGateway[Tran
     ) -> None:
         self._configure(project, database, emulator_host, credentials, timeout, retry)
         super().__init__("", capabilities=CAPABILITIES)
+        self._client()  # made now, so that missing credentials fail here
+        log.debug("FirestoreGateway project=%s database=%r emulator=%s", project, database, self.emulator_host)
+
+    def _new_client(self) -> Any:
         import grpc
         from google.cloud.firestore_v1.services.firestore import FirestoreClient
         from google.cloud.firestore_v1.services.firestore.transports import FirestoreGrpcTransport
 
-        self._client = self._make_client(FirestoreClient, FirestoreGrpcTransport, grpc.insecure_channel)
-        log.debug("FirestoreGateway project=%s database=%r emulator=%s", project, database, self.emulator_host)
+        return self._make_client(FirestoreClient, FirestoreGrpcTransport, grpc.insecure_channel)
 
     def _send(self, call: str, method: str, request: Any, *, about: str, stream: bool = False,
               idempotent_commit: bool = False, policy: str = "") -> Any:
-        rpc = getattr(self._client, method)
+        rpc = getattr(self._client(), method)
 
         def attempt(seconds: float) -> Any:
             answer = rpc(request=request, retry=None, timeout=seconds, metadata=self._metadata)
             return [item._pb for item in answer] if stream else getattr(answer, "_pb", None)
 
         return self._call_rpc(call, attempt, self._final(call, about), idempotent_commit=idempotent_commit, policy=policy)
-
-    def close(self) -> None:
-        try:
-            self._client.transport.close()
-        except Exception:  # closing twice or a dead channel is not worth failing over
-            log.debug("closing the Firestore channel failed", exc_info=True)

@@ -39,6 +39,7 @@ from gds_counter.gateway._aggregation import billed_reads
 from gds_counter.gateway._contract import TransactionState
 from gds_counter.gateway._driven_hooks import HookPlans, rollback_plan
 from gds_counter.gateway._effects import ask
+from gds_counter.gateway._grpc_clients import gapic_client
 from gds_counter.gateway._hooks import Hook
 from gds_counter.gateway._rules import GatewayRules
 from gds_counter.gateway.capabilities import Capabilities
@@ -168,21 +169,9 @@ class FirestoreRequests(CallBudget, GatewayRules, HookPlans):
 
     def _make_client(self, client: Callable[..., Any], transport: Callable[..., Any],
                      insecure_channel: Callable[[str], Any]) -> Any:
-        """A GAPIC ``client`` (blocking or async, with its gRPC ``transport``
-        class): on the emulator over ``insecure_channel``, else with the
-        credentials. No credentials is a ``GatewayError`` saying how to fix it."""
-        if self.emulator_host:
-            return client(transport=transport(channel=insecure_channel(self.emulator_host)))
-        from google.auth.exceptions import DefaultCredentialsError
-
-        try:
-            return client(credentials=self.credentials)
-        except DefaultCredentialsError as exc:
-            raise GatewayError(
-                f"cannot reach Cloud Firestore project {self.project!r}: no credentials ({exc}). Pass credentials=, "
-                "set GOOGLE_APPLICATION_CREDENTIALS or run 'gcloud auth application-default login'; for an "
-                "emulator set FIRESTORE_EMULATOR_HOST. Nothing was sent"
-            ) from exc
+        return gapic_client(client, transport, insecure_channel, emulator_host=self.emulator_host,
+                            credentials=self.credentials, service="Cloud Firestore", project=self.project,
+                            emulator_env="FIRESTORE_EMULATOR_HOST")
 
     def __repr__(self) -> str:
         where = f"emulator {self.emulator_host}" if self.emulator_host else "Cloud Firestore"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 
-from gds_counter.errors import BadValueError, GatewayError, Unavailable
+from gds_counter.errors import BadValueError, CommitUnknown, GatewayError, Unavailable
 from gds_counter.gateway._calls import commit, lookup, run_aggregation, run_query
 from gds_counter.gateway._effects import Plan
 from gds_counter.gateway.capabilities import Capabilities
@@ -29,6 +29,20 @@ PROBE_KIND = "GdsCounterProbe"
 
 
 def probe(namespace: str) -> Plan[Capabilities]:
+    """``_probe``, run before the caller's own request is sent: a probe
+    commit whose outcome is unknown (``CommitUnknown``, about the throwaway
+    entity) is ``Unavailable`` for the caller, whose request was not sent
+    (told "unknown", a counter would not retry, and its amount would be
+    lost; told ``Unavailable``, it retries, and the next attempt probes
+    again)."""
+    try:
+        return (yield from _probe(namespace))
+    except CommitUnknown as exc:
+        raise Unavailable(f"learning what the server can do failed ({exc}): the call that needed it was not "
+                          "sent, so nothing of it was written") from exc
+
+
+def _probe(namespace: str) -> Plan[Capabilities]:
     """Ask the server of the gateway that runs this plan, on a throwaway entity that is deleted after.
 
     A server-side increment with a property mask, then a read: does the

@@ -464,6 +464,32 @@ def test_a_capability_probe_that_fails_is_asked_again_and_the_amount_counted_onc
     assert gw.capabilities.applies_transforms is True
 
 
+@pytest.mark.parametrize("strategy", ["increment", "auto"])
+def test_a_capability_probe_whose_commit_is_unknown_leaves_the_amount_unsent_and_counted_once(
+        firestore_gateway, face, strategy):
+    """The probe's increment on its throwaway entity may or may not have
+    been applied (``CommitUnknown``): that says nothing of the caller's
+    amount, which was not sent. So the caller is not told "unknown" (it
+    would not retry, and the amount would be lost): the counter retries as
+    for any Unavailable, and counts the amount once."""
+    gw = face.gateway(firestore_gateway)
+    real_commit = gw._commit
+    failed: list[Any] = []
+
+    def probe_increment_unknown(mutations, txn):
+        if not failed and any(getattr(m, "transforms", ()) for m in mutations):
+            failed.append(mutations)
+            raise CommitUnknown("commit outcome unknown (injected)")
+        return real_commit(mutations, txn)
+
+    gw._commit = probe_increment_unknown  # type: ignore[method-assign]
+    counter = face.counter_on(gw, strategy)
+    counter.add(7)
+    assert [m.entity.key.kind for m in failed[0]] == ["GdsCounterProbe"]  # it hit the probe, not a shard
+    assert counter.get_count() == 7
+    assert gw.stats["counter.retries"] == 1
+
+
 # --- below the Datastore gateway's retries, on the emulators ----------------------------
 
 RPC_RATES = {

@@ -27,6 +27,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -67,7 +68,10 @@ async def _fire(base: str, likes: int, connections: int) -> list[tuple[str, int,
         async def one(i: int) -> tuple[str, int, float, Any]:
             item = ITEMS[i % len(ITEMS)]
             began = time.perf_counter()
-            response = await client.post(f"/api/likes/{item}")
+            try:
+                response = await client.post(f"/api/likes/{item}")
+            except httpx.TransportError as exc:  # no answer: recorded as status 0 (not counted), with why
+                return item, 0, time.perf_counter() - began, f"{type(exc).__name__}: {exc}"
             return item, response.status_code, time.perf_counter() - began, response.json()
 
         return list(await asyncio.gather(*(one(i) for i in range(likes))))
@@ -82,8 +86,10 @@ def run(url: str, env: dict[str, str], likes: int, connections: int, workers: in
     server_env = {**os.environ, **env, "GDS_URL": url, "PYTHONPATH": str(REPO)}
     if cache:
         server_env["GDS_CACHE_URL"] = cache
+    # The server's log goes to a file, so that a run with unanswered requests says what the server saw.
+    log_file = tempfile.TemporaryFile(mode="w+")
     server = subprocess.Popen(deployed_command(port, workers), cwd=REPO, env=server_env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.DEVNULL, stderr=log_file, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
         import httpx
@@ -96,7 +102,8 @@ def run(url: str, env: dict[str, str], likes: int, connections: int, workers: in
             except httpx.HTTPError:
                 pass
             if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the app did not start: {server.stderr.read() if server.stderr else ''}")
+                log_file.seek(0)
+                raise SystemExit(f"the app did not start: {log_file.read()[-5000:]}")
             time.sleep(0.2)
         began = time.perf_counter()
         answers = asyncio.run(_fire(base, likes, connections))
@@ -120,6 +127,10 @@ def run(url: str, env: dict[str, str], likes: int, connections: int, workers: in
         stored = {item: CounterShardDS("like", item, gateway=gateway).get_count(method="query") for item in ITEMS}
     finally:
         gateway.close()
+    log_file.seek(0)
+    server_log = log_file.read()
+    log_file.close()
+    unanswered = [body for _, status, _, body in answers if status == 0]
     latencies = sorted(seconds for _, _, seconds, _ in answers)
     quantiles = statistics.quantiles(latencies, n=100)
     return {
@@ -128,6 +139,7 @@ def run(url: str, env: dict[str, str], likes: int, connections: int, workers: in
         "exact": stored == counted, "seconds": round(took, 2), "likes_per_second": round(likes / took, 1),
         "p50_ms": round(quantiles[49] * 1000, 1), "p99_ms": round(quantiles[98] * 1000, 1),
         "max_ms": round(latencies[-1] * 1000, 1), "server_exit": server.returncode,
+        **({"unanswered": unanswered[:5], "server_log_tail": server_log[-5000:]} if unanswered else {}),
     }
 
 

@@ -5,12 +5,15 @@ Acceptance (issue 15): 500 concurrent ``await counter.increment()`` give an
 exact total on the embedded engine and on both emulators, and a 10 ms
 ticker task beside them never waits more than 250 ms. The ticker's lag is a
 correctness property of non-blocking I/O (a blocking call on the loop would
-stall it for the whole call), not a speed figure.
+stall it for the whole call), not a speed figure. What the test run itself
+brings is kept out of it: the heap of thousands of earlier tests, which a
+full garbage collection walks while the loop waits (``quiet_heap``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import time
 import uuid
@@ -22,6 +25,33 @@ from gds_counter import aio
 INCREMENTS = 500
 TICK = 0.010
 MAX_LAG = 0.250
+
+
+@pytest.fixture
+def quiet_heap():
+    """The test run's heap, collected and frozen (``gc.freeze``) for the
+    test: a full collection of everything earlier tests left walks it all,
+    on the loop's thread (the likeliest cause of the one stall past 250 ms
+    seen in CI, whose cause was not recorded). What the increments
+    themselves allocate is still collected as usual, and each collection's
+    pause is recorded (seconds, the list yielded) for the failure message."""
+    pauses: list[float] = []
+    began: list[float] = []
+
+    def timed(phase: str, info: dict) -> None:
+        if phase == "start":
+            began[:] = [time.monotonic()]
+        elif began:
+            pauses.append(time.monotonic() - began[0])
+
+    gc.collect()
+    gc.freeze()
+    gc.callbacks.append(timed)
+    try:
+        yield pauses
+    finally:
+        gc.callbacks.remove(timed)
+        gc.unfreeze()
 
 
 async def _ticker(stop: asyncio.Event, lags: list[float]) -> None:
@@ -46,7 +76,7 @@ async def _increments_beside_a_ticker(counter: aio.ShardedCounter) -> tuple[list
 
 
 @pytest.mark.parametrize("name", ["memory", "sqlite", "firestore", "datastore"])
-def test_500_concurrent_increments_are_exact_and_the_loop_never_stalls(make_async_gateway, name):
+def test_500_concurrent_increments_are_exact_and_the_loop_never_stalls(make_async_gateway, name, quiet_heap):
     gateway = make_async_gateway(name)
 
     async def scenario() -> tuple[list[int], list[float], int, list[int]]:
@@ -61,7 +91,8 @@ def test_500_concurrent_increments_are_exact_and_the_loop_never_stalls(make_asyn
     # at most all, and the last one read sees them all.
     assert all(1 <= t <= INCREMENTS for t in totals) and max(totals) == INCREMENTS
     assert lags, "the ticker never ran"
-    assert max(lags) <= MAX_LAG, f"the event loop stalled {max(lags) * 1000:.0f} ms (ticks: {len(lags)})"
+    assert max(lags) <= MAX_LAG, (f"the event loop stalled {max(lags) * 1000:.0f} ms (ticks: {len(lags)}; the longest "
+                                  f"garbage collection meanwhile: {max(quiet_heap, default=0) * 1000:.0f} ms)")
 
 
 def test_concurrent_counters_and_the_blocking_face_agree(make_async_gateway, make_gateway):

@@ -24,7 +24,7 @@ import attrs
 
 from gds_counter._checks import check_int, check_text
 from gds_counter._process import forks
-from gds_counter.errors import AlreadyExists, BadKeyError, BadValueError, GDSError, NotFound
+from gds_counter.errors import AlreadyExists, BadKeyError, BadValueError, Contention, GDSError, NotFound
 from gds_counter.gateway._aggregation import check_aggregation
 from gds_counter.gateway._calls import CALLS, GatewayCall
 from gds_counter.gateway._contract import MAX_KEYS_PER_LOOKUP, TransactionState
@@ -98,11 +98,22 @@ class GatewayRules:
         self.namespace = namespace or ""
         self._open_transactions: collections.OrderedDict[bytes, TransactionState] = collections.OrderedDict()
         self._transactions_lock = threading.Lock()
+        #: The transactions open when this process forked (or was forked):
+        #: refused, on both sides of the fork (``_before_fork``).
+        self._forked: set[bytes] = set()
         self._capabilities: Capabilities | None = capabilities
         # Per thread, and per asyncio task: a context variable is both.
         self._probing: contextvars.ContextVar[bool] = contextvars.ContextVar("gds_probing", default=False)
         self._aggregating: contextvars.ContextVar[int] = contextvars.ContextVar("gds_aggregating", default=0)
         forks.register(self)
+
+    def _before_fork(self) -> None:
+        """A transaction open now would be held by both processes after the
+        fork, and each would commit the same mutations (seen: both applied,
+        the one told "nothing applied" redid it): both refuse it
+        (``Contention``). Read without the lock, which the forking thread
+        may hold (a signal's handler): the copy is one step under the GIL."""
+        self._forked.update(self._open_transactions)
 
     def _after_fork_in_child(self) -> None:
         """A thread of the parent may have held a lock at the fork; the
@@ -136,6 +147,11 @@ class GatewayRules:
             return None
         if not isinstance(token, bytes):
             raise BadValueError(f"a transaction token is bytes from begin_transaction(), got {token!r}")
+        if token in self._forked:
+            raise Contention(
+                f"transaction {token!r} was open when the process forked: this process and the other both hold it, "
+                "and each would apply it, so neither may use it; nothing of it was applied: roll it back and retry it"
+            )
         with self._transactions_lock:
             txn = self._open_transactions.pop(token, None) if use_up else self._open_transactions.get(token)
         if txn is None:
@@ -169,6 +185,7 @@ class GatewayRules:
     def _plan_rollback(self, transaction: bytes) -> Plan[None]:
         with self._transactions_lock:
             txn = self._open_transactions.pop(transaction, None)
+        self._forked.discard(transaction)
         if txn is None:
             # Rollback is cleanup, often on an error path after a commit used
             # the transaction up: it must not hide the error being handled.

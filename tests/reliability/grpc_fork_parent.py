@@ -6,6 +6,7 @@ start method) hands its workers a module-level counter.
     python grpc_fork_parent.py threads datastore|firestore HOST PROJECT NAME CHILDREN ADDS
     python grpc_fork_parent.py after-asyncio datastore HOST PROJECT NAME CHILDREN ADDS
     python grpc_fork_parent.py during-probe datastore HOST PROJECT NAME CHILDREN ADDS
+    python grpc_fork_parent.py transaction datastore HOST PROJECT NAME CHILDREN ADDS
 
 ``NAME``: the counter's (``CounterShardDS("GrpcFork", NAME, 4)``, or
 ``DistributedCounter("GrpcFork/NAME", 4)`` on ``firestore``).
@@ -19,6 +20,10 @@ inherited asyncio gateway, half through a new blocking one.
 ``during-probe``: a thread of the parent is learning what the server can
 do (the gateway's first call: a probe, whose commit is slowed to 2 s here)
 while the children are forked; each child makes ``ADDS`` adds.
+``transaction``: the parent reads entity ``GrpcForkTx``/``NAME`` (``n``: 0)
+in a transaction, forks, and each child and then the parent tries to
+commit ``n + 1`` in it (``acked``, or ``refused``); ``stored_n`` is what is
+stored after them all.
 
 It runs in a fresh interpreter, not in the test run's process, so that no
 gRPC channel of the test run's own crosses these forks. A child still
@@ -44,6 +49,9 @@ from gds_counter import CounterShardDS, DistributedCounter, aio
 from gds_counter.errors import CommitUnknown, GDSError
 from gds_counter.gateway.datastore import AsyncDatastoreGateway, DatastoreGateway
 from gds_counter.gateway.firestore import FirestoreGateway
+from gds_counter.gateway.keys import Key
+from gds_counter.gateway.mutations import Upsert
+from gds_counter.gateway.values import RawEntity
 
 #: A child still running this long after the last fork is hung.
 HANG_S = 60.0
@@ -223,12 +231,36 @@ def during_probe_face(host: str, project: str, name: str, children: int, adds: i
     return {"parent": new_tally(), **result}
 
 
+def transaction_face(host: str, project: str, name: str, children: int) -> dict[str, Any]:
+    gateway = DatastoreGateway(project, emulator_host=host, timeout=TIMEOUT_S)
+    key = Key.of("GrpcForkTx", name)
+    gateway.commit([Upsert(RawEntity(key, {"n": 0}))])
+    token = gateway.begin_transaction()
+    [seen] = gateway.lookup([key], transaction=token)
+    assert seen is not None
+
+    def commit_it(_: int, tally: dict[str, Any]) -> None:
+        add(tally, lambda: gateway.commit([Upsert(RawEntity(key, {"n": seen.properties["n"] + 1}))],
+                                          transaction=token))
+        if tally["refused"]:
+            gateway.rollback(token)
+
+    result = fork_children(children, commit_it)
+    parent = new_tally()
+    commit_it(0, parent)
+    [stored] = gateway.lookup([key])
+    assert stored is not None
+    return {"parent": parent, **result, "stored_n": stored.properties["n"]}
+
+
 def main(argv: list[str]) -> None:
     face, kind, host, project, name, children, adds = argv[1:]
     if face == "threads":
         result = threads_face(kind, host, project, name, int(children), int(adds))
     elif face == "during-probe":
         result = during_probe_face(host, project, name, int(children), int(adds))
+    elif face == "transaction":
+        result = transaction_face(host, project, name, int(children))
     else:
         result = after_asyncio_face(host, project, name, int(children), int(adds))
     print(json.dumps(result), flush=True)

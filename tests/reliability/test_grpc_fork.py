@@ -97,6 +97,28 @@ def test_children_forked_while_a_parents_thread_learns_the_servers_capabilities_
     assert acked <= stored <= acked + unknown, report
 
 
+@pytest.mark.parametrize("server", ["firestore-datastore-mode", "serve"])
+def test_a_transaction_open_at_a_fork_is_refused_on_both_sides_and_nothing_of_it_is_applied(request, server):
+    """Both processes hold the transaction after the fork, and each would
+    commit the same mutations: on the code before, the first commit was
+    applied and the second process was told "nothing of it was applied"
+    (so it redid the work: applied twice). Now each is refused
+    (``Contention``, nothing applied), as the embedded engine refuses it."""
+    if server == "serve":
+        host, project = request.getfixturevalue("serve_server").emulator_host, "grpc-fork"
+    else:
+        emulator = request.getfixturevalue("firestore_emulator")
+        host, project = emulator.host, emulator.project
+    report = run_parent("transaction", "datastore", host, project, f"tx-{uuid.uuid4().hex[:12]}", 1, 1)
+
+    assert report["hung"] == 0 and report["statuses"] == [0], report
+    for tally in [report["parent"], *report["children"]]:
+        assert tally["acked"] == tally["unknown"] == 0, report
+        [refusal] = tally["refused"]
+        assert refusal.startswith("Contention: ") and "was open when the process forked" in refusal, refusal
+    assert report["stored_n"] == 0, report
+
+
 def test_a_child_of_a_process_that_used_grpc_asyncio_is_refused_before_anything_is_sent(firestore_emulator):
     name = f"asyncio-{uuid.uuid4().hex[:12]}"
     report = run_parent("after-asyncio", "datastore", firestore_emulator.host, firestore_emulator.project, name,

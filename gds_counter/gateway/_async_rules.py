@@ -53,6 +53,14 @@ class AsyncRules(GatewayRules, AsyncHooks[TransactionState]):
             weakref.WeakKeyDictionary()
         )
 
+    def _abandon_clients(self) -> None:
+        """(``GatewayRules._after_fork_in_child``) Every loop's client the
+        parent made, abandoned: dropped here (by ``close`` or with its loop)
+        its channel would be finalized in the child, where gRPC asyncio
+        hangs or crashes."""
+        forks.abandon(*(held.client for held in self._clients.values()))
+        self._clients = weakref.WeakKeyDictionary()
+
     @abc.abstractmethod
     def _new_client(self) -> Any:
         """A client for the running event loop."""

@@ -97,13 +97,23 @@ def gapic_client(client: Callable[..., T], transport: Callable[..., Any], insecu
 class BlockingClient(abc.ABC):
     """The GAPIC client of a blocking gRPC gateway, one per process: made
     when the gateway is (so missing credentials fail there), and again in a
-    forked child on first use."""
+    forked child on first use (``current``: also when a fork ran no Python
+    hooks)."""
 
     _held: Owned[Any] | None = None
 
     @abc.abstractmethod
     def _new_client(self) -> Any:
         """A new GAPIC client for this gateway."""
+
+    def _abandon_clients(self) -> None:
+        """(``GatewayRules._after_fork_in_child``) The parent's client,
+        abandoned at once: were this gateway collected in the child, the
+        client's channel would be finalized here."""
+        held = self._held
+        if held is not None and not forks.owned_here(held.owner):
+            forks.abandon(held.client)
+            self._held = None
 
     def _client(self) -> Any:
         """This process's client."""

@@ -118,10 +118,14 @@ class GatewayRules:
     def _after_fork_in_child(self) -> None:
         """A thread of the parent may have held a lock at the fork; the
         child, which has none of its threads, would wait for it for ever.
-        (The client a gateway sends with is renewed too:
-        ``_grpc_clients``.)"""
+        The parent's gRPC clients are abandoned (``_abandon_clients``)."""
         self._transactions_lock = threading.Lock()
         self.stats._after_fork_in_child()
+        self._abandon_clients()
+
+    def _abandon_clients(self) -> None:
+        """In a forked child: keep every client the parent made, unused and
+        never collected (``gateway._grpc_clients``); none here."""
 
     #: What a backend says of aggregations before it is probed: only the
     #: probe (``_plan_probe``) finds out whether a server runs them.

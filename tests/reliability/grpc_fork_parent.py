@@ -16,7 +16,8 @@ is forked while they are inside gRPC calls (gRPC then skips its own fork
 handlers). Each child makes ``ADDS`` adds through the inherited counter.
 ``after-asyncio``: the parent first counts ``ADDS`` through an asyncio
 gateway, then forks; each child tries one add, half of them through the
-inherited asyncio gateway, half through a new blocking one.
+inherited asyncio gateway, half through a new blocking one, then closes the
+inherited gateway and collects its garbage.
 ``during-probe``: a thread of the parent is learning what the server can
 do (the gateway's first call: a probe, whose commit is slowed to 2 s here)
 while the children are forked; each child makes ``ADDS`` adds.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import json
 import os
 import signal
@@ -200,6 +202,8 @@ def after_asyncio_face(host: str, project: str, name: str, children: int, adds: 
         else:  # through a blocking gateway of its own
             add(tally, lambda: counter("datastore", name, DatastoreGateway(
                 project, emulator_host=host, timeout=TIMEOUT_S)).add(1))
+        asyncio.run(asyncio.wait_for(gateway.close(), TIMEOUT_S))  # the parent's channel is not this child's to close
+        gc.collect()
 
     return {"parent": parent, **fork_children(children, work)}
 

@@ -120,6 +120,8 @@ def test_a_transaction_open_at_a_fork_is_refused_on_both_sides_and_nothing_of_it
 
 
 def test_a_child_of_a_process_that_used_grpc_asyncio_is_refused_before_anything_is_sent(firestore_emulator):
+    """And closing the inherited asyncio gateway there is harmless: it used
+    to finalize the parent's channel in the child, which hung or crashed."""
     name = f"asyncio-{uuid.uuid4().hex[:12]}"
     report = run_parent("after-asyncio", "datastore", firestore_emulator.host, firestore_emulator.project, name,
                         4, ADDS)

@@ -13,6 +13,13 @@ hung). So a gateway records each client with the process that made it
 as the embedded engine opens its own SQLite connections there. The
 parent's is abandoned (``forks.abandon``): it is the parent's to close.
 
+That alone still left about one child in 12 to 24 hung in CI: gRPC runs
+its own fork handlers (which stop its threads before the fork and start
+them again on both sides) only when no thread is inside a gRPC call. So
+each blocking gateway's calls pass through an ``RpcGate``: just before a
+fork, new calls wait, and the fork waits (at most ``FORK_DRAIN_S``) for
+the calls in flight.
+
 gRPC asyncio is worse: once a process has made a gRPC asyncio client, its
 forked children cannot use gRPC at all (measured the same way: of 6 children
 each making a fresh asyncio gateway, none counted, 3 hung past their
@@ -23,14 +30,18 @@ refused, a ``GatewayError`` before anything is sent.
 from __future__ import annotations
 
 import abc
+import collections
 import dataclasses
 import logging
+import threading
+import time
 from typing import Any, Callable, Generic, TypeVar
 
 from gds_counter._process import forks
-from gds_counter.errors import GatewayError
+from gds_counter._process.interrupts import surely
+from gds_counter.errors import GatewayError, Unavailable
 
-__all__ = ["BlockingClient", "Owned", "current", "gapic_client"]
+__all__ = ["FORK_DRAIN_S", "BlockingClient", "Owned", "RpcGate", "current", "gapic_client"]
 
 log = logging.getLogger("gds_counter.gateway")
 
@@ -94,6 +105,79 @@ def gapic_client(client: Callable[..., T], transport: Callable[..., Any], insecu
         ) from exc
 
 
+#: How long a fork waits for a gateway's calls in flight (each is bounded
+#: by its own deadline) before it goes on without gRPC's fork handlers.
+FORK_DRAIN_S = 5.0
+
+
+class RpcGate:
+    """A blocking gateway's RPCs in flight, and a fork's wait for them
+    (module docstring). A thread that forks from inside one of its own
+    calls (a signal's handler) does not wait for itself."""
+
+    def __init__(self, where: object) -> None:
+        self._where = repr(where)
+        self._renew()
+        forks.register(self)
+
+    def _renew(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        #: Calls in flight, by the thread that sent them.
+        self._in_flight: collections.Counter[int] = collections.Counter()
+        self._forking = False
+
+    def run(self, send: Callable[[float], T], seconds: float, call: str) -> T:
+        """``send(seconds left)``, once no fork is pending: ``Unavailable``
+        (not sent) when a pending fork outlasts ``seconds``."""
+        thread = threading.get_ident()
+        began = time.monotonic()
+        with self._cond:
+            while self._forking and not self._in_flight[thread]:
+                left = seconds - (time.monotonic() - began)
+                if left <= 0:
+                    raise Unavailable(f"{call}: not sent to {self._where}: the process was forking, and the fork "
+                                      "waited for other calls longer than this call's deadline; nothing was written")
+                self._cond.wait(left)
+            self._in_flight[thread] += 1
+        try:
+            return send(max(0.001, seconds - (time.monotonic() - began)))
+        finally:
+            surely(lambda: self._done(thread))
+
+    def _done(self, thread: int) -> None:
+        with self._cond:
+            if self._in_flight[thread] > 1:
+                self._in_flight[thread] -= 1
+            else:
+                self._in_flight.pop(thread, None)
+            self._cond.notify_all()
+
+    def _busy(self, me: int) -> bool:
+        """Whether a thread other than ``me`` has a call in flight."""
+        return any(thread != me for thread in self._in_flight)
+
+    def _before_fork(self) -> None:
+        me = threading.get_ident()
+        end = time.monotonic() + FORK_DRAIN_S
+        with self._cond:
+            self._forking = True
+            while self._busy(me) and time.monotonic() < end:
+                self._cond.wait(end - time.monotonic())
+            if self._busy(me):
+                log.warning("%s: forking while gRPC calls are still in flight after %g s: gRPC skips its fork "
+                            "handlers, and the child's calls may hang", self._where, FORK_DRAIN_S)
+
+    def _after_fork_in_parent(self) -> None:
+        with self._cond:
+            self._forking = False
+            self._cond.notify_all()
+
+    def _after_fork_in_child(self) -> None:
+        """The parent's threads, and their calls, are not in the child (nor
+        is the lock one of them may have held)."""
+        self._renew()
+
+
 class BlockingClient(abc.ABC):
     """The GAPIC client of a blocking gRPC gateway, one per process: made
     when the gateway is (so missing credentials fail there), and again in a
@@ -101,6 +185,18 @@ class BlockingClient(abc.ABC):
     hooks)."""
 
     _held: Owned[Any] | None = None
+    _gate: RpcGate
+
+    def _open_client(self) -> None:
+        """Make the gate and this process's client (called by ``__init__``:
+        missing credentials fail there)."""
+        self._gate = RpcGate(self)
+        self._client()
+
+    def _sent(self, send: Callable[[float], T], seconds: float, call: str) -> T:
+        """One attempt of the RPC ``call``, ``send(timeout)``, through the
+        gate (``RpcGate.run``)."""
+        return self._gate.run(send, seconds, call)
 
     @abc.abstractmethod
     def _new_client(self) -> Any:

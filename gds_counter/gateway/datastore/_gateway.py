@@ -59,7 +59,7 @@ class DatastoreGateway(DatastoreRequests, BlockingClient, BlockingPlannedHooks, 
     ) -> None:
         self._configure(project, database, emulator_host, credentials, timeout, retry)
         super().__init__(namespace)
-        self._client()  # made now, so that missing credentials fail here
+        self._open_client()
         log.debug(
             "DatastoreGateway project=%s database=%r namespace=%r emulator=%s",
             project, self.database, self.namespace, self.emulator_host,
@@ -83,7 +83,8 @@ class DatastoreGateway(DatastoreRequests, BlockingClient, BlockingPlannedHooks, 
         when ``call`` has none of its own (an aggregation is a read like
         ``run_query``); errors still name ``call``."""
         return self._call_rpc(
-            call, lambda seconds: method(request=request, retry=None, timeout=seconds),
+            call,
+            lambda seconds: self._sent(lambda left: method(request=request, retry=None, timeout=left), seconds, call),
             functools.partial(final_error, call=call, request=request), idempotent_commit=idempotent_commit,
             policy=policy,
         )

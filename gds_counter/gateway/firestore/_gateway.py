@@ -54,7 +54,7 @@ class FirestoreGateway(FirestoreRequests, BlockingClient, BlockingPlannedHooks, 
     ) -> None:
         self._configure(project, database, emulator_host, credentials, timeout, retry)
         super().__init__("", capabilities=CAPABILITIES)
-        self._client()  # made now, so that missing credentials fail here
+        self._open_client()
         log.debug("FirestoreGateway project=%s database=%r emulator=%s", project, database, self.emulator_host)
 
     def _new_client(self) -> Any:
@@ -68,8 +68,9 @@ class FirestoreGateway(FirestoreRequests, BlockingClient, BlockingPlannedHooks, 
               idempotent_commit: bool = False, policy: str = "") -> Any:
         rpc = getattr(self._client(), method)
 
-        def attempt(seconds: float) -> Any:
+        def attempt(seconds: float) -> Any:  # a stream is read to its end inside the gate
             answer = rpc(request=request, retry=None, timeout=seconds, metadata=self._metadata)
             return [item._pb for item in answer] if stream else getattr(answer, "_pb", None)
 
-        return self._call_rpc(call, attempt, self._final(call, about), idempotent_commit=idempotent_commit, policy=policy)
+        return self._call_rpc(call, lambda seconds: self._sent(attempt, seconds, call), self._final(call, about),
+                              idempotent_commit=idempotent_commit, policy=policy)

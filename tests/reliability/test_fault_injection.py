@@ -438,56 +438,44 @@ def test_storage_that_stays_unavailable_raises_unavailable_and_counts_nothing(me
     assert counter.get_count() == 0
 
 
+#: How a capability probe's commit fails: which of its commits, and the error.
+PROBE_FAILURES = {
+    "its first write unreached": (lambda mutations: True, Unavailable("storage not reached (injected)")),
+    "its increment unknown": (lambda mutations: any(getattr(m, "transforms", ()) for m in mutations),
+                              CommitUnknown("commit outcome unknown (injected)")),
+}
+
+
+@pytest.mark.parametrize("failure", list(PROBE_FAILURES))
 @pytest.mark.parametrize("strategy", ["increment", "auto"])
-def test_a_capability_probe_that_fails_is_asked_again_and_the_amount_counted_once(firestore_gateway, face, strategy):
+def test_a_capability_probe_that_fails_is_asked_again_and_the_amount_counted_once(firestore_gateway, face, strategy,
+                                                                                    failure):
     """The gateway learns what its server does with one probe, on a throwaway
     entity, the first time a counter needs to know. If the storage is not
     reached then, nothing is known and nothing was counted: the counter
     retries the increment as for any Unavailable, the next attempt probes
-    again, and the amount is counted exactly once."""
+    again, and the amount is counted exactly once. So too when the probe's
+    own increment may or may not have been applied (``CommitUnknown``): that
+    says nothing of the caller's amount, which was not sent, so the caller
+    is not told "unknown" (it would not retry, and the amount would be lost)."""
+    hits, error = PROBE_FAILURES[failure]
     gw = face.gateway(firestore_gateway)
     real_commit = gw._commit
     failed: list[Any] = []
 
-    def first_probe_write_unreached(mutations, txn):
-        if not failed:
+    def probe_fails_once(mutations, txn):
+        if not failed and hits(mutations):
             failed.append(mutations)
-            raise Unavailable("storage not reached (injected)")
+            raise error
         return real_commit(mutations, txn)  # on the aio face, the coroutine its driver awaits
 
-    gw._commit = first_probe_write_unreached  # type: ignore[method-assign]
+    gw._commit = probe_fails_once  # type: ignore[method-assign]
     counter = face.counter_on(gw, strategy)
     counter.add(7)
     assert [m.entity.key.kind for m in failed[0]] == ["GdsCounterProbe"]  # it hit the probe, not a shard
     assert counter.get_count() == 7
     assert gw.stats["counter.retries"] == 1
     assert gw.capabilities.applies_transforms is True
-
-
-@pytest.mark.parametrize("strategy", ["increment", "auto"])
-def test_a_capability_probe_whose_commit_is_unknown_leaves_the_amount_unsent_and_counted_once(
-        firestore_gateway, face, strategy):
-    """The probe's increment on its throwaway entity may or may not have
-    been applied (``CommitUnknown``): that says nothing of the caller's
-    amount, which was not sent. So the caller is not told "unknown" (it
-    would not retry, and the amount would be lost): the counter retries as
-    for any Unavailable, and counts the amount once."""
-    gw = face.gateway(firestore_gateway)
-    real_commit = gw._commit
-    failed: list[Any] = []
-
-    def probe_increment_unknown(mutations, txn):
-        if not failed and any(getattr(m, "transforms", ()) for m in mutations):
-            failed.append(mutations)
-            raise CommitUnknown("commit outcome unknown (injected)")
-        return real_commit(mutations, txn)
-
-    gw._commit = probe_increment_unknown  # type: ignore[method-assign]
-    counter = face.counter_on(gw, strategy)
-    counter.add(7)
-    assert [m.entity.key.kind for m in failed[0]] == ["GdsCounterProbe"]  # it hit the probe, not a shard
-    assert counter.get_count() == 7
-    assert gw.stats["counter.retries"] == 1
 
 
 # --- below the Datastore gateway's retries, on the emulators ----------------------------

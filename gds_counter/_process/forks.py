@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import weakref
 from typing import Any, NewType
 
 from gds_counter._process import interrupts
 
-__all__ = ["Owner", "abandon", "forget", "here", "owned_here", "register"]
+__all__ = ["Owner", "abandon", "began", "forget", "here", "owned_here", "register"]
 
 #: The process an object was made in (or adopted by, after a fork): what
 #: ``here()`` returned then. A process id, typed so that one is only ever
@@ -47,6 +48,9 @@ _LOCK = threading.Lock()
 _MEMBERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
 #: The objects of the fork in progress, held so none is collected half way.
 _FORKING: list[Any] = []
+#: When the fork in progress began (``time.monotonic()``), for the members
+#: whose ``_before_fork`` waits: one bound for the whole fork, not one each.
+_BEGAN: list[float] = []
 
 
 def here() -> Owner:
@@ -72,6 +76,12 @@ def abandon(*things: Any) -> None:
     would release the parent's locks, closing a gRPC channel could wait on
     a lock one of the parent's threads held at the fork."""
     _ABANDONED.extend(things)
+
+
+def began() -> float:
+    """When the fork in progress began (``time.monotonic()``; now, when
+    asked outside a fork's hooks)."""
+    return _BEGAN[0] if _BEGAN else time.monotonic()
 
 
 def register(member: Any) -> None:
@@ -108,6 +118,7 @@ def _call(hook: str) -> None:
 
 def _before_fork() -> None:
     _LOCK.acquire()
+    _BEGAN[:] = [time.monotonic()]
     _FORKING[:] = list(_MEMBERS)
     _RAISED.clear()
     _call("_before_fork")
@@ -118,6 +129,7 @@ def _after_fork_in_parent() -> None:
         _call("_after_fork_in_parent")
     finally:
         _FORKING.clear()
+        _BEGAN.clear()
         raised = _RAISED[:1]
         _RAISED.clear()
         _LOCK.release()
@@ -130,6 +142,7 @@ def _after_fork_in_child() -> None:
         _call("_after_fork_in_child")
     finally:
         _FORKING.clear()
+        _BEGAN.clear()
         _RAISED.clear()  # the parent's to raise
         _LOCK.release()  # the forking thread took it, and the child is that thread
 

@@ -17,8 +17,8 @@ That alone still left about one child in 12 to 24 hung in CI: gRPC runs
 its own fork handlers (which stop its threads before the fork and start
 them again on both sides) only when no thread is inside a gRPC call. So
 each blocking gateway's calls pass through an ``RpcGate``: just before a
-fork, new calls wait, and the fork waits (at most ``FORK_DRAIN_S``) for
-the calls in flight.
+fork, new calls wait (at most until their deadline), and the fork waits
+(at most ``FORK_DRAIN_S`` in all) for the calls in flight.
 
 gRPC asyncio is worse: once a process has made a gRPC asyncio client, its
 forked children cannot use gRPC at all (measured the same way: of 6 children
@@ -30,16 +30,16 @@ refused, a ``GatewayError`` before anything is sent.
 from __future__ import annotations
 
 import abc
-import collections
 import dataclasses
 import logging
+import sys
 import threading
 import time
 from typing import Any, Callable, Generic, TypeVar
 
 from gds_counter._process import forks
 from gds_counter._process.interrupts import surely
-from gds_counter.errors import GatewayError, Unavailable
+from gds_counter.errors import GatewayError
 
 __all__ = ["FORK_DRAIN_S", "BlockingClient", "Owned", "RpcGate", "current", "gapic_client"]
 
@@ -105,15 +105,26 @@ def gapic_client(client: Callable[..., T], transport: Callable[..., Any], insecu
         ) from exc
 
 
-#: How long a fork waits for a gateway's calls in flight (each is bounded
+#: How long a fork waits for the gateways' calls in flight (each is bounded
 #: by its own deadline) before it goes on without gRPC's fork handlers.
 FORK_DRAIN_S = 5.0
 
 
 class RpcGate:
     """A blocking gateway's RPCs in flight, and a fork's wait for them
-    (module docstring). A thread that forks from inside one of its own
-    calls (a signal's handler) does not wait for itself."""
+    (module docstring).
+
+    No lock: a fork made by a signal's handler runs the hooks on a thread
+    that may be anywhere in ``run``, and an interrupt may land on any line
+    of it; the set of threads in flight is changed and copied in single
+    steps under the GIL, and each thread takes itself out in a ``finally``.
+    A call that finds a fork pending waits for it, at most until its own
+    deadline, and is then sent all the same: it never fails here (an error
+    of its own would skip the retry policy's word on earlier attempts,
+    which may have been applied), and the fork then waits for it as for any
+    call in flight. A thread that forks from inside one of its own calls
+    does not wait for itself. The fork's wait is bounded per fork
+    (``forks.began``), however many gateways wait."""
 
     def __init__(self, where: object) -> None:
         self._where = repr(where)
@@ -121,61 +132,65 @@ class RpcGate:
         forks.register(self)
 
     def _renew(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        #: Calls in flight, by the thread that sent them.
-        self._in_flight: collections.Counter[int] = collections.Counter()
-        self._forking = False
+        #: The threads with a call in flight.
+        self._in_flight: set[int] = set()
+        #: Set but while a fork is pending.
+        self._no_fork = threading.Event()
+        self._no_fork.set()
 
-    def run(self, send: Callable[[float], T], seconds: float, call: str) -> T:
-        """``send(seconds left)``, once no fork is pending: ``Unavailable``
-        (not sent) when a pending fork outlasts ``seconds``."""
+    def run(self, send: Callable[[float], T], seconds: float) -> T:
+        """``send(seconds left)``, once no fork is pending (or once the call's
+        ``seconds`` have passed waiting for one)."""
         thread = threading.get_ident()
         began = time.monotonic()
-        with self._cond:
-            while self._forking and not self._in_flight[thread]:
-                left = seconds - (time.monotonic() - began)
-                if left <= 0:
-                    raise Unavailable(f"{call}: not sent to {self._where}: the process was forking, and the fork "
-                                      "waited for other calls longer than this call's deadline; nothing was written")
-                self._cond.wait(left)
-            self._in_flight[thread] += 1
+        if not self._no_fork.is_set() and thread not in self._in_flight:
+            self._no_fork.wait(seconds)
         try:
+            self._in_flight.add(thread)
             return send(max(0.001, seconds - (time.monotonic() - began)))
-        finally:
-            surely(lambda: self._done(thread))
-
-    def _done(self, thread: int) -> None:
-        with self._cond:
-            if self._in_flight[thread] > 1:
-                self._in_flight[thread] -= 1
-            else:
-                self._in_flight.pop(thread, None)
-            self._cond.notify_all()
+        finally:  # (a thread an interrupt leaves in the set here is taken out by ``_busy``)
+            surely(lambda: self._in_flight.discard(thread))
 
     def _busy(self, me: int) -> bool:
-        """Whether a thread other than ``me`` has a call in flight."""
-        return any(thread != me for thread in self._in_flight)
+        """Whether a thread other than ``me`` has a call in flight: is
+        inside ``run`` now. A thread in the set that is not (an interrupt
+        landed before its ``finally`` took it out, or it is gone) is taken
+        out here, so that no fork waits for it."""
+        others = [thread for thread in list(self._in_flight) if thread != me]
+        if not others:
+            return False
+        frames = sys._current_frames()
+        busy = False
+        for thread in others:
+            frame = frames.get(thread)
+            while frame is not None and frame.f_code is not _RUN_CODE:
+                frame = frame.f_back
+            if frame is None:
+                self._in_flight.discard(thread)
+            else:
+                busy = True
+        return busy
 
     def _before_fork(self) -> None:
+        self._no_fork.clear()
         me = threading.get_ident()
-        end = time.monotonic() + FORK_DRAIN_S
-        with self._cond:
-            self._forking = True
-            while self._busy(me) and time.monotonic() < end:
-                self._cond.wait(end - time.monotonic())
-            if self._busy(me):
-                log.warning("%s: forking while gRPC calls are still in flight after %g s: gRPC skips its fork "
-                            "handlers, and the child's calls may hang", self._where, FORK_DRAIN_S)
+        end = forks.began() + FORK_DRAIN_S
+        while self._busy(me) and time.monotonic() < end:
+            time.sleep(0.001)
+        if self._busy(me):
+            log.warning("%s: forking while gRPC calls are still in flight after %g s: gRPC skips its fork "
+                        "handlers, and the child's calls may hang", self._where, FORK_DRAIN_S)
 
     def _after_fork_in_parent(self) -> None:
-        with self._cond:
-            self._forking = False
-            self._cond.notify_all()
+        self._no_fork.set()
 
     def _after_fork_in_child(self) -> None:
-        """The parent's threads, and their calls, are not in the child (nor
-        is the lock one of them may have held)."""
+        """The parent's threads, and their calls, are not in the child."""
         self._renew()
+
+
+#: ``RpcGate.run``'s code: a thread whose stack holds it has a call in flight.
+_RUN_CODE = RpcGate.run.__code__
 
 
 class BlockingClient(abc.ABC):
@@ -193,10 +208,10 @@ class BlockingClient(abc.ABC):
         self._gate = RpcGate(self)
         self._client()
 
-    def _sent(self, send: Callable[[float], T], seconds: float, call: str) -> T:
-        """One attempt of the RPC ``call``, ``send(timeout)``, through the
-        gate (``RpcGate.run``)."""
-        return self._gate.run(send, seconds, call)
+    def _sent(self, send: Callable[[float], T], seconds: float) -> T:
+        """One attempt of an RPC, ``send(timeout)``, through the gate
+        (``RpcGate.run``)."""
+        return self._gate.run(send, seconds)
 
     @abc.abstractmethod
     def _new_client(self) -> Any:

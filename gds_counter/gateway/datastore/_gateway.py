@@ -84,7 +84,7 @@ class DatastoreGateway(DatastoreRequests, BlockingClient, BlockingPlannedHooks, 
         ``run_query``); errors still name ``call``."""
         return self._call_rpc(
             call,
-            lambda seconds: self._sent(lambda left: method(request=request, retry=None, timeout=left), seconds, call),
+            lambda seconds: self._sent(lambda left: method(request=request, retry=None, timeout=left), seconds),
             functools.partial(final_error, call=call, request=request), idempotent_commit=idempotent_commit,
             policy=policy,
         )

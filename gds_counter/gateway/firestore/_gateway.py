@@ -72,5 +72,5 @@ class FirestoreGateway(FirestoreRequests, BlockingClient, BlockingPlannedHooks, 
             answer = rpc(request=request, retry=None, timeout=seconds, metadata=self._metadata)
             return [item._pb for item in answer] if stream else getattr(answer, "_pb", None)
 
-        return self._call_rpc(call, lambda seconds: self._sent(attempt, seconds, call), self._final(call, about),
+        return self._call_rpc(call, lambda seconds: self._sent(attempt, seconds), self._final(call, about),
                               idempotent_commit=idempotent_commit, policy=policy)

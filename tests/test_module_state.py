@@ -22,6 +22,7 @@ OTHER_STATE = {
     ("_process/forks.py", "_LOCK"): "the fork registry's lock, held across a fork",
     ("_process/forks.py", "_FORKING"): "the members of the fork in progress (empty between forks)",
     ("_process/forks.py", "_RAISED"): "what a hook raised during the fork in progress (empty between forks)",
+    ("_process/forks.py", "_NESTED"): "forks made by a signal's handler inside another fork's hooks (empty between forks)",
     ("_process/forks.py", "_BEGAN"): "when the fork in progress began: one bound for its hooks' waits (empty between forks)",
     ("_process/forks.py", "_ABANDONED"): (
         "SQLite connections and gRPC clients a forked child inherited: kept for ever, since closing one (even "

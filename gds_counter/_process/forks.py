@@ -43,7 +43,10 @@ __all__ = ["Owner", "abandon", "began", "forget", "here", "owned_here", "registe
 #: recorded through ``here()``.
 Owner = NewType("Owner", int)
 
-_LOCK = threading.Lock()
+#: Held from just before a fork to just after it; re-entrant, so that a fork
+#: made by a signal's handler on a thread that holds it (inside ``register``,
+#: or inside another fork's hooks) does not wait for itself.
+_LOCK = threading.RLock()
 #: Every object with fork hooks (``register``), weakly.
 _MEMBERS: "weakref.WeakSet[Any]" = weakref.WeakSet()
 #: The objects of the fork in progress, held so none is collected half way.
@@ -51,6 +54,10 @@ _FORKING: list[Any] = []
 #: When the fork in progress began (``time.monotonic()``), for the members
 #: whose ``_before_fork`` waits: one bound for the whole fork, not one each.
 _BEGAN: list[float] = []
+#: Forks made by a signal's handler while this thread ran another fork's
+#: hooks: theirs are skipped (each member also checks ``owned_here``, as
+#: for a fork that ran no Python hooks), and the other fork's go on.
+_NESTED: list[bool] = []
 
 
 def here() -> Owner:
@@ -117,6 +124,9 @@ def _call(hook: str) -> None:
 
 
 def _before_fork() -> None:
+    if _BEGAN and _LOCK._is_owned():  # type: ignore[attr-defined]  # (this thread is inside a fork's hooks)
+        _NESTED.append(True)
+        return
     _LOCK.acquire()
     _BEGAN[:] = [time.monotonic()]
     _FORKING[:] = list(_MEMBERS)
@@ -125,6 +135,9 @@ def _before_fork() -> None:
 
 
 def _after_fork_in_parent() -> None:
+    if _NESTED:
+        _NESTED.pop()
+        return
     try:
         _call("_after_fork_in_parent")
     finally:
@@ -138,6 +151,9 @@ def _after_fork_in_parent() -> None:
 
 
 def _after_fork_in_child() -> None:
+    if _NESTED:  # (the child goes on with the other fork's hooks, and makes that fork itself)
+        _NESTED.pop()
+        return
     try:
         _call("_after_fork_in_child")
     finally:

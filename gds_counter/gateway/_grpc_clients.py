@@ -105,6 +105,10 @@ def gapic_client(client: Callable[..., T], transport: Callable[..., Any], insecu
         ) from exc
 
 
+#: How often a call waiting for a fork, and a fork waiting for calls, look
+#: again (both rare: only while a fork is pending).
+WAIT_STEP_S = 0.001
+
 #: How long a fork waits for the gateways' calls in flight (each is bounded
 #: by its own deadline) before it goes on without gRPC's fork handlers.
 FORK_DRAIN_S = 5.0
@@ -114,10 +118,11 @@ class RpcGate:
     """A blocking gateway's RPCs in flight, and a fork's wait for them
     (module docstring).
 
-    No lock: a fork made by a signal's handler runs the hooks on a thread
-    that may be anywhere in ``run``, and an interrupt may land on any line
-    of it; the set of threads in flight is changed and copied in single
-    steps under the GIL, and each thread takes itself out in a ``finally``.
+    No lock, nor anything that takes one (an ``Event``): a fork made by a
+    signal's handler runs the hooks on a thread that may be anywhere in
+    ``run``, and an interrupt may land on any line of it; the set of
+    threads in flight and the flag are changed in single steps under the
+    GIL, and each thread takes itself out in a ``finally``.
     A call that finds a fork pending waits for it, at most until its own
     deadline, and is then sent all the same: it never fails here (an error
     of its own would skip the retry policy's word on earlier attempts,
@@ -134,19 +139,24 @@ class RpcGate:
     def _renew(self) -> None:
         #: The threads with a call in flight.
         self._in_flight: set[int] = set()
-        #: Set but while a fork is pending.
-        self._no_fork = threading.Event()
-        self._no_fork.set()
+        #: Whether a fork is pending. A flag, not an ``Event``: an Event's
+        #: own lock, held by a thread waiting on it when a signal's handler
+        #: on that thread forks, would be taken again by ``_before_fork``.
+        self._forking = False
 
     def run(self, send: Callable[[float], T], seconds: float) -> T:
         """``send(seconds left)``, once no fork is pending (or once the call's
-        ``seconds`` have passed waiting for one)."""
+        ``seconds`` have passed waiting for one). The thread is counted
+        first and looks for a fork after: either the fork sees the call, or
+        the call sees the fork."""
         thread = threading.get_ident()
         began = time.monotonic()
-        if not self._no_fork.is_set() and thread not in self._in_flight:
-            self._no_fork.wait(seconds)
         try:
             self._in_flight.add(thread)
+            while self._forking and time.monotonic() - began < seconds:
+                self._in_flight.discard(thread)  # (waiting here, it is not in flight)
+                time.sleep(WAIT_STEP_S)
+                self._in_flight.add(thread)
             return send(max(0.001, seconds - (time.monotonic() - began)))
         finally:  # (a thread an interrupt leaves in the set here is taken out by ``_busy``)
             surely(lambda: self._in_flight.discard(thread))
@@ -172,17 +182,17 @@ class RpcGate:
         return busy
 
     def _before_fork(self) -> None:
-        self._no_fork.clear()
+        self._forking = True
         me = threading.get_ident()
         end = forks.began() + FORK_DRAIN_S
         while self._busy(me) and time.monotonic() < end:
-            time.sleep(0.001)
+            time.sleep(WAIT_STEP_S)
         if self._busy(me):
             log.warning("%s: forking while gRPC calls are still in flight after %g s: gRPC skips its fork "
                         "handlers, and the child's calls may hang", self._where, FORK_DRAIN_S)
 
     def _after_fork_in_parent(self) -> None:
-        self._no_fork.set()
+        self._forking = False
 
     def _after_fork_in_child(self) -> None:
         """The parent's threads, and their calls, are not in the child."""

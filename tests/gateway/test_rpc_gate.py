@@ -19,6 +19,8 @@ import ctypes
 import faulthandler
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -241,3 +243,43 @@ def test_a_thread_an_interrupt_left_counted_but_idle_does_not_make_a_fork_wait(m
     idle.set()
     assert time.monotonic() - began < 5
     assert thread.ident not in gate._in_flight
+
+
+#: A process that forks while one of its fork-hook members forks again
+#: from inside the hooks, as a signal's handler landing on the forking
+#: thread (while it waits for a call in flight) would. In a fresh
+#: interpreter: the test run's own at-fork hooks (its plugins') are not
+#: this product's to make re-entrant.
+NESTED_FORK = """
+import os
+from gds_counter._process import forks
+from gds_counter.gateway._grpc_clients import RpcGate
+
+gate = RpcGate("gw")
+
+class ForksInsideTheHooks:
+    children = []
+
+    def _before_fork(self):
+        if not self.children:
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            self.children.append(pid)
+
+member = ForksInsideTheHooks()
+forks.register(member)
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if not gate._forking else 1)
+codes = [os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) for child in [pid, *member.children]]
+print(codes, gate._forking, gate.run(lambda timeout: "sent", 1.0))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork() (POSIX)")
+def test_a_fork_made_inside_another_forks_hooks_neither_hangs_nor_leaves_a_gate_shut():
+    """It used to wait for ever on the fork registry's own lock."""
+    done = subprocess.run([sys.executable, "-c", NESTED_FORK], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["[0,", "0]", "False", "sent"], done.stdout

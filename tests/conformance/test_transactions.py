@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 import pytest
+from background import in_thread
 
 from gds_counter.errors import BadValueError, Contention
 from gds_counter.gateway.keys import Key
@@ -86,22 +87,6 @@ def check_serializable(a_ok: bool, b_out: list[Any], b_first: bool) -> bool:
 
 def count(gw: Any, query: Query, txn: bytes | None = None) -> int:
     return len(gw.run_query(query, transaction=txn).entities)
-
-
-def in_thread(work: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
-    """Run ``work`` in a thread: a writer that a locking server makes wait
-    for the transaction in the main thread must not block the schedule."""
-    out: list[Any] = []
-
-    def run() -> None:
-        try:
-            out.append(work())
-        except BaseException as exc:  # reported by the test
-            out.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, out
 
 
 # --- phantoms ----------------------------------------------------------------------

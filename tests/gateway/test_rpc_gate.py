@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 import pytest
+from background import in_thread
 
 from gds_counter.gateway import _grpc_clients
 from gds_counter.gateway._grpc_clients import RpcGate
@@ -43,20 +44,6 @@ class Hold:
         self.inside.set()
         assert self.release.wait(10)
         return "answered"
-
-
-def in_thread(function: Any) -> tuple[threading.Thread, list[Any]]:
-    box: list[Any] = []
-
-    def run() -> None:
-        try:
-            box.append(function())
-        except BaseException as exc:  # reported to the test
-            box.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, box
 
 
 def test_a_call_waits_while_a_fork_is_pending_and_is_sent_after_it():
